@@ -1,0 +1,1 @@
+"""The rules: turn lifecycle and write order, journal durability, recovery, set-aside."""

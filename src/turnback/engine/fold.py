@@ -1,0 +1,162 @@
+"""Folding a turn's events into conversation messages, with ACP's own semantics.
+
+* consecutive chunks of one kind (``user_message_chunk``, ``agent_message_chunk``,
+  ``agent_thought_chunk``) concatenate into one message; any other event ends the message;
+* ``tool_call`` opens a tool message and every ``tool_call_update`` with the same ``toolCallId``
+  merges into it (fields present in the update replace the ones before);
+* a ``plan`` replaces the turn's previous plan, in place;
+* an update kind turnback does not know is kept verbatim as an ``other`` message and replayed,
+  never dropped. turnback's own bookkeeping kinds (permissions, input, step checkpoints) stay in
+  the run timeline only.
+
+Pure functions: no I/O, so recovery can fold the same journal any number of times.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from turnback.model import JSON, EventKind, JournalEntry, MessageKind
+
+_CHUNKS = {
+    EventKind.USER_MESSAGE_CHUNK.value: MessageKind.USER,
+    EventKind.AGENT_MESSAGE_CHUNK.value: MessageKind.AGENT,
+    EventKind.AGENT_THOUGHT_CHUNK.value: MessageKind.THOUGHT,
+}
+_TIMELINE_ONLY = frozenset(
+    {
+        EventKind.PERMISSION_REQUESTED.value,
+        EventKind.PERMISSION_ANSWERED.value,
+        EventKind.INPUT_REQUESTED.value,
+        EventKind.INPUT_ANSWERED.value,
+        EventKind.STEP_CHECKPOINT.value,
+        EventKind.AVAILABLE_COMMANDS_UPDATE.value,
+        EventKind.CURRENT_MODE_UPDATE.value,
+    }
+)
+_FINISHED_TOOL = frozenset({"completed", "failed"})
+UNREADABLE = "_turnback/unreadable"
+
+
+class UnreadableEntry(ValueError):
+    """A journal entry whose payload is not a JSON object: recovery sets its turn aside."""
+
+    def __init__(self, entry: JournalEntry, why: str) -> None:
+        super().__init__(f"journal entry {entry.seq} of turn {entry.turn} is unreadable ({why})")
+        self.entry = entry
+
+
+def parse(entry: JournalEntry, *, keep_unreadable: bool = False) -> JSON:
+    """The event an entry holds. An unreadable one raises, or with ``keep_unreadable`` is
+    wrapped so its raw text still reaches the run timeline."""
+    try:
+        event = json.loads(entry.payload)
+        if isinstance(event, dict):
+            return event
+        why = "not a JSON object"
+    except ValueError as error:
+        why = str(error)
+    if keep_unreadable:
+        return {"sessionUpdate": UNREADABLE, "raw": entry.payload, "error": why}
+    raise UnreadableEntry(entry, why)
+
+
+def prompt_blocks(prompt: Any) -> list[JSON]:
+    if isinstance(prompt, str):
+        return [{"type": "text", "text": prompt}]
+    return [block for block in prompt if isinstance(block, dict)]
+
+
+def fold(prompt: Any, events: Iterable[JSON]) -> list[tuple[MessageKind, JSON]]:
+    """The messages of one turn: the user's prompt, then what its events say."""
+    messages: list[tuple[MessageKind, JSON]] = [
+        (MessageKind.USER, {"content": prompt_blocks(prompt)})
+    ]
+    open_chunk: MessageKind | None = None
+    tools: dict[str, int] = {}
+    plan: int | None = None
+    for event in events:
+        kind = str(event.get("sessionUpdate", ""))
+        chunk = _CHUNKS.get(kind)
+        if chunk is not None:
+            block = event.get("content")
+            if open_chunk is chunk:
+                _append_block(messages[-1][1]["content"], block)
+            else:
+                messages.append((chunk, {"content": [block] if block is not None else []}))
+            open_chunk = chunk
+            continue
+        open_chunk = None
+        if kind in _TIMELINE_ONLY:
+            continue
+        body = {key: value for key, value in event.items() if key != "sessionUpdate"}
+        if kind in (EventKind.TOOL_CALL, EventKind.TOOL_CALL_UPDATE):
+            call_id = str(event.get("toolCallId", ""))
+            if call_id in tools:
+                merged = messages[tools[call_id]][1]
+                merged.update({key: value for key, value in body.items() if value is not None})
+            else:
+                tools[call_id] = len(messages)
+                messages.append((MessageKind.TOOL_CALL, body))
+        elif kind == EventKind.PLAN:
+            if plan is None:
+                plan = len(messages)
+                messages.append((MessageKind.PLAN, body))
+            else:
+                messages[plan] = (MessageKind.PLAN, body)
+        elif kind == EventKind.ERROR:
+            messages.append((MessageKind.ERROR, body))
+        elif kind == EventKind.NOTICE:
+            messages.append((MessageKind.NOTICE, body))
+        else:
+            messages.append((MessageKind.OTHER, dict(event)))
+    return messages
+
+
+def _append_block(content: list[Any], block: Any) -> None:
+    if block is None:
+        return
+    last = content[-1] if content else None
+    if (
+        isinstance(last, dict)
+        and isinstance(block, dict)
+        and last.get("type") == "text" == block.get("type")
+        and set(last) <= {"type", "text"}
+        and set(block) <= {"type", "text"}
+    ):
+        content[-1] = {"type": "text", "text": str(last["text"]) + str(block["text"])}
+    else:
+        content.append(block)
+
+
+def unfinished_tool_calls(events: Sequence[JSON]) -> list[str]:
+    """Ids of tool calls that started and never reported ``completed`` or ``failed``."""
+    status: dict[str, str | None] = {}
+    for event in events:
+        kind = event.get("sessionUpdate")
+        if kind in (EventKind.TOOL_CALL, EventKind.TOOL_CALL_UPDATE):
+            call_id = str(event.get("toolCallId", ""))
+            if event.get("status") is not None or call_id not in status:
+                status[call_id] = event.get("status")
+    return [call_id for call_id, state in status.items() if state not in _FINISHED_TOOL]
+
+
+def cancelled_tool_result(call_id: str, why: str) -> JSON:
+    """The synthetic result given to a tool call that never finished."""
+    return {
+        "sessionUpdate": EventKind.TOOL_CALL_UPDATE.value,
+        "toolCallId": call_id,
+        "status": "failed",
+        "content": [{"type": "content", "content": {"type": "text", "text": f"Cancelled: {why}"}}],
+        "_meta": {"turnback": {"synthetic": True, "cancelled": True}},
+    }
+
+
+def notice(text: str, **data: Any) -> JSON:
+    return {"sessionUpdate": EventKind.NOTICE.value, "text": text, **data}
+
+
+def error_event(text: str, **data: Any) -> JSON:
+    return {"sessionUpdate": EventKind.ERROR.value, "text": text, **data}

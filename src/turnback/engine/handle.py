@@ -1,0 +1,275 @@
+"""The handles the public API returns: :class:`Turnback` (one home) and :class:`Session`."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from turnback.engine import recovery
+from turnback.engine.journal import Journal
+from turnback.engine.owners import is_alive
+from turnback.engine.turns import RunningTurn, begin
+from turnback.errors import (
+    AmbiguousId,
+    InvalidId,
+    SessionNotFound,
+    TurnInProgress,
+    TurnNotFound,
+)
+from turnback.model import (
+    Activity,
+    Durability,
+    Message,
+    RecoveryReport,
+    RunEvent,
+    SessionRecord,
+    SweepReport,
+    Turn,
+    UnrecoveredTurn,
+)
+from turnback.store import Store, open_store, sqlite_url
+
+_HEX = re.compile(r"[0-9a-f]+")
+
+
+def default_home() -> Path:
+    """``$TURNBACK_HOME``, else the platform's per-user data directory."""
+    configured = os.environ.get("TURNBACK_HOME")
+    if configured:
+        return Path(configured).expanduser()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("turnback", appauthor=False))
+
+
+def normalise_id(text: str, what: str) -> str:
+    value = text.strip().lower()
+    if not value or not _HEX.fullmatch(value):
+        raise InvalidId(
+            f"{text!r} is not a {what} id: ids are hexadecimal (a unique prefix is enough)"
+        )
+    return value
+
+
+class Turnback:
+    """turnback on one home: sessions, turns, recovery and sweep. Close it when done."""
+
+    def __init__(
+        self,
+        home: str | os.PathLike[str] | None = None,
+        *,
+        durability: Durability | str = Durability.BATCHED,
+        database_url: str | None = None,
+        busy_timeout: float = 5.0,
+        batch_window: float = 0.01,
+    ) -> None:
+        try:
+            mode = Durability(durability)
+        except ValueError:
+            choices = ", ".join(m.value for m in Durability)
+            raise ValueError(f"durability must be one of {choices}, not {durability!r}") from None
+        self.home = Path(home).expanduser() if home is not None else default_home()
+        url = database_url or os.environ.get("TURNBACK_DATABASE_URL") or sqlite_url(self.home)
+        self.store: Store = open_store(url, busy_timeout=busy_timeout)
+        self.durability = mode
+        self.journal = Journal(self.store, mode, window=batch_window)
+        self._closed = False
+        atexit.register(self.close)
+
+    # sessions
+
+    def create_session(
+        self,
+        workspace: str | os.PathLike[str] = ".",
+        title: str | None = None,
+        agent: str | None = None,
+    ) -> Session:
+        now = time.time()
+        record = SessionRecord(
+            id=uuid.uuid4().hex,
+            workspace=str(Path(workspace).expanduser().resolve()),
+            title=title,
+            agent=agent,
+            head=None,
+            status="open",
+            pending_requests=(),
+            created_at=now,
+            updated_at=now,
+        )
+        with self.store.atomic() as tx:
+            tx.insert_session(record)
+        return Session(self, record.id)
+
+    def session(self, ref: str) -> Session:
+        """The session whose id is ``ref`` or starts with it."""
+        prefix = normalise_id(ref, "session")
+        with self.store.read() as tx:
+            exact = tx.get_session(prefix)
+            matches = [exact] if exact else tx.find_sessions(prefix, limit=6)
+        if not matches:
+            raise SessionNotFound(
+                f"no session matches {ref!r}; `turnback sessions` lists the sessions in {self.home}"
+            )
+        if len(matches) > 1:
+            names = ", ".join(m.id[:12] for m in matches[:5])
+            raise AmbiguousId(
+                f"{ref!r} matches {len(matches)}{'+' if len(matches) > 5 else ''} sessions "
+                f"({names}); give more characters"
+            )
+        return Session(self, matches[0].id)
+
+    def sessions(self) -> list[SessionRecord]:
+        with self.store.read() as tx:
+            return tx.list_sessions()
+
+    # recovery
+
+    def recover(self) -> RecoveryReport:
+        """Settle every turn whose owner died: apply it as interrupted, or set it aside."""
+        return recovery.recover(self.store)
+
+    def unrecovered(self) -> list[UnrecoveredTurn]:
+        return recovery.unrecovered(self.store)
+
+    def sweep(self) -> SweepReport:
+        self.journal.flush()
+        return recovery.sweep(self.store)
+
+    def activities(self, limit: int = 1000) -> list[Activity]:
+        with self.store.read() as tx:
+            return tx.activities(None, limit)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        try:
+            self.journal.close()
+        finally:
+            self.store.close()
+
+    def __enter__(self) -> Turnback:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Session:
+    """One conversation with one agent in one workspace."""
+
+    def __init__(self, tb: Turnback, session_id: str) -> None:
+        self._tb = tb
+        self.id = session_id
+
+    def __repr__(self) -> str:
+        return f"<Session {self.id[:12]}>"
+
+    @property
+    def record(self) -> SessionRecord:
+        with self._tb.store.read() as tx:
+            record = tx.get_session(self.id)
+        if record is None:
+            raise SessionNotFound(f"session {self.id} no longer exists")
+        return record
+
+    @property
+    def workspace(self) -> Path:
+        return Path(self.record.workspace)
+
+    def turn(self, prompt: Any) -> RunningTurn:
+        """Begin a turn: its row and prompt are durable when this returns.
+
+        A running turn whose owner died is recovered first; a live one raises TurnInProgress."""
+        store = self._tb.store
+        try:
+            turn = begin(store, self.id, prompt)
+        except TurnInProgress as busy:
+            with store.read() as tx:
+                running = tx.get_turn(busy.running_token)
+                owner = tx.get_owner(running.owner_id) if running and running.owner_id else None
+            if running is None or is_alive(owner):
+                raise
+            recovery.recover_turn(store, running)
+            turn = begin(store, self.id, prompt)
+        return RunningTurn(store, self._tb.journal, turn)
+
+    def turns(self) -> list[Turn]:
+        with self._tb.store.read() as tx:
+            return tx.session_turns(self.id)
+
+    def get_turn(self, ref: int | str) -> Turn:
+        """A turn by number (its position in the conversation) or by token prefix."""
+        turns = self.turns()
+        if isinstance(ref, int) or (isinstance(ref, str) and ref.strip().isdigit()):
+            number = int(ref)
+            found = [t for t in turns if t.number == number and t.status.ended]
+            if found:
+                return found[-1]
+            raise TurnNotFound(
+                f"session {self.id[:12]} has no turn {number} "
+                f"(it has {sum(t.status.ended for t in turns)}); `turnback log` lists them"
+            )
+        prefix = normalise_id(str(ref), "turn")
+        found = [t for t in turns if t.token.startswith(prefix)]
+        if len(found) > 1:
+            raise AmbiguousId(f"{ref!r} matches {len(found)} turns; give more characters")
+        if not found:
+            raise TurnNotFound(f"session {self.id[:12]} has no turn matching {ref!r}")
+        return found[0]
+
+    def running(self) -> Turn | None:
+        with self._tb.store.read() as tx:
+            return tx.running_turn(self.id)
+
+    def messages(self) -> list[Message]:
+        with self._tb.store.read() as tx:
+            return tx.messages(self.id)
+
+    def turn_messages(self, ref: int | str) -> list[Message]:
+        token = self.get_turn(ref).token
+        with self._tb.store.read() as tx:
+            return tx.turn_messages(token)
+
+    def run_events(self, ref: int | str) -> list[RunEvent]:
+        token = self.get_turn(ref).token
+        with self._tb.store.read() as tx:
+            return tx.run_events(token)
+
+    def activities(self, limit: int = 1000) -> list[Activity]:
+        with self._tb.store.read() as tx:
+            return tx.activities(self.id, limit)
+
+    def unrecovered(self) -> list[UnrecoveredTurn]:
+        return recovery.unrecovered(self._tb.store, self.id)
+
+    def apply(self, ref: str) -> Turn:
+        """Apply a set-aside turn on top of the current head."""
+        return recovery.apply(self._tb.store, self._set_aside(ref))
+
+    def discard(self, ref: str) -> int:
+        """Delete a set-aside turn; returns how many events it held."""
+        turn = self._set_aside(ref)
+        self._tb.journal.discard(turn.token)
+        return recovery.discard(self._tb.store, turn)
+
+    def _set_aside(self, ref: str) -> Turn:
+        prefix = normalise_id(ref, "turn")
+        found = [u.turn for u in self.unrecovered() if u.turn.token.startswith(prefix)]
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise AmbiguousId(f"{ref!r} matches {len(found)} set-aside turns; give more characters")
+        return self.get_turn(ref)  # exists but is not set aside: apply/discard say so
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Session) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)

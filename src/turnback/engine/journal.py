@@ -1,0 +1,148 @@
+"""The journal's durability policy (DESIGN.md invariant 3: acknowledged means durable).
+
+``Journal.append`` is called by ``RunningTurn.record``; when it returns, the event is
+*acknowledged*, and what that promises depends on the mode:
+
+* ``strict`` -- the event and everything before it is committed (synced) before append returns.
+* ``batched`` -- events wait in memory and a flusher thread commits them together within
+  ``window`` seconds, one sync per batch. A *boundary* event (tool call start or end, permission,
+  user input, step checkpoint, error) is committed with everything before it before append returns.
+* ``turn`` -- events wait in memory until the turn ends; a crash loses them (never the turn's
+  begin, which is always durable).
+
+Flushes are serialised by one lock and each takes the whole buffer, so the journal on disk is
+always a prefix of what was acknowledged, in order: a boundary event can never be durable while an
+event recorded before it is not. Rows that must commit together with an event (a step checkpoint,
+a change to the session's pending requests) travel with it as ``after`` callbacks run in the same
+transaction. A flush that fails keeps its entries in memory, and the error is raised to the next
+caller that needs durability.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from turnback import faults
+from turnback.errors import StoreError
+from turnback.model import Durability, JournalEntry
+from turnback.store import Store, Tx
+
+After = Callable[[Tx], None]
+
+
+@dataclass(slots=True)
+class _Pending:
+    entries: list[JournalEntry]
+    after: list[tuple[str, After]]  # (turn, callback)
+
+
+class Journal:
+    def __init__(self, store: Store, mode: Durability, *, window: float = 0.01) -> None:
+        self.store = store
+        self.mode = mode
+        self.window = window
+        self._mutex = threading.Lock()  # guards the buffer
+        self._flushing = threading.Lock()  # serialises flushes, so disk order = record order
+        self._wake = threading.Condition(self._mutex)
+        self._pending = _Pending([], [])
+        self._first_pending_at: float | None = None
+        self._failure: StoreError | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        #: the longest a boundary append waited for its commit, in seconds (for benchmarks)
+        self.longest_boundary_wait = 0.0
+
+    def append(self, entry: JournalEntry, *, boundary: bool, after: After | None = None) -> None:
+        with self._mutex:
+            self._pending.entries.append(entry)
+            if after is not None:
+                self._pending.after.append((entry.turn, after))
+            if self._first_pending_at is None:
+                self._first_pending_at = time.monotonic()
+            if self.mode is Durability.BATCHED and not boundary:
+                self._start_flusher()
+                self._wake.notify()
+                if len(self._pending.entries) < 4096:
+                    return
+        if self.mode is Durability.TURN:
+            return
+        started = time.monotonic()
+        self.flush()
+        if boundary:
+            self.longest_boundary_wait = max(self.longest_boundary_wait, time.monotonic() - started)
+
+    def flush(self) -> None:
+        """Commit everything appended so far; raises the store's error if it cannot."""
+        with self._flushing:
+            with self._mutex:
+                pending, self._pending = self._pending, _Pending([], [])
+                self._first_pending_at = None
+            if not pending.entries and not pending.after:
+                return
+            try:
+                faults.point("journal.flush.before")
+                with self.store.atomic() as tx:
+                    tx.append_journal(pending.entries)
+                    for _turn, after in pending.after:
+                        after(tx)
+                faults.point("journal.flush.after")
+            except StoreError as error:
+                with self._mutex:
+                    # Keep them, in order, ahead of anything appended meanwhile.
+                    self._pending = _Pending(
+                        pending.entries + self._pending.entries, pending.after + self._pending.after
+                    )
+                    self._first_pending_at = self._first_pending_at or time.monotonic()
+                    self._failure = error
+                raise
+            self._failure = None
+
+    def discard(self, turn: str) -> None:
+        """Forget the unflushed entries of a turn that was removed or ended elsewhere."""
+        with self._mutex:
+            self._pending.entries = [e for e in self._pending.entries if e.turn != turn]
+            self._pending.after = [a for a in self._pending.after if a[0] != turn]
+
+    def close(self) -> None:
+        with self._mutex:
+            self._closed = True
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join()
+        if self.mode is not Durability.TURN:
+            self.flush()
+
+    # -- the batched flusher -------------------------------------------------------------------
+
+    def _start_flusher(self) -> None:
+        if self._thread is None and not self._closed:
+            self._thread = threading.Thread(
+                target=self._run_flusher, name="turnback-journal", daemon=True
+            )
+            self._thread.start()
+
+    def _run_flusher(self) -> None:
+        while True:
+            with self._mutex:
+                while self._first_pending_at is None and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+                assert self._first_pending_at is not None
+                due = self._first_pending_at + self.window
+                delay = due - time.monotonic()
+                if delay > 0:
+                    self._wake.wait(delay)
+                    continue
+            try:
+                self.flush()
+            except StoreError:
+                with self._mutex:
+                    self._wake.wait(min(1.0, self.window * 10))  # back off; callers see the error
+
+    @property
+    def failure(self) -> StoreError | None:
+        return self._failure

@@ -1,0 +1,233 @@
+"""Recovery of turns whose owner died, set-aside, and the sweep.
+
+Why recovery is exactly-once and idempotent: each interrupted turn is settled by one transaction
+that first re-reads the turn and acts only if it is still ``running`` (``commit_turn``'s
+``expected`` status). Inside it the turn is either applied -- journal folded into the session,
+journal removed, head moved, status ``interrupted`` -- or set aside -- status ``set_aside``, journal
+kept. Killing recovery anywhere leaves each turn either settled or untouched; running it again
+finds settled turns no longer ``running`` and leaves them be. Two recoverers serialise on the
+write lock and the second finds nothing to do.
+
+Invariant 5: a turn whose owner is alive is only read. Invariant 6: a turn is applied only if the
+session's head is still its parent (fast-forward); anything else, including a journal that cannot
+be read, sets it aside. Invariant 7: a set-aside turn is never deleted or overwritten except by an
+explicit :func:`apply` or :func:`discard`, and every recovery reports all of them.
+"""
+
+from __future__ import annotations
+
+import time
+
+from turnback import faults
+from turnback.engine.fold import UnreadableEntry, notice
+from turnback.engine.owners import current_owner, is_alive
+from turnback.engine.turns import commit_turn
+from turnback.errors import NotSetAside, TurnInProgress
+from turnback.model import (
+    ActivityLevel,
+    Owner,
+    RecoveryReport,
+    SweepReport,
+    Turn,
+    TurnStatus,
+    UnrecoveredTurn,
+)
+from turnback.store import Store, Tx
+
+
+def _interrupted_notice(count: int) -> str:
+    return (
+        f"This turn was interrupted: the process running it stopped. "
+        f"{count} event{'s' if count != 1 else ''} recorded before that "
+        f"{'were' if count != 1 else 'was'} recovered."
+    )
+
+
+def recover(store: Store, session_id: str | None = None) -> RecoveryReport:
+    """Settle every running turn whose owner is dead (of one session, or all)."""
+    with store.read() as tx:
+        running = [
+            turn
+            for turn in tx.turns_with_status(TurnStatus.RUNNING)
+            if session_id is None or turn.session_id == session_id
+        ]
+        owners = {t.owner_id: tx.get_owner(t.owner_id) for t in running if t.owner_id}
+    recovered: list[Turn] = []
+    live: list[Turn] = []
+    for turn in running:
+        owner = owners.get(turn.owner_id) if turn.owner_id else None
+        if is_alive(owner):
+            live.append(turn)
+            continue
+        settled = recover_turn(store, turn)
+        if settled is not None and settled.status is TurnStatus.INTERRUPTED:
+            recovered.append(settled)
+    return RecoveryReport(
+        recovered=tuple(recovered),
+        set_aside=tuple(unrecovered(store, session_id)),
+        live=tuple(live),
+    )
+
+
+def recover_turn(store: Store, turn: Turn) -> Turn | None:
+    """Apply one dead owner's turn fast-forward, or set it aside. None if it had already gone."""
+    faults.point("recover.turn.before")
+    with store.atomic() as tx:
+        current = tx.get_turn(turn.token)
+        if current is None or current.status is not TurnStatus.RUNNING:
+            return None
+        session = tx.get_session(turn.session_id)
+        count, _ = tx.journal_size(turn.token)
+        reason: str | None = None
+        if session is None or session.head != current.parent:
+            reason = "the session moved on while it ran (its head is no longer the turn's parent)"
+        else:
+            try:
+                applied = commit_turn(
+                    tx,
+                    current,
+                    TurnStatus.INTERRUPTED,
+                    detail="interrupted: its process stopped",
+                    extra=[notice(_interrupted_notice(count), recoveredEvents=count)],
+                )
+            except UnreadableEntry as error:
+                reason = str(error)
+            else:
+                assert applied
+                faults.point("recover.apply.inside")
+                tx.insert_activity(
+                    turn.session_id,
+                    turn.token,
+                    ActivityLevel.INFO,
+                    "turn.recovered",
+                    f"turn {current.number} was interrupted and recovered with {count} events",
+                    {"events": count, "number": current.number},
+                    time.time(),
+                )
+        if reason is not None:
+            _set_aside(tx, current, reason, count)
+        settled = tx.get_turn(turn.token)
+    faults.point("recover.turn.after")
+    return settled
+
+
+def _set_aside(tx: Tx, turn: Turn, reason: str, count: int) -> None:
+    faults.point("recover.set_aside.inside")
+    tx.end_turn(turn.token, TurnStatus.SET_ASIDE, time.time(), reason, count, expected=turn.status)
+    tx.insert_activity(
+        turn.session_id,
+        turn.token,
+        ActivityLevel.WARNING,
+        "turn.set_aside",
+        f"turn {turn.number} could not be recovered and was set aside: {reason}. "
+        f"`turnback unrecovered {turn.session_id[:12]}` lists it; apply or discard it there",
+        {"events": count, "number": turn.number, "reason": reason},
+        time.time(),
+    )
+
+
+def unrecovered(store: Store, session_id: str | None = None) -> list[UnrecoveredTurn]:
+    with store.read() as tx:
+        return [
+            UnrecoveredTurn(turn, turn.detail or "set aside")
+            for turn in tx.turns_with_status(TurnStatus.SET_ASIDE)
+            if session_id is None or turn.session_id == session_id
+        ]
+
+
+def apply(store: Store, turn: Turn) -> Turn:
+    """Apply a set-aside turn on top of the session's current head, as interrupted.
+
+    Unreadable journal entries are kept in the run timeline as ``_turnback/unreadable``."""
+    faults.point("apply.before")
+    with store.atomic() as tx:
+        current = _require_set_aside(tx, turn)
+        running = tx.running_turn(turn.session_id)
+        if running is not None:
+            raise TurnInProgress(
+                f"turn {running.number} ({running.token}) is running in this session; apply the "
+                "set-aside turn once it has ended",
+                running.token,
+            )
+        session = tx.get_session(turn.session_id)
+        head = tx.get_turn(session.head) if session and session.head else None
+        tx.reposition_turn(turn.token, head.number + 1 if head else 1, head.token if head else None)
+        count, _ = tx.journal_size(turn.token)
+        commit_turn(
+            tx,
+            current,
+            TurnStatus.INTERRUPTED,
+            detail=f"applied after being set aside: {current.detail}",
+            extra=[
+                notice(
+                    f"This turn was set aside ({current.detail}) and applied by hand with "
+                    f"{count} events.",
+                    recoveredEvents=count,
+                )
+            ],
+            keep_unreadable=True,
+            expected=TurnStatus.SET_ASIDE,
+        )
+        tx.insert_activity(
+            turn.session_id,
+            turn.token,
+            ActivityLevel.INFO,
+            "turn.applied",
+            f"set-aside turn {turn.token[:12]} was applied with {count} events",
+            {"events": count},
+            time.time(),
+        )
+        faults.point("apply.inside")
+        applied = tx.get_turn(turn.token)
+    faults.point("apply.after")
+    assert applied is not None
+    return applied
+
+
+def discard(store: Store, turn: Turn) -> int:
+    """Delete a set-aside turn and its journal; returns how many events went with it."""
+    faults.point("discard.before")
+    with store.atomic() as tx:
+        current = _require_set_aside(tx, turn)
+        count, _ = tx.journal_size(turn.token)
+        tx.delete_turn(turn.token)
+        tx.insert_activity(
+            turn.session_id,
+            None,
+            ActivityLevel.WARNING,
+            "turn.discarded",
+            f"set-aside turn {turn.token[:12]} was discarded with {count} events",
+            {"events": count, "token": turn.token, "prompt": current.prompt},
+            time.time(),
+        )
+        faults.point("discard.inside")
+    faults.point("discard.after")
+    return count
+
+
+def _require_set_aside(tx: Tx, turn: Turn) -> Turn:
+    current = tx.get_turn(turn.token)
+    if current is None or current.status is not TurnStatus.SET_ASIDE:
+        state = "gone" if current is None else current.status.value
+        raise NotSetAside(
+            f"turn {turn.token[:12]} is not set aside (it is {state}); only set-aside turns "
+            "can be applied or discarded"
+        )
+    return current
+
+
+def sweep(store: Store) -> SweepReport:
+    """Remove what no turn can ever use: journal rows and step checkpoints of turns that have
+    ended or gone, and owners that are dead and named by no running turn."""
+    me = current_owner().id
+    with store.read() as tx:
+        stale: list[Owner] = [
+            owner for owner in tx.unreferenced_owners() if owner.id != me and not is_alive(owner)
+        ]
+    with store.atomic() as tx:
+        journal_rows = tx.delete_orphan_journal()
+        steps = tx.delete_orphan_step_checkpoints()
+        # A dead owner cannot begin a turn, so none of these became referenced meanwhile.
+        for owner in stale:
+            tx.delete_owner(owner.id)
+    return SweepReport(journal_rows=journal_rows, step_checkpoints=steps, owners=len(stale))

@@ -1,0 +1,357 @@
+"""The turn lifecycle and its write order.
+
+Invariant 1, begin before work: ``begin`` commits the turn's row (status ``running``, owner,
+parent, token) and the user's prompt in one synced transaction before it returns, so the caller
+can only reach the agent once both are durable. The check that no other turn is running and the
+insert share that transaction (``BEGIN IMMEDIATE``), and the database holds a unique index on the
+running turn of a session besides (invariant 8).
+
+Invariant 2, one transaction to commit: ``commit_turn`` folds the journal into messages and run
+events, removes the journal rows, sets the turn's status and moves the session's head inside one
+transaction. A crash before its COMMIT leaves the turn running with its journal (recovery applies
+it); a crash after leaves it committed with no journal. There is no state in between, so no event
+is replayed twice and none is lost. ``commit_turn`` only commits a turn that is still ``running``
+(or ``set_aside``, for an explicit apply): whoever commits first wins, the other sees it has gone.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from turnback import faults
+from turnback.engine.fold import (
+    cancelled_tool_result,
+    error_event,
+    fold,
+    parse,
+    unfinished_tool_calls,
+)
+from turnback.engine.owners import current_owner
+from turnback.errors import InvalidEvent, SessionNotFound, TurnInProgress, TurnNotRunning
+from turnback.model import (
+    JSON,
+    EventKind,
+    JournalEntry,
+    Message,
+    RunEvent,
+    StepCheckpoint,
+    Turn,
+    TurnStatus,
+)
+from turnback.store import Tx
+
+if TYPE_CHECKING:
+    from turnback.engine.journal import Journal
+    from turnback.store import Store
+
+#: Events larger than this are refused; large payloads belong in files the event names.
+MAX_EVENT_BYTES = 4 * 2**20
+
+_BOUNDARY = frozenset(
+    {
+        EventKind.TOOL_CALL.value,
+        EventKind.PERMISSION_REQUESTED.value,
+        EventKind.PERMISSION_ANSWERED.value,
+        EventKind.INPUT_REQUESTED.value,
+        EventKind.INPUT_ANSWERED.value,
+        EventKind.STEP_CHECKPOINT.value,
+        EventKind.ERROR.value,
+    }
+)
+_REQUESTS = {
+    EventKind.PERMISSION_REQUESTED.value: "permission",
+    EventKind.INPUT_REQUESTED.value: "input",
+}
+_ANSWERS = frozenset({EventKind.PERMISSION_ANSWERED.value, EventKind.INPUT_ANSWERED.value})
+
+
+def is_boundary(kind: str, event: JSON) -> bool:
+    if kind in _BOUNDARY:
+        return True
+    return kind == EventKind.TOOL_CALL_UPDATE and event.get("status") in ("completed", "failed")
+
+
+def encode(value: Any, what: str) -> str:
+    """JSON text of an event or prompt, refused with a clear error before anything is written."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise InvalidEvent(
+            f"{what} is not JSON-serialisable ({error}); nothing was written. "
+            "Pass plain dicts, lists, strings, numbers, booleans and None"
+        ) from error
+    if len(text) > MAX_EVENT_BYTES // 4 and len(text.encode()) > MAX_EVENT_BYTES:
+        raise InvalidEvent(
+            f"{what} is {len(text.encode()) / 2**20:.1f} MiB, over the "
+            f"{MAX_EVENT_BYTES // 2**20} MiB limit; nothing was written. Write large content to "
+            "a file and put its path in the event"
+        )
+    return text
+
+
+def validate_prompt(prompt: Any) -> Any:
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise InvalidEvent("the prompt is empty; give the turn something to do")
+        return prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(b, dict) for b in prompt):
+        return prompt
+    raise InvalidEvent(
+        "a prompt is a non-empty string or a list of ACP content blocks "
+        f"(dicts such as {{'type': 'text', 'text': '...'}}), not {type(prompt).__name__}"
+    )
+
+
+def begin(store: Store, session_id: str, prompt: Any) -> Turn:
+    """Make a new running turn durable (invariant 1). Raises TurnInProgress (invariant 8)."""
+    prompt = validate_prompt(prompt)
+    encode(prompt, "the prompt")
+    owner = current_owner()
+    now = time.time()
+    faults.point("turn.begin.before")
+    with store.atomic() as tx:
+        session = tx.get_session(session_id)
+        if session is None:
+            raise SessionNotFound(f"no session {session_id}; `turnback sessions` lists them")
+        running = tx.running_turn(session_id)
+        if running is not None:
+            raise TurnInProgress(
+                f"session {session_id[:12]} already has turn {running.number} running "
+                f"(token {running.token}, since {time.ctime(running.started_at)}); "
+                "wait for it to end, cancel it, or run `turnback recover` if its process died",
+                running.token,
+            )
+        head = tx.get_turn(session.head) if session.head else None
+        turn = Turn(
+            token=uuid.uuid4().hex,
+            session_id=session_id,
+            number=head.number + 1 if head else 1,
+            parent=session.head,
+            owner_id=owner.id,
+            status=TurnStatus.RUNNING,
+            prompt=prompt,
+            started_at=now,
+        )
+        tx.upsert_owner(owner)
+        tx.insert_turn(turn)
+        faults.point("turn.begin.inside")
+    faults.point("turn.begin.after")
+    return turn
+
+
+def commit_turn(
+    tx: Tx,
+    turn: Turn,
+    status: TurnStatus,
+    *,
+    detail: str | None = None,
+    extra: Sequence[JSON] = (),
+    keep_unreadable: bool = False,
+    expected: TurnStatus = TurnStatus.RUNNING,
+) -> bool:
+    """Fold ``turn``'s journal into its session and end it, inside the caller's transaction.
+
+    ``extra`` events are appended after the journal (a notice, synthetic tool results). Returns
+    False, having changed nothing, when the turn is no longer in ``expected`` status.
+    """
+    current = tx.get_turn(turn.token)
+    if current is None or current.status is not expected:
+        return False
+    now = time.time()
+    entries = tx.journal(turn.token)
+    events = [parse(entry, keep_unreadable=keep_unreadable) for entry in entries]
+    last_seq = entries[-1].seq if entries else 0
+    if status is not TurnStatus.COMPLETED:
+        why = detail or f"the turn was {status.value}"
+        extra = [cancelled_tool_result(c, why) for c in unfinished_tool_calls(events)] + list(extra)
+    timeline = [
+        RunEvent(turn.session_id, turn.token, entry.seq, entry.kind, event, entry.at)
+        for entry, event in zip(entries, events, strict=True)
+    ] + [
+        RunEvent(turn.session_id, turn.token, last_seq + i, str(e["sessionUpdate"]), e, now)
+        for i, e in enumerate(extra, start=1)
+    ]
+    folded = fold(current.prompt, [event.event for event in timeline])
+    tx.insert_messages(
+        [
+            Message(turn.session_id, turn.token, i, kind, data)
+            for i, (kind, data) in enumerate(folded)
+        ]
+    )
+    tx.insert_run_events(timeline)
+    tx.delete_journal(turn.token)
+    if status is not TurnStatus.INTERRUPTED:
+        tx.delete_step_checkpoints(turn.token)
+    tx.end_turn(turn.token, status, now, detail, len(entries), expected=expected)
+    tx.set_head(turn.session_id, turn.token, now)
+    _clear_requests(tx, turn.session_id, turn.token, now)
+    return True
+
+
+def _clear_requests(tx: Tx, session_id: str, token: str, now: float) -> None:
+    session = tx.get_session(session_id)
+    if session is not None and any(r.get("turn") == token for r in session.pending_requests):
+        kept = [r for r in session.pending_requests if r.get("turn") != token]
+        tx.set_pending_requests(session_id, kept, now)
+
+
+class RunningTurn:
+    """A turn this process is running. As a context manager: a normal exit completes it, an
+    exception fails it (cancellation cancels it) and propagates."""
+
+    def __init__(self, store: Store, journal: Journal, turn: Turn, next_seq: int = 1) -> None:
+        self._store = store
+        self._journal = journal
+        self.turn = turn
+        self._seq = next_seq - 1
+        self._ended = False
+
+    @property
+    def token(self) -> str:
+        return self.turn.token
+
+    @property
+    def number(self) -> int:
+        return self.turn.number
+
+    @property
+    def session_id(self) -> str:
+        return self.turn.session_id
+
+    def record(self, update: JSON) -> int:
+        """Journal one ACP ``session/update`` payload (or a turnback event); returns its seq.
+
+        When this returns the event is acknowledged under the journal's durability mode."""
+        self._require_running()
+        if not isinstance(update, dict):
+            raise InvalidEvent(
+                f"an event is a dict with a 'sessionUpdate' kind, not {type(update).__name__}"
+            )
+        kind = update.get("sessionUpdate")
+        if not isinstance(kind, str) or not kind:
+            raise InvalidEvent(
+                "an event needs a non-empty string 'sessionUpdate' naming its kind, such as "
+                "'agent_message_chunk'; nothing was written"
+            )
+        payload = encode(update, f"the {kind} event")
+        self._seq += 1
+        entry = JournalEntry(self.turn.token, self._seq, kind, payload, time.time())
+        faults.point("turn.record.before")
+        self._journal.append(
+            entry, boundary=is_boundary(kind, update), after=self._side_effect(kind, update, entry)
+        )
+        faults.point("turn.record.after")
+        return entry.seq
+
+    def step(
+        self,
+        step: int,
+        checkpoint_id: str,
+        state: Any = None,
+        store_path: str | None = None,
+    ) -> int:
+        """Save a step checkpoint: a point inside the turn the agent can resume from."""
+        event: JSON = {
+            "sessionUpdate": EventKind.STEP_CHECKPOINT.value,
+            "step": step,
+            "checkpointId": checkpoint_id,
+        }
+        if state is not None:
+            event["state"] = state
+        if store_path is not None:
+            event["storePath"] = store_path
+        faults.point("turn.step.before")
+        seq = self.record(event)
+        faults.point("turn.step.after")
+        return seq
+
+    def _side_effect(self, kind: str, update: JSON, entry: JournalEntry) -> Any:
+        token, session_id = self.turn.token, self.turn.session_id
+        if kind == EventKind.STEP_CHECKPOINT:
+            checkpoint = StepCheckpoint(
+                turn=token,
+                step=int(update.get("step", 0)),
+                checkpoint_id=str(update.get("checkpointId", "")),
+                journal_seq=entry.seq,
+                state=update.get("state"),
+                store_path=update.get("storePath"),
+                at=entry.at,
+            )
+            return lambda tx: tx.insert_step_checkpoint(checkpoint)
+        if kind in _REQUESTS or kind in _ANSWERS:
+            request_id = str(update.get("requestId", ""))
+
+            def change_requests(tx: Tx) -> None:
+                session = tx.get_session(session_id)
+                if session is None:
+                    return
+                kept = [
+                    r
+                    for r in session.pending_requests
+                    if not (r.get("turn") == token and r.get("requestId") == request_id)
+                ]
+                if kind in _REQUESTS:
+                    kept.append(
+                        {"turn": token, "requestId": request_id, "kind": _REQUESTS[kind], **update}
+                    )
+                tx.set_pending_requests(session_id, kept, entry.at)
+
+            return change_requests
+        return None
+
+    def complete(self) -> Turn:
+        return self._end(TurnStatus.COMPLETED, None)
+
+    def fail(self, error: BaseException | str) -> Turn:
+        text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        return self._end(TurnStatus.FAILED, text, [error_event(text)])
+
+    def cancel(self, reason: str = "cancelled") -> Turn:
+        return self._end(TurnStatus.CANCELLED, reason)
+
+    def _end(self, status: TurnStatus, detail: str | None, extra: Sequence[JSON] = ()) -> Turn:
+        self._require_running()
+        self._journal.flush()
+        faults.point(f"turn.{status.value}.before")
+        with self._store.atomic() as tx:
+            if not commit_turn(tx, self.turn, status, detail=detail, extra=extra):
+                raise TurnNotRunning(
+                    f"turn {self.turn.number} ({self.turn.token}) is no longer running: another "
+                    "process recovered it; `turnback show` shows what was kept"
+                )
+            faults.point(f"turn.{status.value}.inside")
+            ended = tx.get_turn(self.turn.token)
+        faults.point(f"turn.{status.value}.after")
+        self._ended = True
+        assert ended is not None
+        self.turn = ended
+        return ended
+
+    def _require_running(self) -> None:
+        if self._ended:
+            raise TurnNotRunning(
+                f"turn {self.turn.number} ({self.turn.token}) has ended ({self.turn.status})"
+            )
+
+    def __enter__(self) -> RunningTurn:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._ended:
+            return
+        if exc is None:
+            self.complete()
+        elif isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "CancelledError":
+            self.cancel(f"cancelled ({type(exc).__name__})")
+        else:
+            self.fail(exc)

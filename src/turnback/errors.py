@@ -1,0 +1,98 @@
+"""The exception tree. Every message says what happened, to what, and what to do next."""
+
+from __future__ import annotations
+
+
+class TurnbackError(Exception):
+    """Base of every error turnback raises on purpose."""
+
+    #: Exit code the CLI uses for this error: 1 error, 3 conflict.
+    exit_code = 1
+
+
+class InvalidId(TurnbackError, ValueError):
+    """An id or prefix that cannot name anything (wrong characters, empty)."""
+
+
+class SessionNotFound(TurnbackError, LookupError):
+    pass
+
+
+class AmbiguousId(TurnbackError, LookupError):
+    """A prefix that matches more than one session or turn."""
+
+
+class TurnNotFound(TurnbackError, LookupError):
+    pass
+
+
+class InvalidEvent(TurnbackError, ValueError):
+    """An event that cannot be journaled; nothing was written."""
+
+
+class TurnInProgress(TurnbackError):
+    """A second turn was begun while one is running (DESIGN.md invariant 8)."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, running_token: str) -> None:
+        super().__init__(message)
+        self.running_token = running_token
+
+
+class TurnNotRunning(TurnbackError):
+    """An operation that needs a running turn met one that has ended."""
+
+    exit_code = 3
+
+
+class NotSetAside(TurnbackError):
+    """Apply or discard named a turn that is not set aside."""
+
+    exit_code = 3
+
+
+class StoreError(TurnbackError):
+    """The durable store cannot be used."""
+
+
+class StoreCorrupt(StoreError):
+    """The database file is damaged, or is not a turnback database."""
+
+
+class StoreLocked(StoreError):
+    """Another process held the database longer than the busy timeout."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be opened or written (permissions, disk full, missing directory)."""
+
+
+class SchemaTooNew(StoreError):
+    """The database was written by a newer turnback."""
+
+
+class WorkspaceError(TurnbackError):
+    """Something about the workspace's files or the shadow repository went wrong."""
+
+
+class GitUnavailable(WorkspaceError):
+    """git is not installed, not on PATH, or too old."""
+
+
+class GitFailed(WorkspaceError):
+    """A git command failed or timed out."""
+
+
+class CheckpointUnavailable(WorkspaceError):
+    """A workspace checkpoint a diff or revert needs does not exist (or was pruned)."""
+
+
+class RevertConflict(WorkspaceError):
+    """A revert would overwrite changes it must keep; nothing was written."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, paths: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.paths = paths

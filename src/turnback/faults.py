@@ -1,0 +1,45 @@
+"""Named fault points for the crash suite.
+
+``point("turn.commit.before")`` does nothing unless the environment arms that name:
+``TURNBACK_FAULT=turn.commit.before`` kills this process with SIGKILL when the point is reached
+(``TURNBACK_FAULT=name:raise`` raises :class:`FaultInjected` instead; ``name@3`` fires on the third
+time it is reached). When ``TURNBACK_FAULT_LOG`` names a file, every point reached is appended to it
+first, so a test can prove which points its scenarios reach.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+class FaultInjected(RuntimeError):
+    """Raised by an armed fault point whose action is ``raise``."""
+
+
+_counts: dict[str, int] = {}
+
+
+def _armed() -> tuple[str, str, int] | None:
+    spec = os.environ.get("TURNBACK_FAULT")
+    if not spec:
+        return None
+    name, _, action = spec.partition(":")
+    name, _, nth = name.partition("@")
+    return name, action or "kill", int(nth or 1)
+
+
+def point(name: str) -> None:
+    log = os.environ.get("TURNBACK_FAULT_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(name + "\n")
+    armed = _armed()
+    if armed is None or armed[0] != name:
+        return
+    _counts[name] = _counts.get(name, 0) + 1
+    if _counts[name] != armed[2]:
+        return
+    if armed[1] == "raise":
+        raise FaultInjected(name)
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,266 @@
+"""Plain data: the records turnback keeps and returns. No I/O here.
+
+Events are Agent Client Protocol ``session/update`` payloads, stored verbatim as JSON objects
+with a ``sessionUpdate`` discriminator. turnback's own kinds use the ACP extension convention
+(a leading underscore): ``_turnback/permission_requested`` and so on.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+JSON = dict[str, Any]
+
+
+class TurnStatus(enum.StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+    SET_ASIDE = "set_aside"
+
+    @property
+    def ended(self) -> bool:
+        """Whether a turn in this status is part of its session's conversation."""
+        return self in _ENDED
+
+
+_ENDED = frozenset(
+    {TurnStatus.COMPLETED, TurnStatus.FAILED, TurnStatus.CANCELLED, TurnStatus.INTERRUPTED}
+)
+
+
+class Durability(enum.StrEnum):
+    """When a recorded event becomes durable (DESIGN.md invariant 3)."""
+
+    STRICT = "strict"  # every event is synced before record() returns
+    BATCHED = "batched"  # buffered and flushed within a window; boundary events wait
+    TURN = "turn"  # only the begin and the end of a turn are durable
+
+
+class ActivityLevel(enum.StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class EventKind(enum.StrEnum):
+    """The event kinds turnback knows. Any other ``sessionUpdate`` value is kept verbatim."""
+
+    USER_MESSAGE_CHUNK = "user_message_chunk"
+    AGENT_MESSAGE_CHUNK = "agent_message_chunk"
+    AGENT_THOUGHT_CHUNK = "agent_thought_chunk"
+    TOOL_CALL = "tool_call"
+    TOOL_CALL_UPDATE = "tool_call_update"
+    PLAN = "plan"
+    AVAILABLE_COMMANDS_UPDATE = "available_commands_update"
+    CURRENT_MODE_UPDATE = "current_mode_update"
+    PERMISSION_REQUESTED = "_turnback/permission_requested"
+    PERMISSION_ANSWERED = "_turnback/permission_answered"
+    INPUT_REQUESTED = "_turnback/input_requested"
+    INPUT_ANSWERED = "_turnback/input_answered"
+    STEP_CHECKPOINT = "_turnback/step_checkpoint"
+    ERROR = "_turnback/error"
+    NOTICE = "_turnback/notice"
+
+
+class MessageKind(enum.StrEnum):
+    """One entry of a session's folded conversation."""
+
+    USER = "user"
+    AGENT = "agent"
+    THOUGHT = "thought"
+    TOOL_CALL = "tool_call"
+    PLAN = "plan"
+    ERROR = "error"
+    NOTICE = "notice"
+    OTHER = "other"  # an update kind turnback does not fold; replayed as it was
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """A process that runs turns: identified by host, boot, pid and process start time."""
+
+    id: str
+    host: str
+    boot_id: str
+    pid: int
+    start_time: int
+    created_at: float
+    lease_expires: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    id: str
+    workspace: str
+    title: str | None
+    agent: str | None
+    head: str | None  # token of the last committed turn
+    status: str
+    pending_requests: tuple[JSON, ...]
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    token: str
+    session_id: str
+    number: int
+    parent: str | None
+    owner_id: str | None
+    status: TurnStatus
+    prompt: Any  # a string, or a list of ACP content blocks
+    started_at: float
+    ended_at: float | None = None
+    detail: str | None = None  # why it failed, was cancelled or set aside
+    event_count: int = 0
+
+    @property
+    def prompt_text(self) -> str:
+        if isinstance(self.prompt, str):
+            return self.prompt
+        return "".join(
+            block.get("text", "")
+            for block in self.prompt
+            if isinstance(block, dict) and block.get("type") == "text"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One event of a running (or set-aside) turn, as the journal holds it."""
+
+    turn: str
+    seq: int
+    kind: str
+    payload: str  # the event, as JSON text; parsed only when folded
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One entry of a session's conversation, folded from a turn's events."""
+
+    session_id: str
+    turn: str
+    index: int  # position within the turn
+    kind: MessageKind
+    data: JSON = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """The text of a message, tool call title or plan, for people to read."""
+        content = self.data.get("content")
+        if isinstance(content, list):
+            return "".join(
+                block.get("text", "")
+                for block in content
+                if isinstance(block, dict) and block.get("type") == "text"
+            )
+        if isinstance(content, dict) and content.get("type") == "text":
+            return str(content.get("text", ""))
+        if self.kind is MessageKind.TOOL_CALL:
+            return str(self.data.get("title", ""))
+        if isinstance(self.data.get("text"), str):
+            return str(self.data["text"])
+        return ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    """One committed event of a turn's run timeline: the journal entry after commit."""
+
+    session_id: str
+    turn: str
+    seq: int
+    kind: str
+    event: JSON
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StepCheckpoint:
+    turn: str
+    step: int
+    checkpoint_id: str
+    journal_seq: int  # the journal position it marks
+    state: Any = None
+    store_path: str | None = None
+    at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    id: int
+    session_id: str | None
+    turn: str | None
+    level: ActivityLevel
+    code: str  # e.g. "turn.recovered", "checkpoint.capture.failed"
+    message: str
+    data: JSON
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class UnrecoveredTurn:
+    """A set-aside turn: kept until a person applies or discards it."""
+
+    turn: Turn
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    recovered: tuple[Turn, ...] = ()  # applied as interrupted by this run
+    set_aside: tuple[UnrecoveredTurn, ...] = ()  # every set-aside turn, new or old
+    live: tuple[Turn, ...] = ()  # running turns whose owner is alive: only read
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    journal_rows: int = 0
+    step_checkpoints: int = 0
+    owners: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.journal_rows + self.step_checkpoints + self.owners
+
+
+# -- workspace checkpoints ------------------------------------------------------------------
+
+
+class ChangeKind(enum.StrEnum):
+    ADDED = "added"
+    MODIFIED = "modified"
+    DELETED = "deleted"
+    RENAMED = "renamed"
+    TYPE_CHANGED = "type_changed"
+
+
+@dataclass(frozen=True, slots=True)
+class FileChange:
+    """What one turn (or the time between turns) did to one path."""
+
+    path: str
+    kind: ChangeKind
+    additions: int = 0
+    deletions: int = 0
+    binary: bool = False
+    old_path: str | None = None  # for renames
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceCheckpoint:
+    """A commit of the workspace's files in turnback's shadow repository."""
+
+    commit: str
+    tree: str
+    ref: str
+    skipped: tuple[str, ...] = ()  # paths left out (too large); restores leave them alone
+    seconds: float = 0.0

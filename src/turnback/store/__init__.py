@@ -1,0 +1,152 @@
+"""Durable state behind one protocol.
+
+The engine only ever sees :class:`Store` and the :class:`Tx` it hands out. A transaction is the
+unit of atomicity: everything done on one ``Tx`` inside ``store.atomic()`` commits together or
+not at all. Backends are chosen by URL through :func:`open_store`; each is imported only when
+asked for, so the embedded default never pays for another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Protocol
+
+from turnback.errors import StoreUnavailable
+from turnback.model import (
+    Activity,
+    ActivityLevel,
+    JournalEntry,
+    Message,
+    Owner,
+    RunEvent,
+    SessionRecord,
+    StepCheckpoint,
+    Turn,
+    TurnStatus,
+)
+
+
+class Tx(Protocol):
+    """The operations of one transaction. Rows never leave the store: only model records."""
+
+    # sessions
+    def insert_session(self, session: SessionRecord) -> None: ...
+    def get_session(self, session_id: str) -> SessionRecord | None: ...
+    def find_sessions(self, prefix: str, limit: int = 10) -> list[SessionRecord]: ...
+    def list_sessions(self) -> list[SessionRecord]: ...
+    def set_head(self, session_id: str, head: str | None, now: float) -> None: ...
+    def set_pending_requests(
+        self, session_id: str, requests: Sequence[dict[str, object]], now: float
+    ) -> None: ...
+
+    # turns
+    def insert_turn(self, turn: Turn) -> None: ...
+    def get_turn(self, token: str) -> Turn | None: ...
+    def find_turns(self, session_id: str, prefix: str, limit: int = 10) -> list[Turn]: ...
+    def running_turn(self, session_id: str) -> Turn | None: ...
+    def turns_with_status(self, status: TurnStatus) -> list[Turn]: ...
+    def session_turns(self, session_id: str) -> list[Turn]: ...
+    def end_turn(
+        self,
+        token: str,
+        status: TurnStatus,
+        ended_at: float,
+        detail: str | None,
+        event_count: int,
+        *,
+        expected: TurnStatus,
+    ) -> bool:
+        """Move a turn out of ``expected``; False when it was no longer in that status."""
+        ...
+
+    def reposition_turn(self, token: str, number: int, parent: str | None) -> None: ...
+
+    def delete_turn(self, token: str) -> None: ...
+
+    # the journal of running and set-aside turns
+    def append_journal(self, entries: Sequence[JournalEntry]) -> None: ...
+    def journal(self, token: str) -> list[JournalEntry]: ...
+    def journal_size(self, token: str) -> tuple[int, int]:
+        """(number of entries, highest seq or 0)."""
+        ...
+
+    def delete_journal(self, token: str) -> int: ...
+    def delete_orphan_journal(self) -> int:
+        """Remove journal rows of turns that are neither running nor set aside."""
+        ...
+
+    # the committed conversation
+    def insert_messages(self, messages: Sequence[Message]) -> None: ...
+    def messages(self, session_id: str) -> list[Message]: ...
+    def turn_messages(self, token: str) -> list[Message]: ...
+    def insert_run_events(self, events: Sequence[RunEvent]) -> None: ...
+    def run_events(self, token: str) -> list[RunEvent]: ...
+
+    # step checkpoints
+    def insert_step_checkpoint(self, checkpoint: StepCheckpoint) -> None: ...
+    def step_checkpoints(self, token: str) -> list[StepCheckpoint]: ...
+    def delete_step_checkpoints(self, token: str) -> int: ...
+    def delete_orphan_step_checkpoints(self) -> int:
+        """Remove step checkpoints of turns that are neither running, interrupted nor set aside."""
+        ...
+
+    # activities
+    def insert_activity(
+        self,
+        session_id: str | None,
+        turn: str | None,
+        level: ActivityLevel,
+        code: str,
+        message: str,
+        data: dict[str, object],
+        at: float,
+    ) -> int: ...
+    def activities(self, session_id: str | None, limit: int = 1000) -> list[Activity]: ...
+
+    # owners
+    def upsert_owner(self, owner: Owner) -> None: ...
+    def get_owner(self, owner_id: str) -> Owner | None: ...
+    def unreferenced_owners(self) -> list[Owner]:
+        """Owners that no running turn names."""
+        ...
+
+    def delete_owner(self, owner_id: str) -> None: ...
+
+    # health
+    def integrity_problems(self) -> list[str]: ...
+
+
+class Store(Protocol):
+    """A durable store. ``atomic()`` is a write transaction that excludes other writers;
+    ``read()`` is a consistent snapshot."""
+
+    url: str
+
+    def atomic(self) -> AbstractContextManager[Tx]: ...
+    def read(self) -> AbstractContextManager[Tx]: ...
+    def integrity_problems(self) -> list[str]: ...
+    def close(self) -> None: ...
+
+
+DEFAULT_DATABASE = "turnback.db"
+
+
+def sqlite_url(home: Path) -> str:
+    return f"sqlite:///{home / DEFAULT_DATABASE}"
+
+
+def open_store(url: str, *, busy_timeout: float = 5.0) -> Store:
+    """Open the store a URL names: ``sqlite:///path/to/file.db`` (the default backend)."""
+    if url.startswith("sqlite:///"):
+        from turnback.store.sqlite import SQLiteStore
+
+        return SQLiteStore(Path(url.removeprefix("sqlite:///")), busy_timeout=busy_timeout)
+    scheme = url.split(":", 1)[0] if ":" in url else url
+    raise StoreUnavailable(
+        f"no store backend for {scheme!r} URLs ({url!r}); use sqlite:///path/to/turnback.db"
+    )
+
+
+__all__ = ["DEFAULT_DATABASE", "Store", "Tx", "open_store", "sqlite_url"]

@@ -1,0 +1,112 @@
+"""The schema, as an ordered list of forward migrations.
+
+The database's ``user_version`` is the number of migrations applied. A migration is never edited
+once released: a change to the schema is a new entry at the end. The constraints that carry
+invariants (one running turn per session, journal rows owned by their turn) are plain SQL that a
+PostgreSQL backend declares the same way in its own migrations.
+"""
+
+from __future__ import annotations
+
+#: PRAGMA application_id of a turnback database ("TRNB"): a file without it is not ours.
+APPLICATION_ID = 0x54524E42
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: sessions, turns, journal, committed conversation, step checkpoints, activities, owners
+    """
+    CREATE TABLE sessions (
+        id               TEXT PRIMARY KEY,
+        workspace        TEXT NOT NULL,
+        title            TEXT,
+        agent            TEXT,
+        head             TEXT,
+        status           TEXT NOT NULL DEFAULT 'open',
+        pending_requests TEXT NOT NULL DEFAULT '[]',
+        created_at       REAL NOT NULL,
+        updated_at       REAL NOT NULL
+    );
+    CREATE INDEX sessions_workspace ON sessions(workspace);
+
+    CREATE TABLE owners (
+        id            TEXT PRIMARY KEY,
+        host          TEXT NOT NULL,
+        boot_id       TEXT NOT NULL,
+        pid           INTEGER NOT NULL,
+        start_time    INTEGER NOT NULL,
+        created_at    REAL NOT NULL,
+        lease_expires REAL
+    );
+
+    CREATE TABLE turns (
+        token       TEXT PRIMARY KEY,
+        session_id  TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        number      INTEGER NOT NULL,
+        parent      TEXT,
+        owner_id    TEXT REFERENCES owners(id) ON DELETE SET NULL,
+        status      TEXT NOT NULL,
+        prompt      TEXT NOT NULL,
+        started_at  REAL NOT NULL,
+        ended_at    REAL,
+        detail      TEXT,
+        event_count INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX turns_session ON turns(session_id, number);
+    CREATE INDEX turns_status ON turns(status);
+    -- Invariant 8 enforced by the database itself: one running turn per session.
+    CREATE UNIQUE INDEX turns_one_running ON turns(session_id) WHERE status = 'running';
+
+    CREATE TABLE journal (
+        turn    TEXT NOT NULL REFERENCES turns(token) ON DELETE CASCADE,
+        seq     INTEGER NOT NULL,
+        kind    TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        at      REAL NOT NULL,
+        PRIMARY KEY (turn, seq)
+    );
+
+    CREATE TABLE messages (
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        turn       TEXT NOT NULL REFERENCES turns(token) ON DELETE CASCADE,
+        idx        INTEGER NOT NULL,
+        kind       TEXT NOT NULL,
+        data       TEXT NOT NULL,
+        PRIMARY KEY (turn, idx)
+    );
+    CREATE INDEX messages_session ON messages(session_id);
+
+    CREATE TABLE run_events (
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        turn       TEXT NOT NULL REFERENCES turns(token) ON DELETE CASCADE,
+        seq        INTEGER NOT NULL,
+        kind       TEXT NOT NULL,
+        payload    TEXT NOT NULL,
+        at         REAL NOT NULL,
+        PRIMARY KEY (turn, seq)
+    );
+
+    CREATE TABLE step_checkpoints (
+        turn          TEXT NOT NULL REFERENCES turns(token) ON DELETE CASCADE,
+        step          INTEGER NOT NULL,
+        checkpoint_id TEXT NOT NULL,
+        journal_seq   INTEGER NOT NULL,
+        state         TEXT,
+        store_path    TEXT,
+        at            REAL NOT NULL,
+        PRIMARY KEY (turn, journal_seq)
+    );
+
+    CREATE TABLE activities (
+        id         INTEGER PRIMARY KEY,
+        session_id TEXT REFERENCES sessions(id) ON DELETE CASCADE,
+        turn       TEXT,
+        level      TEXT NOT NULL,
+        code       TEXT NOT NULL,
+        message    TEXT NOT NULL,
+        data       TEXT NOT NULL DEFAULT '{}',
+        at         REAL NOT NULL
+    );
+    CREATE INDEX activities_session ON activities(session_id, id);
+    """,
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,580 @@
+"""The embedded store: one SQLite file in turnback's home.
+
+Durability facts this module relies on:
+
+* WAL mode with ``synchronous=FULL`` syncs the write-ahead log at every COMMIT, so a transaction
+  whose ``COMMIT`` returned survives ``kill -9`` and power loss; one sync per transaction is what
+  makes batching events into one transaction cheap.
+* ``BEGIN IMMEDIATE`` takes the write lock when the transaction starts, not at its first write, so
+  a read-then-write transaction (begin a turn: check there is no running turn, then insert) cannot
+  be overtaken by another process between the read and the write.
+* The busy timeout bounds how long a writer waits for another process; past it the caller gets
+  :class:`StoreLocked`, never a silent retry loop.
+* A file is only written once it is known to be ours: an existing database must carry turnback's
+  ``application_id``. A foreign or damaged file is reported and left untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from turnback.errors import SchemaTooNew, StoreCorrupt, StoreError, StoreLocked, StoreUnavailable
+from turnback.model import (
+    Activity,
+    ActivityLevel,
+    JournalEntry,
+    Message,
+    MessageKind,
+    Owner,
+    RunEvent,
+    SessionRecord,
+    StepCheckpoint,
+    Turn,
+    TurnStatus,
+)
+from turnback.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+_ENDED = tuple(status.value for status in TurnStatus if status.ended)
+_KEEPS_JOURNAL = (TurnStatus.RUNNING.value, TurnStatus.SET_ASIDE.value)
+_KEEPS_STEPS = (*_KEEPS_JOURNAL, TurnStatus.INTERRUPTED.value)
+
+
+class SQLiteStore:
+    def __init__(self, path: Path, *, busy_timeout: float = 5.0) -> None:
+        self.path = path
+        self.url = f"sqlite:///{path}"
+        self.busy_timeout = busy_timeout
+        self._lock = threading.RLock()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StoreUnavailable(
+                f"cannot create turnback's home {path.parent}: {error.strerror or error}; "
+                "make it writable or choose another home (--home or TURNBACK_HOME)"
+            ) from error
+        try:
+            self._conn = sqlite3.connect(
+                str(path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as error:
+            raise self._translate_error(error) from error
+        try:
+            with self._translated():
+                self._check_identity()
+                self._conn.execute("PRAGMA foreign_keys=ON")
+                self._conn.execute("PRAGMA synchronous=FULL")
+                mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StoreUnavailable(
+                        f"the database {path} cannot use write-ahead logging (mode {mode}); "
+                        "put turnback's home on a local filesystem"
+                    )
+                self._migrate()
+        except BaseException:
+            self._conn.close()
+            raise
+        self._tx = _SQLiteTx(self._conn)
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def _check_identity(self) -> None:
+        """Refuse a file that is not a turnback database before anything is written to it."""
+        application_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
+        if application_id == APPLICATION_ID:
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise SchemaTooNew(
+                    f"the database {self.path} has schema version {version}, newer than this "
+                    f"turnback's {SCHEMA_VERSION}; upgrade turnback to open it"
+                )
+            return
+        tables = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if application_id != 0 or tables:
+            raise StoreCorrupt(
+                f"{self.path} is a SQLite database that turnback did not create; it was left "
+                "untouched. Choose another home (--home or TURNBACK_HOME) or move the file away"
+            )
+
+    def _migrate(self) -> None:
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
+            return
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            for migration in MIGRATIONS[version:]:
+                for statement in migration.split(";"):
+                    if statement.strip():
+                        self._conn.execute(statement)
+            self._conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+
+    # -- transactions --------------------------------------------------------------------------
+
+    @contextmanager
+    def atomic(self) -> Iterator[_SQLiteTx]:
+        with self._lock, self._translated():
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._tx
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+
+    @contextmanager
+    def read(self) -> Iterator[_SQLiteTx]:
+        with self._lock, self._translated():
+            self._conn.execute("BEGIN")
+            try:
+                yield self._tx
+            finally:
+                self._rollback()
+
+    def _rollback(self) -> None:
+        if self._conn.in_transaction:
+            # If this fails the transaction is already gone: SQLite rolled it back itself.
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
+
+    def integrity_problems(self) -> list[str]:
+        with self.read() as tx:
+            return tx.integrity_problems()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # -- errors --------------------------------------------------------------------------------
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as error:
+            raise self._translate_error(error) from error
+
+    def _translate_error(self, error: sqlite3.Error) -> StoreError:
+        text = str(error)
+        lowered = text.lower()
+        if "locked" in lowered or "busy" in lowered:
+            return StoreLocked(
+                f"the database {self.path} stayed locked by another process for more than "
+                f"{self.busy_timeout:g}s; wait for that process to finish, or stop it, and retry"
+            )
+        if "not a database" in lowered or "malformed" in lowered or "corrupt" in lowered:
+            return StoreCorrupt(
+                f"the database {self.path} is damaged ({text}); it was left untouched. Move it "
+                "away to start afresh, or restore it from a backup"
+            )
+        if "full" in lowered:
+            return StoreUnavailable(
+                f"the disk holding {self.path} is full ({text}); nothing was written. Free some "
+                "space and retry"
+            )
+        if "readonly" in lowered or "read-only" in lowered or "unable to open" in lowered:
+            return StoreUnavailable(
+                f"cannot write the database {self.path} ({text}); make its directory writable or "
+                "choose another home (--home or TURNBACK_HOME)"
+            )
+        return StoreError(f"the database {self.path} failed: {text}")
+
+
+# -- rows to records ---------------------------------------------------------------------------
+
+
+def _session(row: sqlite3.Row | tuple[Any, ...]) -> SessionRecord:
+    return SessionRecord(
+        id=row[0],
+        workspace=row[1],
+        title=row[2],
+        agent=row[3],
+        head=row[4],
+        status=row[5],
+        pending_requests=tuple(json.loads(row[6])),
+        created_at=row[7],
+        updated_at=row[8],
+    )
+
+
+_SESSION_COLUMNS = (
+    "id, workspace, title, agent, head, status, pending_requests, created_at, updated_at"
+)
+_TURN_COLUMNS = (
+    "token, session_id, number, parent, owner_id, status, prompt, started_at, ended_at, detail, "
+    "event_count"
+)
+_OWNER_COLUMNS = "id, host, boot_id, pid, start_time, created_at, lease_expires"
+
+
+def _turn(row: tuple[Any, ...]) -> Turn:
+    return Turn(
+        token=row[0],
+        session_id=row[1],
+        number=row[2],
+        parent=row[3],
+        owner_id=row[4],
+        status=TurnStatus(row[5]),
+        prompt=json.loads(row[6]),
+        started_at=row[7],
+        ended_at=row[8],
+        detail=row[9],
+        event_count=row[10],
+    )
+
+
+def _owner(row: tuple[Any, ...]) -> Owner:
+    return Owner(
+        id=row[0],
+        host=row[1],
+        boot_id=row[2],
+        pid=row[3],
+        start_time=row[4],
+        created_at=row[5],
+        lease_expires=row[6],
+    )
+
+
+class _SQLiteTx:
+    """The operations of a transaction, on the store's one connection."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._c = conn
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        row: tuple[Any, ...] | None = self._c.execute(sql, params).fetchone()
+        return row
+
+    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._c.execute(sql, params).fetchall()
+
+    # sessions
+
+    def insert_session(self, session: SessionRecord) -> None:
+        self._c.execute(
+            f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                session.id,
+                session.workspace,
+                session.title,
+                session.agent,
+                session.head,
+                session.status,
+                _dumps(list(session.pending_requests)),
+                session.created_at,
+                session.updated_at,
+            ),
+        )
+
+    def get_session(self, session_id: str) -> SessionRecord | None:
+        row = self._one(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,))
+        return _session(row) if row else None
+
+    def find_sessions(self, prefix: str, limit: int = 10) -> list[SessionRecord]:
+        rows = self._all(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE substr(id, 1, ?) = ? "
+            "ORDER BY created_at LIMIT ?",
+            (len(prefix), prefix, limit),
+        )
+        return [_session(row) for row in rows]
+
+    def list_sessions(self) -> list[SessionRecord]:
+        rows = self._all(f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY updated_at DESC")
+        return [_session(row) for row in rows]
+
+    def set_head(self, session_id: str, head: str | None, now: float) -> None:
+        self._c.execute(
+            "UPDATE sessions SET head = ?, updated_at = ? WHERE id = ?", (head, now, session_id)
+        )
+
+    def set_pending_requests(
+        self, session_id: str, requests: Sequence[dict[str, object]], now: float
+    ) -> None:
+        self._c.execute(
+            "UPDATE sessions SET pending_requests = ?, updated_at = ? WHERE id = ?",
+            (_dumps(list(requests)), now, session_id),
+        )
+
+    # turns
+
+    def insert_turn(self, turn: Turn) -> None:
+        self._c.execute(
+            f"INSERT INTO turns ({_TURN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                turn.token,
+                turn.session_id,
+                turn.number,
+                turn.parent,
+                turn.owner_id,
+                turn.status.value,
+                _dumps(turn.prompt),
+                turn.started_at,
+                turn.ended_at,
+                turn.detail,
+                turn.event_count,
+            ),
+        )
+
+    def get_turn(self, token: str) -> Turn | None:
+        row = self._one(f"SELECT {_TURN_COLUMNS} FROM turns WHERE token = ?", (token,))
+        return _turn(row) if row else None
+
+    def find_turns(self, session_id: str, prefix: str, limit: int = 10) -> list[Turn]:
+        rows = self._all(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = ? AND substr(token, 1, ?) = ? "
+            "ORDER BY started_at LIMIT ?",
+            (session_id, len(prefix), prefix, limit),
+        )
+        return [_turn(row) for row in rows]
+
+    def running_turn(self, session_id: str) -> Turn | None:
+        row = self._one(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = ? AND status = 'running'",
+            (session_id,),
+        )
+        return _turn(row) if row else None
+
+    def turns_with_status(self, status: TurnStatus) -> list[Turn]:
+        rows = self._all(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE status = ? ORDER BY started_at",
+            (status.value,),
+        )
+        return [_turn(row) for row in rows]
+
+    def session_turns(self, session_id: str) -> list[Turn]:
+        rows = self._all(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = ? ORDER BY started_at, number",
+            (session_id,),
+        )
+        return [_turn(row) for row in rows]
+
+    def end_turn(
+        self,
+        token: str,
+        status: TurnStatus,
+        ended_at: float,
+        detail: str | None,
+        event_count: int,
+        *,
+        expected: TurnStatus,
+    ) -> bool:
+        cursor = self._c.execute(
+            "UPDATE turns SET status = ?, ended_at = ?, detail = ?, event_count = ? "
+            "WHERE token = ? AND status = ?",
+            (status.value, ended_at, detail, event_count, token, expected.value),
+        )
+        return cursor.rowcount == 1
+
+    def reposition_turn(self, token: str, number: int, parent: str | None) -> None:
+        self._c.execute(
+            "UPDATE turns SET number = ?, parent = ? WHERE token = ?", (number, parent, token)
+        )
+
+    def delete_turn(self, token: str) -> None:
+        self._c.execute("DELETE FROM turns WHERE token = ?", (token,))
+
+    # journal
+
+    def append_journal(self, entries: Sequence[JournalEntry]) -> None:
+        self._c.executemany(
+            "INSERT INTO journal (turn, seq, kind, payload, at) VALUES (?, ?, ?, ?, ?)",
+            [(e.turn, e.seq, e.kind, e.payload, e.at) for e in entries],
+        )
+
+    def journal(self, token: str) -> list[JournalEntry]:
+        rows = self._all(
+            "SELECT turn, seq, kind, payload, at FROM journal WHERE turn = ? ORDER BY seq", (token,)
+        )
+        return [JournalEntry(*row) for row in rows]
+
+    def journal_size(self, token: str) -> tuple[int, int]:
+        row = self._one(
+            "SELECT count(*), coalesce(max(seq), 0) FROM journal WHERE turn = ?", (token,)
+        )
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    def delete_journal(self, token: str) -> int:
+        return self._c.execute("DELETE FROM journal WHERE turn = ?", (token,)).rowcount
+
+    def delete_orphan_journal(self) -> int:
+        return self._c.execute(
+            "DELETE FROM journal WHERE turn NOT IN "
+            f"(SELECT token FROM turns WHERE status IN ({_marks(_KEEPS_JOURNAL)}))",
+            _KEEPS_JOURNAL,
+        ).rowcount
+
+    # committed conversation
+
+    def insert_messages(self, messages: Sequence[Message]) -> None:
+        self._c.executemany(
+            "INSERT INTO messages (session_id, turn, idx, kind, data) VALUES (?, ?, ?, ?, ?)",
+            [(m.session_id, m.turn, m.index, m.kind.value, _dumps(m.data)) for m in messages],
+        )
+
+    def messages(self, session_id: str) -> list[Message]:
+        rows = self._all(
+            "SELECT m.session_id, m.turn, m.idx, m.kind, m.data FROM messages m "
+            "JOIN turns t ON t.token = m.turn "
+            f"WHERE m.session_id = ? AND t.status IN ({_marks(_ENDED)}) "
+            "ORDER BY t.number, t.started_at, m.idx",
+            (session_id, *_ENDED),
+        )
+        return [_message(row) for row in rows]
+
+    def turn_messages(self, token: str) -> list[Message]:
+        rows = self._all(
+            "SELECT session_id, turn, idx, kind, data FROM messages WHERE turn = ? ORDER BY idx",
+            (token,),
+        )
+        return [_message(row) for row in rows]
+
+    def insert_run_events(self, events: Sequence[RunEvent]) -> None:
+        self._c.executemany(
+            "INSERT INTO run_events (session_id, turn, seq, kind, payload, at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [(e.session_id, e.turn, e.seq, e.kind, _dumps(e.event), e.at) for e in events],
+        )
+
+    def run_events(self, token: str) -> list[RunEvent]:
+        rows = self._all(
+            "SELECT session_id, turn, seq, kind, payload, at FROM run_events WHERE turn = ? "
+            "ORDER BY seq",
+            (token,),
+        )
+        return [RunEvent(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5]) for r in rows]
+
+    # step checkpoints
+
+    def insert_step_checkpoint(self, checkpoint: StepCheckpoint) -> None:
+        self._c.execute(
+            "INSERT INTO step_checkpoints "
+            "(turn, step, checkpoint_id, journal_seq, state, store_path, at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                checkpoint.turn,
+                checkpoint.step,
+                checkpoint.checkpoint_id,
+                checkpoint.journal_seq,
+                _dumps(checkpoint.state),
+                checkpoint.store_path,
+                checkpoint.at,
+            ),
+        )
+
+    def step_checkpoints(self, token: str) -> list[StepCheckpoint]:
+        rows = self._all(
+            "SELECT turn, step, checkpoint_id, journal_seq, state, store_path, at "
+            "FROM step_checkpoints WHERE turn = ? ORDER BY journal_seq",
+            (token,),
+        )
+        return [
+            StepCheckpoint(r[0], r[1], r[2], r[3], json.loads(r[4]) if r[4] else None, r[5], r[6])
+            for r in rows
+        ]
+
+    def delete_step_checkpoints(self, token: str) -> int:
+        return self._c.execute("DELETE FROM step_checkpoints WHERE turn = ?", (token,)).rowcount
+
+    def delete_orphan_step_checkpoints(self) -> int:
+        return self._c.execute(
+            "DELETE FROM step_checkpoints WHERE turn NOT IN "
+            f"(SELECT token FROM turns WHERE status IN ({_marks(_KEEPS_STEPS)}))",
+            _KEEPS_STEPS,
+        ).rowcount
+
+    # activities
+
+    def insert_activity(
+        self,
+        session_id: str | None,
+        turn: str | None,
+        level: ActivityLevel,
+        code: str,
+        message: str,
+        data: dict[str, object],
+        at: float,
+    ) -> int:
+        cursor = self._c.execute(
+            "INSERT INTO activities (session_id, turn, level, code, message, data, at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (session_id, turn, level.value, code, message, _dumps(data), at),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def activities(self, session_id: str | None, limit: int = 1000) -> list[Activity]:
+        where, params = ("WHERE session_id = ?", (session_id,)) if session_id else ("", ())
+        rows = self._all(
+            "SELECT id, session_id, turn, level, code, message, data, at FROM activities "
+            f"{where} ORDER BY id DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [
+            Activity(r[0], r[1], r[2], ActivityLevel(r[3]), r[4], r[5], json.loads(r[6]), r[7])
+            for r in reversed(rows)
+        ]
+
+    # owners
+
+    def upsert_owner(self, owner: Owner) -> None:
+        self._c.execute(
+            f"INSERT INTO owners ({_OWNER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET lease_expires = excluded.lease_expires",
+            (
+                owner.id,
+                owner.host,
+                owner.boot_id,
+                owner.pid,
+                owner.start_time,
+                owner.created_at,
+                owner.lease_expires,
+            ),
+        )
+
+    def get_owner(self, owner_id: str) -> Owner | None:
+        row = self._one(f"SELECT {_OWNER_COLUMNS} FROM owners WHERE id = ?", (owner_id,))
+        return _owner(row) if row else None
+
+    def unreferenced_owners(self) -> list[Owner]:
+        rows = self._all(
+            f"SELECT {_OWNER_COLUMNS} FROM owners WHERE id NOT IN "
+            "(SELECT owner_id FROM turns WHERE status = 'running' AND owner_id IS NOT NULL)"
+        )
+        return [_owner(row) for row in rows]
+
+    def delete_owner(self, owner_id: str) -> None:
+        self._c.execute("DELETE FROM owners WHERE id = ?", (owner_id,))
+
+    # health
+
+    def integrity_problems(self) -> list[str]:
+        problems = [str(row[0]) for row in self._all("PRAGMA integrity_check") if row[0] != "ok"]
+        problems += [
+            f"row {row[1]} of {row[0]} names a missing row of {row[2]}"
+            for row in self._all("PRAGMA foreign_key_check")
+        ]
+        return problems
+
+
+def _marks(values: Sequence[str]) -> str:
+    return ", ".join("?" for _ in values)
+
+
+def _message(row: tuple[Any, ...]) -> Message:
+    return Message(row[0], row[1], row[2], MessageKind(row[3]), json.loads(row[4]))
