@@ -12,6 +12,38 @@ from __future__ import annotations
 import os
 import signal
 
+#: Every fault point in turnback, by write order. The crash suite kills a process at each one, and
+#: fails if the source names a point missing here, so a new step cannot escape it unnoticed.
+POINTS: frozenset[str] = frozenset(
+    {
+        # turn lifecycle (engine/turns.py)
+        "turn.begin.before",
+        "turn.begin.inside",
+        "turn.begin.after",
+        "turn.record.before",
+        "turn.record.after",
+        "turn.step.before",
+        "turn.step.after",
+        "turn.end.before",
+        "turn.end.inside",
+        "turn.end.after",
+        # journal durability (engine/journal.py)
+        "journal.flush.before",
+        "journal.flush.after",
+        # recovery and set-aside (engine/recovery.py)
+        "recover.turn.before",
+        "recover.apply.inside",
+        "recover.set_aside.inside",
+        "recover.turn.after",
+        "apply.before",
+        "apply.inside",
+        "apply.after",
+        "discard.before",
+        "discard.inside",
+        "discard.after",
+    }
+)
+
 
 class FaultInjected(RuntimeError):
     """Raised by an armed fault point whose action is ``raise``."""

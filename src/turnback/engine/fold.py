@@ -59,7 +59,7 @@ def parse(entry: JournalEntry, *, keep_unreadable: bool = False) -> JSON:
     except ValueError as error:
         why = str(error)
     if keep_unreadable:
-        return {"sessionUpdate": UNREADABLE, "raw": entry.payload, "error": why}
+        return {"sessionUpdate": UNREADABLE, "kind": entry.kind, "raw": entry.payload, "error": why}
     raise UnreadableEntry(entry, why)
 
 

@@ -170,7 +170,14 @@ def commit_turn(
         why = detail or f"the turn was {status.value}"
         extra = [cancelled_tool_result(c, why) for c in unfinished_tool_calls(events)] + list(extra)
     timeline = [
-        RunEvent(turn.session_id, turn.token, entry.seq, entry.kind, event, entry.at)
+        RunEvent(
+            turn.session_id,
+            turn.token,
+            entry.seq,
+            str(event.get("sessionUpdate", entry.kind)),
+            event,
+            entry.at,
+        )
         for entry, event in zip(entries, events, strict=True)
     ] + [
         RunEvent(turn.session_id, turn.token, last_seq + i, str(e["sessionUpdate"]), e, now)
@@ -317,16 +324,16 @@ class RunningTurn:
     def _end(self, status: TurnStatus, detail: str | None, extra: Sequence[JSON] = ()) -> Turn:
         self._require_running()
         self._journal.flush()
-        faults.point(f"turn.{status.value}.before")
+        faults.point("turn.end.before")
         with self._store.atomic() as tx:
             if not commit_turn(tx, self.turn, status, detail=detail, extra=extra):
                 raise TurnNotRunning(
                     f"turn {self.turn.number} ({self.turn.token}) is no longer running: another "
                     "process recovered it; `turnback show` shows what was kept"
                 )
-            faults.point(f"turn.{status.value}.inside")
+            faults.point("turn.end.inside")
             ended = tx.get_turn(self.turn.token)
-        faults.point(f"turn.{status.value}.after")
+        faults.point("turn.end.after")
         self._ended = True
         assert ended is not None
         self.turn = ended

@@ -1,0 +1,3 @@
+from turnback.cli import main
+
+main()

@@ -1,0 +1,94 @@
+"""A process for the crash suite to kill: it runs one scenario through turnback's public API.
+
+    python child.py SCENARIO HOME '{"session": ..., "ack": ..., ...}'
+
+Every call that returned is written to the ``ack`` file right after it returns, so the suite knows
+exactly what turnback acknowledged before the process died. A plain ``write`` reaches the page
+cache, which a SIGKILL of this process does not lose.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import turnback
+
+
+def acknowledge(path: str, **data: Any) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(data) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def event(i: int) -> tuple[dict[str, Any], bool]:
+    """The i-th event of a stream, and whether it is a boundary event."""
+    meta = {"crash": f"e{i}"}
+    if i % 5 == 0:
+        return {
+            "sessionUpdate": "tool_call",
+            "toolCallId": f"t{i}",
+            "title": f"tool {i}",
+            "status": "in_progress",
+            "_meta": meta,
+        }, True
+    return {
+        "sessionUpdate": "agent_message_chunk",
+        "content": {"type": "text", "text": f"chunk {i} "},
+        "_meta": meta,
+    }, False
+
+
+def stream(tb: turnback.Turnback, args: dict[str, Any]) -> None:
+    ack = args["ack"]
+    session = tb.session(args["session"])
+    turn = session.turn(args.get("prompt", "do the work"))
+    acknowledge(ack, what="begin", token=turn.token)
+    for i in range(1, args["events"] + 1):
+        if args.get("steps") and i % 7 == 0:
+            turn.step(i, checkpoint_id=f"c{i}", state={"i": i})
+            acknowledge(ack, what="event", id=f"step{i}", boundary=True, step=True)
+        else:
+            update, boundary = event(i)
+            turn.record(update)
+            acknowledge(ack, what="event", id=f"e{i}", boundary=boundary)
+        if args.get("pause_every") and i % args["pause_every"] == 0:
+            time.sleep(0.002)
+    end = args.get("end", "complete")
+    if end == "complete":
+        turn.complete()
+    elif end == "fail":
+        turn.fail(RuntimeError("the agent gave up"))
+    elif end == "cancel":
+        turn.cancel("the user pressed stop")
+    else:
+        raise SystemExit(f"unknown end {end!r}")
+    acknowledge(ack, what="end", end=end)
+
+
+def main() -> None:
+    scenario, home = sys.argv[1], sys.argv[2]
+    args: dict[str, Any] = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+    tb = turnback.open(home, durability=args.get("mode", "batched"))
+    if scenario == "stream":
+        stream(tb, args)
+    elif scenario == "recover":
+        tb.recover()
+    elif scenario == "apply":
+        tb.session(args["session"]).apply(args["turn"])
+    elif scenario == "discard":
+        tb.session(args["session"]).discard(args["turn"])
+    else:
+        raise SystemExit(f"unknown scenario {scenario!r}")
+    if "ack" in args:
+        acknowledge(args["ack"], what="done", scenario=scenario)
+    tb.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""What the crash suite does around a killed process: run it, then check what survived.
+
+The checks read the SQLite file directly, next to the public API, so they see exactly what is
+durable and not what a handle believes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import turnback
+
+CHILD = Path(__file__).with_name("child.py")
+TABLES = (
+    "sessions",
+    "turns",
+    "journal",
+    "messages",
+    "run_events",
+    "step_checkpoints",
+    "activities",
+)
+
+
+@dataclass
+class Acks:
+    """What the killed process was told had succeeded."""
+
+    begun: str | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    ended: str | None = None
+    done: bool = False
+
+    @classmethod
+    def read(cls, path: Path) -> Acks:
+        acks = cls()
+        if not path.exists():
+            return acks
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record["what"] == "begin":
+                acks.begun = record["token"]
+            elif record["what"] == "event":
+                acks.events.append(record)
+            elif record["what"] == "end":
+                acks.ended = record["end"]
+            elif record["what"] == "done":
+                acks.done = True
+        return acks
+
+
+def run_child(
+    home: Path,
+    scenario: str,
+    args: dict[str, Any],
+    *,
+    fault: str | None = None,
+    fault_log: Path | None = None,
+    expect_kill: bool = True,
+) -> subprocess.CompletedProcess[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNBACK_")}
+    if fault:
+        env["TURNBACK_FAULT"] = fault
+    if fault_log:
+        env["TURNBACK_FAULT_LOG"] = str(fault_log)
+    result = subprocess.run(
+        [sys.executable, str(CHILD), scenario, str(home), json.dumps(args)],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    if expect_kill:
+        assert result.returncode == -signal.SIGKILL, (
+            f"the child was meant to die at {fault} but exited {result.returncode}: "
+            f"{result.stderr.decode()[-2000:]}"
+        )
+    else:
+        assert result.returncode == 0, result.stderr.decode()[-2000:]
+    return result
+
+
+def dump(home: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every durable row, in a stable order."""
+    conn = sqlite3.connect(f"file:{home / 'turnback.db'}?mode=ro", uri=True)
+    try:
+        return {
+            table: sorted(conn.execute(f"SELECT * FROM {table}").fetchall(), key=repr)
+            for table in TABLES
+        }
+    finally:
+        conn.close()
+
+
+def event_id(event: dict[str, Any]) -> str | None:
+    if event.get("sessionUpdate") == "_turnback/step_checkpoint":
+        return f"step{event['step']}"
+    meta = event.get("_meta")
+    if isinstance(meta, dict) and "crash" in meta:
+        return str(meta["crash"])
+    return None
+
+
+def durable_ids(home: Path, token: str) -> list[str]:
+    """Ids of the stream's events that survived, from the journal or the committed timeline."""
+    conn = sqlite3.connect(f"file:{home / 'turnback.db'}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT seq, payload FROM journal WHERE turn = ? UNION ALL "
+            "SELECT seq, payload FROM run_events WHERE turn = ? ORDER BY 1",
+            (token, token),
+        ).fetchall()
+    finally:
+        conn.close()
+    ids = []
+    for _seq, payload in rows:
+        try:
+            found = event_id(json.loads(payload))
+        except ValueError:
+            continue  # a row the test corrupted on purpose
+        if found:
+            ids.append(found)
+    return ids
+
+
+def recorded_order(events: int, steps: bool) -> list[str]:
+    return [f"step{i}" if steps and i % 7 == 0 else f"e{i}" for i in range(1, events + 1)]
+
+
+def settle_and_check(home: Path, session_id: str) -> turnback.RecoveryReport:
+    """Recover in a fresh process state, then prove recovery is idempotent and the session usable:
+    a second recovery changes no row, and a new turn begins and completes on top."""
+    with turnback.open(home) as tb:
+        report = tb.recover()
+        assert not report.live, f"no owner is alive, yet {report.live} were left running"
+        settled = dump(home)
+        again = tb.recover()
+        assert dump(home) == settled, "a second recovery changed the durable state"
+        assert [u.turn.token for u in again.set_aside] == [u.turn.token for u in report.set_aside]
+        session = tb.session(session_id)
+        head_before = session.record.head
+        numbers = [t.number for t in session.turns() if t.status.ended]
+        with session.turn("one more turn after the crash") as turn:
+            turn.record({"sessionUpdate": "agent_message_chunk", "content": {"type": "text"}})
+        after = session.get_turn(turn.token)
+        assert after.status is turnback.TurnStatus.COMPLETED
+        assert after.parent == head_before
+        assert after.number == (max(numbers) if numbers else 0) + 1
+    return report
+
+
+def check_stream(
+    home: Path, session_id: str, acks: Acks, *, mode: str, events: int, steps: bool
+) -> None:
+    """The invariants of a killed stream, after recovery."""
+    with turnback.open(home) as tb:
+        turns = [t for t in tb.session(session_id).turns() if t.prompt == "do the work"]
+    if acks.begun is None:
+        assert len(turns) <= 1, "a turn that never returned from begin exists twice"
+    else:
+        assert [t.token for t in turns] == [acks.begun], "the acknowledged turn was lost"
+    if not turns:
+        return
+    turn = turns[0]
+    ids = durable_ids(home, turn.token)
+    assert len(ids) == len(set(ids)), f"an event is present twice: {ids}"
+    order = recorded_order(events, steps)
+    assert ids == order[: len(ids)], "what survived is not a prefix of what was recorded"
+    acked = [e["id"] for e in acks.events]
+    if mode == "strict":
+        required = acked
+    elif mode == "batched":
+        required = [e["id"] for e in acks.events if e["boundary"]]
+    else:
+        required = acked if acks.ended else []
+    missing = [i for i in required if i not in ids]
+    assert not missing, f"acknowledged events were lost under {mode}: {missing}"
+    if acks.ended:
+        expected = {"complete": "completed", "fail": "failed", "cancel": "cancelled"}[acks.ended]
+        assert turn.status == expected
+    else:
+        assert turn.status.ended, f"turn left {turn.status} after recovery"
+    with turnback.open(home) as tb:
+        messages = tb.session(session_id).turn_messages(turn.token)
+    assert [m.kind for m in messages].count(turnback.MessageKind.USER) == 1, "applied twice"

@@ -1,0 +1,263 @@
+"""The crash suite: a real process is killed with SIGKILL at every fault point of turnback's write
+orders, and at random moments while streaming; a fresh process recovers and the durable state is
+compared with what was acknowledged (DESIGN.md invariants 1-3 and 5-8)."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import turnback
+from turnback import faults
+
+from .harness import (
+    CHILD,
+    Acks,
+    check_stream,
+    dump,
+    run_child,
+    settle_and_check,
+)
+
+SRC = Path(turnback.__file__).parent
+EVENTS = 24
+
+# (fault point, occurrence, durability mode, how the turn ends, with step checkpoints)
+STREAM_CASES: list[tuple[str, int, str, str, bool]] = [
+    ("turn.begin.before", 1, "strict", "complete", False),
+    ("turn.begin.inside", 1, "strict", "complete", False),
+    ("turn.begin.after", 1, "batched", "complete", False),
+    *[
+        (point, nth, mode, "complete", False)
+        for mode in ("strict", "batched", "turn")
+        for point, nth in (
+            ("turn.record.before", 9),
+            ("turn.record.after", 10),
+        )
+    ],
+    *[
+        (point, nth, mode, "complete", False)
+        for mode, nth in (("strict", 11), ("batched", 2))
+        for point in ("journal.flush.before", "journal.flush.after")
+    ],
+    ("journal.flush.before", 1, "turn", "complete", False),
+    ("journal.flush.after", 1, "turn", "complete", False),
+    *[
+        (point, nth, mode, "complete", True)
+        for mode in ("strict", "batched")
+        for point, nth in (("turn.step.before", 2), ("turn.step.after", 2))
+    ],
+    *[
+        (point, 1, mode, end, True)
+        for end in ("complete", "fail", "cancel")
+        for point, mode in (
+            ("turn.end.before", "batched"),
+            ("turn.end.inside", "strict"),
+            ("turn.end.after", "turn"),
+        )
+    ],
+]
+
+REACHED: set[str] = set()
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def session_id(home: Path, tmp_path: Path) -> str:
+    with turnback.open(home) as tb:
+        return tb.create_session(tmp_path).id
+
+
+def _stream_args(tmp_path: Path, session_id: str, **extra: Any) -> dict[str, Any]:
+    return {"session": session_id, "ack": str(tmp_path / "ack.jsonl"), "events": EVENTS, **extra}
+
+
+@pytest.mark.parametrize(("point", "nth", "mode", "end", "steps"), STREAM_CASES)
+def test_killed_while_running_a_turn(
+    home: Path,
+    session_id: str,
+    tmp_path: Path,
+    point: str,
+    nth: int,
+    mode: str,
+    end: str,
+    steps: bool,
+) -> None:
+    args = _stream_args(tmp_path, session_id, mode=mode, end=end, steps=steps)
+    run_child(home, "stream", args, fault=f"{point}@{nth}")
+    REACHED.add(point)
+    acks = Acks.read(tmp_path / "ack.jsonl")
+    settle_and_check(home, session_id)
+    check_stream(home, session_id, acks, mode=mode, events=EVENTS, steps=steps)
+
+
+def _dead_turn(home: Path, session_id: str, tmp_path: Path, *, corrupt: bool = False) -> Acks:
+    """A running turn whose owner was killed after 10 acknowledged strict events."""
+    args = _stream_args(tmp_path, session_id, mode="strict")
+    run_child(home, "stream", args, fault="turn.record.after@10")
+    acks = Acks.read(tmp_path / "ack.jsonl")
+    assert acks.begun and len(acks.events) == 9
+    if corrupt:
+        conn = sqlite3.connect(home / "turnback.db")
+        with conn:
+            conn.execute(
+                "UPDATE journal SET payload = '{not json' WHERE turn = ? AND seq = 4",
+                (acks.begun,),
+            )
+        conn.close()
+    return acks
+
+
+@pytest.mark.parametrize(
+    "point", ["recover.turn.before", "recover.apply.inside", "recover.turn.after"]
+)
+def test_killed_while_recovering(home: Path, session_id: str, tmp_path: Path, point: str) -> None:
+    acks = _dead_turn(home, session_id, tmp_path)
+    run_child(home, "recover", {}, fault=point)
+    REACHED.add(point)
+    report = settle_and_check(home, session_id)
+    assert not report.set_aside
+    check_stream(home, session_id, acks, mode="strict", events=EVENTS, steps=False)
+
+
+def _journal_rows(home: Path, token: str) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(f"file:{home / 'turnback.db'}?mode=ro", uri=True)
+    try:
+        return conn.execute(
+            "SELECT seq, kind, payload FROM journal WHERE turn = ? ORDER BY seq", (token,)
+        ).fetchall()
+    finally:
+        conn.close()
+
+
+def test_killed_while_setting_aside(home: Path, session_id: str, tmp_path: Path) -> None:
+    acks = _dead_turn(home, session_id, tmp_path, corrupt=True)
+    assert acks.begun
+    journal = _journal_rows(home, acks.begun)
+    run_child(home, "recover", {}, fault="recover.set_aside.inside")
+    REACHED.add("recover.set_aside.inside")
+    report = settle_and_check(home, session_id)
+    assert [u.turn.token for u in report.set_aside] == [acks.begun]
+    assert "unreadable" in report.set_aside[0].reason
+    assert _journal_rows(home, acks.begun) == journal, "a set-aside turn's journal changed"
+
+
+def _set_aside_turn(home: Path, session_id: str, tmp_path: Path) -> tuple[str, list[Any]]:
+    acks = _dead_turn(home, session_id, tmp_path, corrupt=True)
+    assert acks.begun
+    with turnback.open(home) as tb:
+        report = tb.recover()
+    assert [u.turn.token for u in report.set_aside] == [acks.begun]
+    return acks.begun, _journal_rows(home, acks.begun)
+
+
+@pytest.mark.parametrize("action", ["apply", "discard"])
+@pytest.mark.parametrize("step", ["before", "inside", "after"])
+def test_killed_while_applying_or_discarding(
+    home: Path, session_id: str, tmp_path: Path, action: str, step: str
+) -> None:
+    token, journal = _set_aside_turn(home, session_id, tmp_path)
+    point = f"{action}.{step}"
+    run_child(home, action, {"session": session_id, "turn": token}, fault=point)
+    REACHED.add(point)
+    report = settle_and_check(home, session_id)
+    with turnback.open(home) as tb:
+        turn = next((t for t in tb.session(session_id).turns() if t.token == token), None)
+        codes = [a.code for a in tb.session(session_id).activities()]
+    if step == "after":  # the transaction committed before the kill
+        if action == "apply":
+            assert turn is not None and turn.status is turnback.TurnStatus.INTERRUPTED
+            with turnback.open(home) as tb:
+                timeline = tb.session(session_id).run_events(token)
+            assert [e.seq for e in timeline][: len(journal)] == [row[0] for row in journal]
+            assert timeline[3].kind == "_turnback/unreadable"
+        else:
+            assert turn is None and "turn.discarded" in codes
+        assert token not in [u.turn.token for u in report.set_aside]
+    else:  # killed before it committed: the set-aside turn is intact
+        assert turn is not None and turn.status is turnback.TurnStatus.SET_ASIDE
+        assert _journal_rows(home, token) == journal
+        assert token in [u.turn.token for u in report.set_aside]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_killed_at_a_random_moment_while_streaming(
+    home: Path, session_id: str, tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
+    mode = ("batched", "strict", "batched", "turn", "batched")[seed]
+    events = 4000
+    args = _stream_args(tmp_path, session_id, mode=mode, events=events, pause_every=50)
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), "stream", str(home), json.dumps(args)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    ack = tmp_path / "ack.jsonl"
+    deadline = time.monotonic() + 30
+    while not ack.exists() and time.monotonic() < deadline:  # let it begin
+        time.sleep(0.01)
+    time.sleep(rng.uniform(0.0, 0.3))
+    child.send_signal(signal.SIGKILL)
+    assert child.wait(timeout=30) in (-signal.SIGKILL, 0)
+    acks = Acks.read(ack)
+    settle_and_check(home, session_id)
+    check_stream(home, session_id, acks, mode=mode, events=events, steps=False)
+
+
+def test_two_recoverers_at_once_apply_the_turn_once(
+    home: Path, session_id: str, tmp_path: Path
+) -> None:
+    acks = _dead_turn(home, session_id, tmp_path)
+    procs = [
+        subprocess.Popen([sys.executable, str(CHILD), "recover", str(home), "{}"]) for _ in range(3)
+    ]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0, 0]
+    settle_and_check(home, session_id)
+    check_stream(home, session_id, acks, mode="strict", events=EVENTS, steps=False)
+    recovered = [r for r in dump(home)["activities"] if r[4] == "turn.recovered"]
+    assert len(recovered) == 1
+
+
+# -- the suite covers every fault point --------------------------------------------------------
+
+
+def _named_in_source() -> set[str]:
+    names: set[str] = set()
+    for path in SRC.rglob("*.py"):
+        text = path.read_text()
+        names |= set(re.findall(r"faults\.point\(\s*\"([^\"]+)\"", text))
+        dynamic = re.findall(r"faults\.point\(\s*f\"", text)
+        assert not dynamic, f"{path}: fault point names must be literal strings"
+    return names
+
+
+def test_every_fault_point_in_the_source_is_declared() -> None:
+    assert _named_in_source() <= faults.POINTS
+
+
+def test_every_declared_fault_point_is_killed_at() -> None:
+    """Runs last in this module: every point was reached (the child died there) by a test above."""
+    planned = (
+        {case[0] for case in STREAM_CASES}
+        | {"recover.turn.before", "recover.apply.inside", "recover.turn.after"}
+        | {"recover.set_aside.inside"}
+        | {f"{a}.{s}" for a in ("apply", "discard") for s in ("before", "inside", "after")}
+    )
+    assert planned == set(faults.POINTS), f"points without a crash test: {faults.POINTS - planned}"
+    if REACHED:  # the module ran as a whole, not one selected test
+        assert set(faults.POINTS) - REACHED == set(), "points planned but never reached"
