@@ -1,7 +1,7 @@
 """Named fault points for the crash suite.
 
-``point("turn.commit.before")`` does nothing unless the environment arms that name:
-``TURNBACK_FAULT=turn.commit.before`` kills this process with SIGKILL when the point is reached
+``point("turn.end.before")`` does nothing unless the environment arms that name:
+``TURNBACK_FAULT=turn.end.before`` kills this process with SIGKILL when the point is reached
 (``TURNBACK_FAULT=name:raise`` raises :class:`FaultInjected` instead; ``name@3`` fires on the third
 time it is reached). When ``TURNBACK_FAULT_LOG`` names a file, every point reached is appended to it
 first, so a test can prove which points its scenarios reach.
