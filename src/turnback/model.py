@@ -119,6 +119,14 @@ class Turn:
     ended_at: float | None = None
     detail: str | None = None  # why it failed, was cancelled or set aside
     event_count: int = 0
+    begin_checkpoint: str | None = None  # workspace commit before the turn ran
+    end_checkpoint: str | None = None  # workspace commit when it ended
+    reverted_by: int | None = None  # the revert that took it out of the conversation
+
+    @property
+    def in_conversation(self) -> bool:
+        """Whether the turn is part of its session's current conversation."""
+        return self.status.ended and self.reverted_by is None
 
     @property
     def prompt_text(self) -> str:
@@ -264,3 +272,28 @@ class WorkspaceCheckpoint:
     ref: str
     skipped: tuple[str, ...] = ()  # paths left out (too large); restores leave them alone
     seconds: float = 0.0
+
+
+class RevertState(enum.StrEnum):
+    STARTED = "started"  # the undo checkpoint is captured; files may be moving
+    FILES_RESTORED = "files_restored"  # files are at the target; the conversation is not yet
+    COMMITTED = "committed"  # files and conversation are rolled back
+    ROLLED_BACK = "rolled_back"  # a crash interrupted it; recovery put the files back
+    UNDONE = "undone"  # undo_revert() put everything back as it was
+
+
+@dataclass(frozen=True, slots=True)
+class Revert:
+    id: int
+    session_id: str
+    to_turn: str | None  # None: back to before the first turn
+    from_head: str | None
+    target: str | None  # the workspace commit the files were restored to
+    undo_checkpoint: str | None  # the workspace as it was just before the revert
+    files: bool
+    conversation: bool
+    keep_user_edits: bool
+    state: RevertState
+    created_at: float
+    detail: str | None = None
+    ended_at: float | None = None

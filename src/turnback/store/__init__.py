@@ -17,9 +17,12 @@ from turnback.errors import StoreUnavailable
 from turnback.model import (
     Activity,
     ActivityLevel,
+    FileChange,
     JournalEntry,
     Message,
     Owner,
+    Revert,
+    RevertState,
     RunEvent,
     SessionRecord,
     StepCheckpoint,
@@ -113,6 +116,32 @@ class Tx(Protocol):
         ...
 
     def delete_owner(self, owner_id: str) -> None: ...
+
+    # workspace checkpoints and the files each turn changed
+    def set_checkpoint(self, token: str, which: str, commit: str | None) -> None:
+        """Name a turn's ``begin`` or ``end`` workspace commit."""
+        ...
+
+    def insert_file_changes(self, token: str, scope: str, changes: Sequence[FileChange]) -> None:
+        """``scope`` is ``turn`` (what the turn did) or ``before`` (what changed since the
+        previous turn ended, outside any turn)."""
+        ...
+
+    def file_changes(self, token: str, scope: str) -> list[FileChange]: ...
+    def checkpoint_commits(self) -> set[str]:
+        """Every workspace commit a row names: what gc must keep."""
+        ...
+
+    # reverts
+    def insert_revert(self, revert: Revert) -> int: ...
+    def get_revert(self, revert_id: int) -> Revert | None: ...
+    def reverts(
+        self, session_id: str | None, states: Sequence[RevertState] = ()
+    ) -> list[Revert]: ...
+    def set_revert_state(
+        self, revert_id: int, state: RevertState, now: float, detail: str | None = None
+    ) -> None: ...
+    def mark_reverted(self, tokens: Sequence[str], revert_id: int | None) -> None: ...
 
     # health
     def integrity_problems(self) -> list[str]: ...

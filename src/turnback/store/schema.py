@@ -107,6 +107,42 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX activities_session ON activities(session_id, id);
     """,
+    # 2: workspace checkpoints per turn, the files each turn changed, and reverts
+    """
+    ALTER TABLE turns ADD COLUMN begin_checkpoint TEXT;
+    ALTER TABLE turns ADD COLUMN end_checkpoint TEXT;
+    ALTER TABLE turns ADD COLUMN reverted_by INTEGER;
+
+    CREATE TABLE file_changes (
+        turn      TEXT NOT NULL REFERENCES turns(token) ON DELETE CASCADE,
+        scope     TEXT NOT NULL,
+        path      TEXT NOT NULL,
+        kind      TEXT NOT NULL,
+        additions INTEGER NOT NULL DEFAULT 0,
+        deletions INTEGER NOT NULL DEFAULT 0,
+        binary    INTEGER NOT NULL DEFAULT 0,
+        old_path  TEXT,
+        PRIMARY KEY (turn, scope, path)
+    );
+
+    CREATE TABLE reverts (
+        id               INTEGER PRIMARY KEY,
+        session_id       TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        to_turn          TEXT,
+        from_head        TEXT,
+        target           TEXT,
+        undo_checkpoint  TEXT,
+        files            INTEGER NOT NULL,
+        conversation     INTEGER NOT NULL,
+        keep_user_edits  INTEGER NOT NULL,
+        state            TEXT NOT NULL,
+        owner_id         TEXT,
+        detail           TEXT,
+        created_at       REAL NOT NULL,
+        ended_at         REAL
+    );
+    CREATE INDEX reverts_session ON reverts(session_id, id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

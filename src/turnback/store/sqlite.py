@@ -29,10 +29,14 @@ from turnback.errors import SchemaTooNew, StoreCorrupt, StoreError, StoreLocked,
 from turnback.model import (
     Activity,
     ActivityLevel,
+    ChangeKind,
+    FileChange,
     JournalEntry,
     Message,
     MessageKind,
     Owner,
+    Revert,
+    RevertState,
     RunEvent,
     SessionRecord,
     StepCheckpoint,
@@ -218,9 +222,13 @@ _SESSION_COLUMNS = (
 )
 _TURN_COLUMNS = (
     "token, session_id, number, parent, owner_id, status, prompt, started_at, ended_at, detail, "
-    "event_count"
+    "event_count, begin_checkpoint, end_checkpoint, reverted_by"
 )
 _OWNER_COLUMNS = "id, host, boot_id, pid, start_time, created_at, lease_expires"
+_REVERT_COLUMNS = (
+    "id, session_id, to_turn, from_head, target, undo_checkpoint, files, conversation, "
+    "keep_user_edits, state, created_at, detail, ended_at"
+)
 
 
 def _turn(row: tuple[Any, ...]) -> Turn:
@@ -236,6 +244,27 @@ def _turn(row: tuple[Any, ...]) -> Turn:
         ended_at=row[8],
         detail=row[9],
         event_count=row[10],
+        begin_checkpoint=row[11],
+        end_checkpoint=row[12],
+        reverted_by=row[13],
+    )
+
+
+def _revert(row: tuple[Any, ...]) -> Revert:
+    return Revert(
+        id=row[0],
+        session_id=row[1],
+        to_turn=row[2],
+        from_head=row[3],
+        target=row[4],
+        undo_checkpoint=row[5],
+        files=bool(row[6]),
+        conversation=bool(row[7]),
+        keep_user_edits=bool(row[8]),
+        state=RevertState(row[9]),
+        created_at=row[10],
+        detail=row[11],
+        ended_at=row[12],
     )
 
 
@@ -315,7 +344,7 @@ class _SQLiteTx:
 
     def insert_turn(self, turn: Turn) -> None:
         self._c.execute(
-            f"INSERT INTO turns ({_TURN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO turns ({_TURN_COLUMNS}) VALUES ({_marks(range(14))})",
             (
                 turn.token,
                 turn.session_id,
@@ -328,6 +357,9 @@ class _SQLiteTx:
                 turn.ended_at,
                 turn.detail,
                 turn.event_count,
+                turn.begin_checkpoint,
+                turn.end_checkpoint,
+                turn.reverted_by,
             ),
         )
 
@@ -432,7 +464,7 @@ class _SQLiteTx:
         rows = self._all(
             "SELECT m.session_id, m.turn, m.idx, m.kind, m.data FROM messages m "
             "JOIN turns t ON t.token = m.turn "
-            f"WHERE m.session_id = ? AND t.status IN ({_marks(_ENDED)}) "
+            f"WHERE m.session_id = ? AND t.status IN ({_marks(_ENDED)}) AND t.reverted_by IS NULL "
             "ORDER BY t.number, t.started_at, m.idx",
             (session_id, *_ENDED),
         )
@@ -561,6 +593,99 @@ class _SQLiteTx:
     def delete_owner(self, owner_id: str) -> None:
         self._c.execute("DELETE FROM owners WHERE id = ?", (owner_id,))
 
+    # workspace checkpoints and file changes
+
+    def set_checkpoint(self, token: str, which: str, commit: str | None) -> None:
+        column = {"begin": "begin_checkpoint", "end": "end_checkpoint"}[which]
+        self._c.execute(f"UPDATE turns SET {column} = ? WHERE token = ?", (commit, token))
+
+    def insert_file_changes(self, token: str, scope: str, changes: Sequence[FileChange]) -> None:
+        self._c.executemany(
+            "INSERT OR REPLACE INTO file_changes "
+            "(turn, scope, path, kind, additions, deletions, binary, old_path) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    token,
+                    scope,
+                    c.path,
+                    c.kind.value,
+                    c.additions,
+                    c.deletions,
+                    int(c.binary),
+                    c.old_path,
+                )
+                for c in changes
+            ],
+        )
+
+    def file_changes(self, token: str, scope: str) -> list[FileChange]:
+        rows = self._all(
+            "SELECT path, kind, additions, deletions, binary, old_path FROM file_changes "
+            "WHERE turn = ? AND scope = ? ORDER BY path",
+            (token, scope),
+        )
+        return [FileChange(r[0], ChangeKind(r[1]), r[2], r[3], bool(r[4]), r[5]) for r in rows]
+
+    def checkpoint_commits(self) -> set[str]:
+        rows = self._all(
+            "SELECT begin_checkpoint FROM turns UNION SELECT end_checkpoint FROM turns "
+            "UNION SELECT target FROM reverts UNION SELECT undo_checkpoint FROM reverts"
+        )
+        return {row[0] for row in rows if row[0]}
+
+    # reverts
+
+    def insert_revert(self, revert: Revert) -> int:
+        cursor = self._c.execute(
+            f"INSERT INTO reverts ({_REVERT_COLUMNS}) VALUES "
+            "(NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                revert.session_id,
+                revert.to_turn,
+                revert.from_head,
+                revert.target,
+                revert.undo_checkpoint,
+                int(revert.files),
+                int(revert.conversation),
+                int(revert.keep_user_edits),
+                revert.state.value,
+                revert.created_at,
+                revert.detail,
+                revert.ended_at,
+            ),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def get_revert(self, revert_id: int) -> Revert | None:
+        row = self._one(f"SELECT {_REVERT_COLUMNS} FROM reverts WHERE id = ?", (revert_id,))
+        return _revert(row) if row else None
+
+    def reverts(self, session_id: str | None, states: Sequence[RevertState] = ()) -> list[Revert]:
+        clauses, params = [], []
+        if session_id is not None:
+            clauses.append("session_id = ?")
+            params.append(session_id)
+        if states:
+            clauses.append(f"state IN ({_marks([s.value for s in states])})")
+            params += [s.value for s in states]
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self._all(f"SELECT {_REVERT_COLUMNS} FROM reverts {where} ORDER BY id", params)
+        return [_revert(row) for row in rows]
+
+    def set_revert_state(
+        self, revert_id: int, state: RevertState, now: float, detail: str | None = None
+    ) -> None:
+        self._c.execute(
+            "UPDATE reverts SET state = ?, ended_at = ?, detail = coalesce(?, detail) WHERE id = ?",
+            (state.value, now, detail, revert_id),
+        )
+
+    def mark_reverted(self, tokens: Sequence[str], revert_id: int | None) -> None:
+        self._c.executemany(
+            "UPDATE turns SET reverted_by = ? WHERE token = ?", [(revert_id, t) for t in tokens]
+        )
+
     # health
 
     def integrity_problems(self) -> list[str]:
@@ -572,7 +697,7 @@ class _SQLiteTx:
         return problems
 
 
-def _marks(values: Sequence[str]) -> str:
+def _marks(values: Sequence[object]) -> str:
     return ", ".join("?" for _ in values)
 
 
