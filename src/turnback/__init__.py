@@ -28,6 +28,7 @@ from turnback.errors import (
     StoreCorrupt,
     StoreError,
     StoreLocked,
+    StoreNotFound,
     StoreUnavailable,
     TurnbackError,
     TurnInProgress,
@@ -61,10 +62,21 @@ __version__ = "0.1.0"
 def open(
     home: str | os.PathLike[str] | None = None,
     durability: Durability | str = Durability.BATCHED,
-    **options: float,
+    *,
+    create: bool = True,
+    busy_timeout: float = 5.0,
+    batch_window: float = 0.01,
 ) -> Turnback:
-    """Open turnback on ``home`` ($TURNBACK_HOME, else the platform data directory)."""
-    return Turnback(home, durability=durability, **options)  # type: ignore[arg-type]
+    """Open turnback on ``home`` ($TURNBACK_HOME, else the platform data directory).
+
+    ``create=False`` refuses a home with no database yet (StoreNotFound) instead of making one."""
+    return Turnback(
+        home,
+        durability=durability,
+        create=create,
+        busy_timeout=busy_timeout,
+        batch_window=batch_window,
+    )
 
 
 __all__ = [
@@ -95,6 +107,7 @@ __all__ = [
     "StoreCorrupt",
     "StoreError",
     "StoreLocked",
+    "StoreNotFound",
     "StoreUnavailable",
     "SweepReport",
     "Turn",

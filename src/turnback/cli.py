@@ -131,7 +131,7 @@ class Context:
         if self._tb is None:
             import turnback
 
-            self._tb = turnback.open(self.home)
+            self._tb = turnback.open(self.home, create=False)
         return self._tb
 
     def close(self) -> None:
@@ -166,7 +166,12 @@ pass_state = click.make_pass_decorator(Context)
 @pass_state
 def sessions(state: Context, as_json: bool) -> None:
     """List sessions, most recently active first."""
-    records = state.tb.sessions()
+    from turnback.errors import StoreNotFound
+
+    try:
+        records = state.tb.sessions()
+    except StoreNotFound:
+        records = []
     counts = {
         r.id: len([t for t in state.tb.session(r.id).turns() if t.status.ended]) for r in records
     }
@@ -381,11 +386,14 @@ def activities(state: Context, session: str, as_json: bool) -> None:
 @cli.command()
 @click.option("--keep", is_flag=True, help="Keep the demo's home and workspace afterwards.")
 @click.option("--workspace", type=click.Path(file_okay=False), help="Run the demo in this folder.")
-def demo(keep: bool, workspace: str | None) -> None:
+@json_option
+def demo(keep: bool, workspace: str | None, as_json: bool) -> None:
     """Show turnback at work: durable turns, a crash mid-turn, and its recovery."""
     from turnback.demo import run
 
-    run(keep=keep, workspace=workspace, echo=click.echo)
+    summary = run(keep=keep, workspace=workspace, echo=(lambda _: None) if as_json else click.echo)
+    if as_json:
+        _emit_json(summary)
 
 
 # -- entry point -------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import tempfile
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import turnback
 
@@ -35,12 +36,15 @@ _CRASHING_CHILD = textwrap.dedent(
 )
 
 
-def run(*, keep: bool, workspace: str | None, echo: Callable[[str], None]) -> None:
+def run(*, keep: bool, workspace: str | None, echo: Callable[[str], None]) -> dict[str, Any]:
+    """Run the demo, telling ``echo`` each step; returns a summary (the ``--json`` output)."""
     home = Path(tempfile.mkdtemp(prefix="turnback-demo-home-"))
     work = Path(workspace) if workspace else Path(tempfile.mkdtemp(prefix="turnback-demo-ws-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        _scenario(home, work, echo)
+        session_id = _scenario(home, work, echo, keep)
+        with turnback.open(home) as tb:
+            turns = tb.session(session_id).turns()
     finally:
         if keep:
             echo(f"\nKept the demo's home {home} (try `turnback --home {home} sessions`).")
@@ -48,10 +52,28 @@ def run(*, keep: bool, workspace: str | None, echo: Callable[[str], None]) -> No
             shutil.rmtree(home, ignore_errors=True)
             if workspace is None:
                 shutil.rmtree(work, ignore_errors=True)
+            echo("\nRemoved the demo's home; `turnback demo --keep` keeps it to explore.")
+    return {
+        "home": str(home) if keep else None,
+        "workspace": str(work) if keep or workspace else None,
+        "session": session_id,
+        "turns": [
+            {
+                "number": t.number,
+                "token": t.token,
+                "status": t.status.value,
+                "events": t.event_count,
+            }
+            for t in turns
+        ],
+    }
 
 
-def _scenario(home: Path, work: Path, echo: Callable[[str], None]) -> None:
-    hint = f"turnback --home {home}"
+def _scenario(home: Path, work: Path, echo: Callable[[str], None], keep: bool) -> str:
+    def hint(command: str) -> None:
+        if keep:
+            echo(f"   `turnback --home {home} {command}` shows it.")
+
     with turnback.open(home) as tb:
         session = tb.create_session(work, title="demo", agent="demo")
         echo(f"1. Created session {session.id[:12]} for workspace {work}.")
@@ -64,7 +86,7 @@ def _scenario(home: Path, work: Path, echo: Callable[[str], None]) -> None:
                     }
                 )
         echo("2. Ran turn 1 to completion: its streamed chunks were folded into one message.")
-        echo(f"   `{hint} show {session.id[:12]} 1` shows it.")
+        hint(f"show {session.id[:12]} 1")
 
     echo("3. Started another process that begins turn 2, streams, and is killed with SIGKILL…")
     child = subprocess.run(
@@ -92,7 +114,8 @@ def _scenario(home: Path, work: Path, echo: Callable[[str], None]) -> None:
                     "content": {"type": "text", "text": "Done."},
                 }
             )
-        echo("6. Turn 3 began and completed on top of the recovered turn.")
-        echo(f"   `{hint} log {session.id[:12]}` lists all three turns.")
+        echo("6. Turn 3 began and completed on top of the recovered turn:")
         for t in session.turns():
             echo(f"     turn {t.number}  {t.status.value:<11}  {t.prompt_text}")
+        hint(f"log {session.id[:12]}")
+    return session.id

@@ -68,6 +68,10 @@ class StoreUnavailable(StoreError):
     """The database cannot be opened or written (permissions, disk full, missing directory)."""
 
 
+class StoreNotFound(StoreUnavailable):
+    """Opened without ``create`` and there is no database yet."""
+
+
 class SchemaTooNew(StoreError):
     """The database was written by a newer turnback."""
 

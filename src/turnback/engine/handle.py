@@ -67,6 +67,7 @@ class Turnback:
         database_url: str | None = None,
         busy_timeout: float = 5.0,
         batch_window: float = 0.01,
+        create: bool = True,
     ) -> None:
         try:
             mode = Durability(durability)
@@ -75,7 +76,7 @@ class Turnback:
             raise ValueError(f"durability must be one of {choices}, not {durability!r}") from None
         self.home = Path(home).expanduser() if home is not None else default_home()
         url = database_url or os.environ.get("TURNBACK_DATABASE_URL") or sqlite_url(self.home)
-        self.store: Store = open_store(url, busy_timeout=busy_timeout)
+        self.store: Store = open_store(url, busy_timeout=busy_timeout, create=create)
         self.durability = mode
         self.journal = Journal(self.store, mode, window=batch_window)
         self._closed = False
@@ -209,12 +210,16 @@ class Session:
         turns = self.turns()
         if isinstance(ref, int) or (isinstance(ref, str) and ref.strip().isdigit()):
             number = int(ref)
-            found = [t for t in turns if t.number == number and t.status.ended]
+            found = [t for t in turns if t.number == number and t.in_conversation]
             if found:
                 return found[-1]
+            if isinstance(ref, str):  # all digits may also be a token prefix
+                by_token = [t for t in turns if t.token.startswith(ref.strip())]
+                if len(by_token) == 1:
+                    return by_token[0]
             raise TurnNotFound(
                 f"session {self.id[:12]} has no turn {number} "
-                f"(it has {sum(t.status.ended for t in turns)}); `turnback log` lists them"
+                f"(it has {sum(t.in_conversation for t in turns)}); `turnback log` lists them"
             )
         prefix = normalise_id(str(ref), "turn")
         found = [t for t in turns if t.token.startswith(prefix)]

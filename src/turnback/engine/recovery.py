@@ -21,7 +21,7 @@ import time
 from turnback import faults
 from turnback.engine.fold import UnreadableEntry, notice
 from turnback.engine.owners import current_owner, is_alive
-from turnback.engine.turns import commit_turn
+from turnback.engine.turns import clear_requests, commit_turn
 from turnback.errors import NotSetAside, TurnInProgress
 from turnback.model import (
     ActivityLevel,
@@ -113,7 +113,9 @@ def recover_turn(store: Store, turn: Turn) -> Turn | None:
 
 def _set_aside(tx: Tx, turn: Turn, reason: str, count: int) -> None:
     faults.point("recover.set_aside.inside")
-    tx.end_turn(turn.token, TurnStatus.SET_ASIDE, time.time(), reason, count, expected=turn.status)
+    now = time.time()
+    tx.end_turn(turn.token, TurnStatus.SET_ASIDE, now, reason, count, expected=turn.status)
+    clear_requests(tx, turn.session_id, turn.token, now)
     tx.insert_activity(
         turn.session_id,
         turn.token,
@@ -190,6 +192,7 @@ def discard(store: Store, turn: Turn) -> int:
     with store.atomic() as tx:
         current = _require_set_aside(tx, turn)
         count, _ = tx.journal_size(turn.token)
+        clear_requests(tx, turn.session_id, turn.token, time.time())
         tx.delete_turn(turn.token)
         tx.insert_activity(
             turn.session_id,

@@ -196,15 +196,30 @@ def commit_turn(
         tx.delete_step_checkpoints(turn.token)
     tx.end_turn(turn.token, status, now, detail, len(entries), expected=expected)
     tx.set_head(turn.session_id, turn.token, now)
-    _clear_requests(tx, turn.session_id, turn.token, now)
+    clear_requests(tx, turn.session_id, turn.token, now)
     return True
 
 
-def _clear_requests(tx: Tx, session_id: str, token: str, now: float) -> None:
+def clear_requests(tx: Tx, session_id: str, token: str, now: float) -> None:
+    """Drop a turn's pending permission and input requests: once it has ended nobody can answer
+    them."""
     session = tx.get_session(session_id)
     if session is not None and any(r.get("turn") == token for r in session.pending_requests):
         kept = [r for r in session.pending_requests if r.get("turn") != token]
         tx.set_pending_requests(session_id, kept, now)
+
+
+def _validate_step(update: JSON) -> None:
+    step, checkpoint_id = update.get("step"), update.get("checkpointId")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise InvalidEvent(f"a step checkpoint's step is a whole number >= 0, not {step!r}")
+    if not isinstance(checkpoint_id, str) or not checkpoint_id:
+        raise InvalidEvent(
+            f"a step checkpoint needs a non-empty string checkpointId, not {checkpoint_id!r}"
+        )
+    store_path = update.get("storePath")
+    if store_path is not None and not isinstance(store_path, str):
+        raise InvalidEvent(f"a step checkpoint's storePath is a string, not {store_path!r}")
 
 
 class RunningTurn:
@@ -245,6 +260,8 @@ class RunningTurn:
                 "an event needs a non-empty string 'sessionUpdate' naming its kind, such as "
                 "'agent_message_chunk'; nothing was written"
             )
+        if kind == EventKind.STEP_CHECKPOINT:
+            _validate_step(update)
         payload = encode(update, f"the {kind} event")
         self._seq += 1
         entry = JournalEntry(self.turn.token, self._seq, kind, payload, time.time())
@@ -282,8 +299,8 @@ class RunningTurn:
         if kind == EventKind.STEP_CHECKPOINT:
             checkpoint = StepCheckpoint(
                 turn=token,
-                step=int(update.get("step", 0)),
-                checkpoint_id=str(update.get("checkpointId", "")),
+                step=update["step"],
+                checkpoint_id=update["checkpointId"],
                 journal_seq=entry.seq,
                 state=update.get("state"),
                 store_path=update.get("storePath"),

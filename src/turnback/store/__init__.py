@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
-from turnback.errors import StoreUnavailable
+from turnback.errors import StoreNotFound, StoreUnavailable
 from turnback.model import (
     Activity,
     ActivityLevel,
@@ -166,12 +166,21 @@ def sqlite_url(home: Path) -> str:
     return f"sqlite:///{home / DEFAULT_DATABASE}"
 
 
-def open_store(url: str, *, busy_timeout: float = 5.0) -> Store:
-    """Open the store a URL names: ``sqlite:///path/to/file.db`` (the default backend)."""
+def open_store(url: str, *, busy_timeout: float = 5.0, create: bool = True) -> Store:
+    """Open the store a URL names: ``sqlite:///path/to/file.db`` (the default backend).
+
+    With ``create=False`` a store that does not exist yet raises StoreNotFound instead of being
+    made, so a mistyped home is reported rather than silently created."""
     if url.startswith("sqlite:///"):
         from turnback.store.sqlite import SQLiteStore
 
-        return SQLiteStore(Path(url.removeprefix("sqlite:///")), busy_timeout=busy_timeout)
+        path = Path(url.removeprefix("sqlite:///"))
+        if not create and not path.exists():
+            raise StoreNotFound(
+                f"there is no turnback database at {path}: nothing has run with this home yet. "
+                "Check --home or TURNBACK_HOME"
+            )
+        return SQLiteStore(path, busy_timeout=busy_timeout)
     scheme = url.split(":", 1)[0] if ":" in url else url
     raise StoreUnavailable(
         f"no store backend for {scheme!r} URLs ({url!r}); use sqlite:///path/to/turnback.db"

@@ -1,0 +1,98 @@
+"""Fixtures shared by the whole suite: a home, an open turnback on it, a session."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import turnback
+from turnback.engine.owners import current_owner
+from turnback.model import JournalEntry, Owner, Turn, TurnStatus
+
+
+@pytest.fixture(autouse=True)
+def _no_real_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No test may write to the user's real data directory."""
+    monkeypatch.setenv("TURNBACK_HOME", str(tmp_path_factory.mktemp("default-home")))
+    monkeypatch.delenv("TURNBACK_DATABASE_URL", raising=False)
+    monkeypatch.delenv("TURNBACK_FAULT", raising=False)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """A turnback home that does not exist yet."""
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def tb(home: Path) -> Iterator[turnback.Turnback]:
+    handle = turnback.open(home=home)
+    try:
+        yield handle
+    finally:
+        handle.close()
+
+
+@pytest.fixture
+def session(tb: turnback.Turnback, tmp_path: Path) -> turnback.Session:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    return tb.create_session(workspace=workspace, title="test", agent="test-agent")
+
+
+AbandonTurn = Callable[..., Turn]
+
+
+@pytest.fixture
+def abandoned_turn(tb: turnback.Turnback) -> AbandonTurn:
+    """Make a running turn whose owner is dead, as a crash leaves it, straight in the store.
+
+    The owner has this process's pid with another start time: a reused pid, so it is dead."""
+
+    def make(
+        session: turnback.Session, events: Sequence[dict[str, Any]] = (), prompt: Any = "do it"
+    ) -> Turn:
+        me = current_owner()
+        dead = Owner(
+            id="dead" + uuid.uuid4().hex[:20],
+            host=me.host,
+            boot_id=me.boot_id,
+            pid=me.pid,
+            start_time=me.start_time + 1,
+            created_at=time.time(),
+        )
+        with tb.store.atomic() as tx:
+            record = tx.get_session(session.id)
+            assert record is not None
+            head = tx.get_turn(record.head) if record.head else None
+            turn = Turn(
+                token=uuid.uuid4().hex,
+                session_id=session.id,
+                number=head.number + 1 if head else 1,
+                parent=record.head,
+                owner_id=dead.id,
+                status=TurnStatus.RUNNING,
+                prompt=prompt,
+                started_at=time.time(),
+            )
+            tx.upsert_owner(dead)
+            tx.insert_turn(turn)
+            tx.append_journal(
+                [
+                    JournalEntry(
+                        turn.token, seq, str(e["sessionUpdate"]), json.dumps(e), time.time()
+                    )
+                    for seq, e in enumerate(events, start=1)
+                ]
+            )
+        return turn
+
+    return make
