@@ -63,6 +63,7 @@ class EventKind(enum.StrEnum):
     INPUT_REQUESTED = "_turnback/input_requested"
     INPUT_ANSWERED = "_turnback/input_answered"
     STEP_CHECKPOINT = "_turnback/step_checkpoint"
+    REWIND = "_turnback/rewind"  # the turn resumes from a step checkpoint; later events are void
     ERROR = "_turnback/error"
     NOTICE = "_turnback/notice"
 

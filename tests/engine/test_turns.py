@@ -842,3 +842,60 @@ def test_processes_opening_a_new_home_at_once_all_succeed(tmp_path: Path) -> Non
         )
     finally:
         conn.close()
+
+
+# -- rewinding a turn to a step checkpoint (resume after an agent crash) -----------------------
+
+
+def test_rewind_supersedes_what_came_after_the_checkpoint(
+    tb: turnback.Turnback, session: turnback.Session
+) -> None:
+    with session.turn("two steps") as turn:
+        turn.record(chunk("step one done. "))
+        turn.step(1, checkpoint_id="c1")
+        turn.record(chunk("step two "))
+        turn.record(tool_call("t2", "in_progress"))
+        turn.record({"sessionUpdate": "_turnback/permission_requested", "requestId": "p1"})
+        turn.step(2, checkpoint_id="c2")
+        assert session.record.pending_requests
+        checkpoint = session.step_checkpoints(turn.token)[0]
+        assert checkpoint.checkpoint_id == "c1"
+        turn.rewind(checkpoint)
+        assert session.record.pending_requests == (), "pending requests survived the rewind"
+        assert [c.checkpoint_id for c in session.step_checkpoints(turn.token)] == ["c1"]
+        assert turn.last_checkpoint() == checkpoint
+        turn.record(chunk("step two "))
+        turn.record(tool_call("t2", "in_progress"))
+        turn.record(
+            {"sessionUpdate": "tool_call_update", "toolCallId": "t2", "status": "completed"}
+        )
+    messages = session.turn_messages(turn.token)
+    agent = [m.text for m in messages if m.kind is MessageKind.AGENT]
+    assert agent == ["step one done. ", "step two "], "an update was shown twice"
+    tools = [m.data for m in messages if m.kind is MessageKind.TOOL_CALL]
+    assert [t["status"] for t in tools] == ["completed"]
+    kinds = [e.kind for e in session.run_events(turn.token)]
+    assert kinds.count("agent_message_chunk") == 3, "the timeline must keep superseded events"
+    assert "_turnback/rewind" in kinds
+
+
+def test_rewind_to_the_beginning_when_there_is_no_checkpoint(session: turnback.Session) -> None:
+    with session.turn("no checkpoints") as turn:
+        turn.record(chunk("first try"))
+        assert turn.last_checkpoint() is None
+        turn.rewind(None)
+        turn.record(chunk("second try"))
+    agent = [m.text for m in session.turn_messages(turn.token) if m.kind is MessageKind.AGENT]
+    assert agent == ["second try"]
+
+
+def test_record_without_sync_waits_for_sync(home: Path, tmp_path: Path) -> None:
+    """A strict record with sync=False is buffered, in order, until sync() commits it."""
+    with turnback.open(home, durability="strict") as tb, turnback.open(home) as other:
+        session = tb.create_session(tmp_path)
+        with session.turn("streamed from an event loop") as turn:
+            turn.record(tool_call("t1", "in_progress"), sync=False)
+            turn.record(chunk("a"), sync=False)
+            assert journal(other, turn.token) == []
+            turn.sync()
+            assert [e.seq for e in journal(other, turn.token)] == [1, 2]

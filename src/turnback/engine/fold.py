@@ -32,6 +32,7 @@ _TIMELINE_ONLY = frozenset(
         EventKind.INPUT_REQUESTED.value,
         EventKind.INPUT_ANSWERED.value,
         EventKind.STEP_CHECKPOINT.value,
+        EventKind.REWIND.value,
         EventKind.AVAILABLE_COMMANDS_UPDATE.value,
         EventKind.CURRENT_MODE_UPDATE.value,
     }
@@ -61,6 +62,20 @@ def parse(entry: JournalEntry, *, keep_unreadable: bool = False) -> JSON:
     if keep_unreadable:
         return {"sessionUpdate": UNREADABLE, "kind": entry.kind, "raw": entry.payload, "error": why}
     raise UnreadableEntry(entry, why)
+
+
+def superseded(timeline: Iterable[tuple[int, JSON]]) -> set[int]:
+    """Seqs of events a later ``_turnback/rewind`` made void: those recorded after the step
+    checkpoint it rewound to. They stay in the run timeline and leave the conversation, so an
+    update the agent sends again after a resume is shown once."""
+    seen: list[int] = []
+    void: set[int] = set()
+    for seq, event in timeline:
+        if event.get("sessionUpdate") == EventKind.REWIND:
+            to = event.get("toSeq", 0)
+            void.update(s for s in seen if s > to)
+        seen.append(seq)
+    return void
 
 
 def prompt_blocks(prompt: Any) -> list[JSON]:

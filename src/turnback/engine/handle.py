@@ -23,11 +23,13 @@ from turnback.errors import (
 )
 from turnback.model import (
     Activity,
+    ActivityLevel,
     Durability,
     Message,
     RecoveryReport,
     RunEvent,
     SessionRecord,
+    StepCheckpoint,
     SweepReport,
     Turn,
     UnrecoveredTurn,
@@ -247,9 +249,33 @@ class Session:
         with self._tb.store.read() as tx:
             return tx.run_events(token)
 
+    def step_checkpoints(self, ref: int | str) -> list[StepCheckpoint]:
+        """The step checkpoints a running or interrupted turn can resume from, oldest first."""
+        token = self.get_turn(ref).token
+        with self._tb.store.read() as tx:
+            return tx.step_checkpoints(token)
+
     def activities(self, limit: int = 1000) -> list[Activity]:
         with self._tb.store.read() as tx:
             return tx.activities(self.id, limit)
+
+    def add_activity(
+        self,
+        level: ActivityLevel | str,
+        code: str,
+        message: str,
+        data: dict[str, object] | None = None,
+        turn: str | None = None,
+    ) -> Activity:
+        """Record a user-visible line on the session, such as ``checkpoint.capture.failed``."""
+        now = time.time()
+        with self._tb.store.atomic() as tx:
+            activity_id = tx.insert_activity(
+                self.id, turn, ActivityLevel(level), code, message, data or {}, now
+            )
+        return Activity(
+            activity_id, self.id, turn, ActivityLevel(level), code, message, data or {}, now
+        )
 
     def unrecovered(self) -> list[UnrecoveredTurn]:
         return recovery.unrecovered(self._tb.store, self.id)

@@ -55,20 +55,29 @@ class Journal:
         #: the longest a boundary append waited for its commit, in seconds (for benchmarks)
         self.longest_boundary_wait = 0.0
 
-    def append(self, entry: JournalEntry, *, boundary: bool, after: After | None = None) -> None:
+    def append(
+        self, entry: JournalEntry, *, boundary: bool, after: After | None = None, wait: bool = True
+    ) -> None:
+        """Buffer ``entry`` and, as the mode says, commit it before returning. With
+        ``wait=False`` it is only buffered: the caller makes it durable with :meth:`flush` (off
+        its event loop, say) before it acknowledges the event to anyone."""
         with self._mutex:
             self._pending.entries.append(entry)
             if after is not None:
                 self._pending.after.append((entry.turn, after))
             if self._first_pending_at is None:
                 self._first_pending_at = time.monotonic()
-            if self.mode is Durability.BATCHED and not boundary:
+            if self.mode is Durability.BATCHED:
                 self._start_flusher()
                 self._wake.notify()
-                if len(self._pending.entries) < 4096:
-                    return
-        if self.mode is Durability.TURN:
-            return
+            if self.mode is Durability.TURN or not wait:
+                return
+            if (
+                self.mode is Durability.BATCHED
+                and not boundary
+                and len(self._pending.entries) < 4096
+            ):
+                return  # the flusher commits it within the window
         started = time.monotonic()
         self.flush()
         if boundary:

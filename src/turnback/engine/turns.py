@@ -29,6 +29,7 @@ from turnback.engine.fold import (
     error_event,
     fold,
     parse,
+    superseded,
     unfinished_tool_calls,
 )
 from turnback.engine.owners import current_owner
@@ -60,6 +61,7 @@ _BOUNDARY = frozenset(
         EventKind.INPUT_REQUESTED.value,
         EventKind.INPUT_ANSWERED.value,
         EventKind.STEP_CHECKPOINT.value,
+        EventKind.REWIND.value,
         EventKind.ERROR.value,
     }
 )
@@ -168,7 +170,11 @@ def commit_turn(
     last_seq = entries[-1].seq if entries else 0
     if status is not TurnStatus.COMPLETED:
         why = detail or f"the turn was {status.value}"
-        extra = [cancelled_tool_result(c, why) for c in unfinished_tool_calls(events)] + list(extra)
+        void = superseded((entry.seq, event) for entry, event in zip(entries, events, strict=True))
+        live = [
+            event for entry, event in zip(entries, events, strict=True) if entry.seq not in void
+        ]
+        extra = [cancelled_tool_result(c, why) for c in unfinished_tool_calls(live)] + list(extra)
     timeline = [
         RunEvent(
             turn.session_id,
@@ -183,7 +189,8 @@ def commit_turn(
         RunEvent(turn.session_id, turn.token, last_seq + i, str(e["sessionUpdate"]), e, now)
         for i, e in enumerate(extra, start=1)
     ]
-    folded = fold(current.prompt, [event.event for event in timeline])
+    void = superseded((event.seq, event.event) for event in timeline)
+    folded = fold(current.prompt, [event.event for event in timeline if event.seq not in void])
     tx.insert_messages(
         [
             Message(turn.session_id, turn.token, i, kind, data)
@@ -245,10 +252,12 @@ class RunningTurn:
     def session_id(self) -> str:
         return self.turn.session_id
 
-    def record(self, update: JSON) -> int:
+    def record(self, update: JSON, *, sync: bool = True) -> int:
         """Journal one ACP ``session/update`` payload (or a turnback event); returns its seq.
 
-        When this returns the event is acknowledged under the journal's durability mode."""
+        When this returns the event is acknowledged under the journal's durability mode. With
+        ``sync=False`` it is only buffered, in order, and the caller calls :meth:`sync` (in a
+        worker thread, say) before it treats the event as acknowledged."""
         self._require_running()
         if not isinstance(update, dict):
             raise InvalidEvent(
@@ -267,10 +276,17 @@ class RunningTurn:
         entry = JournalEntry(self.turn.token, self._seq, kind, payload, time.time())
         faults.point("turn.record.before")
         self._journal.append(
-            entry, boundary=is_boundary(kind, update), after=self._side_effect(kind, update, entry)
+            entry,
+            boundary=is_boundary(kind, update),
+            after=self._side_effect(kind, update, entry),
+            wait=sync,
         )
         faults.point("turn.record.after")
         return entry.seq
+
+    def sync(self) -> None:
+        """Make every event recorded so far durable (whatever the mode)."""
+        self._journal.flush()
 
     def step(
         self,
@@ -294,8 +310,35 @@ class RunningTurn:
         faults.point("turn.step.after")
         return seq
 
+    def last_checkpoint(self) -> StepCheckpoint | None:
+        """The latest step checkpoint this turn can resume from."""
+        self._journal.flush()
+        with self._store.read() as tx:
+            checkpoints = tx.step_checkpoints(self.turn.token)
+        return checkpoints[-1] if checkpoints else None
+
+    def rewind(self, checkpoint: StepCheckpoint | None) -> int:
+        """Resume the turn from ``checkpoint`` (None: from its beginning): what was recorded after
+        it leaves the conversation (kept in the run timeline), later step checkpoints are dropped
+        and the turn's pending permission and input requests are cleared, in one transaction."""
+        event: JSON = {
+            "sessionUpdate": EventKind.REWIND.value,
+            "toSeq": checkpoint.journal_seq if checkpoint else 0,
+        }
+        if checkpoint is not None:
+            event.update(step=checkpoint.step, checkpointId=checkpoint.checkpoint_id)
+        return self.record(event)
+
     def _side_effect(self, kind: str, update: JSON, entry: JournalEntry) -> Any:
         token, session_id = self.turn.token, self.turn.session_id
+        if kind == EventKind.REWIND:
+            to_seq = int(update.get("toSeq", 0))
+
+            def rewind(tx: Tx) -> None:
+                tx.delete_step_checkpoints(token, after_seq=to_seq)
+                clear_requests(tx, session_id, token, entry.at)
+
+            return rewind
         if kind == EventKind.STEP_CHECKPOINT:
             checkpoint = StepCheckpoint(
                 turn=token,

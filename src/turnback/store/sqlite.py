@@ -521,8 +521,10 @@ class _SQLiteTx:
             for r in rows
         ]
 
-    def delete_step_checkpoints(self, token: str) -> int:
-        return self._c.execute("DELETE FROM step_checkpoints WHERE turn = ?", (token,)).rowcount
+    def delete_step_checkpoints(self, token: str, after_seq: int = -1) -> int:
+        return self._c.execute(
+            "DELETE FROM step_checkpoints WHERE turn = ? AND journal_seq > ?", (token, after_seq)
+        ).rowcount
 
     def delete_orphan_step_checkpoints(self) -> int:
         return self._c.execute(
