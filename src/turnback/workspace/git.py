@@ -30,14 +30,12 @@ from turnback.errors import GitFailed, GitUnavailable
 OVERRIDES: tuple[str, ...] = (
     "core.hooksPath=/dev/null",
     "core.fsmonitor=false",
-    "core.untrackedCache=false",
     "core.autocrlf=false",
     "core.safecrlf=false",
     "core.symlinks=true",
     "core.filemode=true",
     "core.ignoreCase=false",
     "core.quotePath=false",
-    "core.splitIndex=false",
     "commit.gpgSign=false",
     "tag.gpgSign=false",
     "gc.auto=0",
@@ -137,11 +135,13 @@ class Git:
         check: bool = True,
         cwd: Path | None = None,
         pass_fds: Sequence[int] = (),
+        config: Sequence[str] = (),
     ) -> subprocess.CompletedProcess[bytes]:
         """Run ``git <overrides> <args>``; raise :class:`GitFailed` on a timeout or, with
-        ``check``, a non-zero exit. ``env`` adds to the isolated environment (``GIT_DIR`` …)."""
+        ``check``, a non-zero exit. ``env`` adds to the isolated environment (``GIT_DIR`` …);
+        ``config`` adds ``name=value`` settings to the overrides."""
         command = [self.executable]
-        for setting in OVERRIDES:
+        for setting in (*OVERRIDES, *config):
             command += ["-c", setting]
         command += list(args)
         started = time.monotonic()

@@ -1,0 +1,622 @@
+"""The shadow repository: a git directory per workspace that turnback owns.
+
+It lives at ``<home>/shadow/<hash of the workspace's real path>.git`` and is run with
+``GIT_DIR=<shadow>`` and ``GIT_WORK_TREE=<workspace>``, so it reads the workspace's files and
+never writes in it. Its own persistent index keeps stat data between captures: a warm capture is
+one ``git status`` (a stat of every tracked file and a walk for new ones, hashing only what
+changed) followed by small plumbing steps.
+
+When the workspace is a git repository the shadow borrows the user's object store read-only
+(``objects/info/alternates``) and starts from a copy of the user's index, so the first capture
+of a large repository re-hashes nothing the user's index already knows. The user's ``.git`` is
+only ever read: its index is copied, its ``info/exclude`` is named as ``core.excludesFile`` and its
+objects are read through the alternates file. (git may refresh the modification time of one of
+the user's object files when a capture writes an object the user already has; that is how git
+marks objects as recently used, and changes no content.)
+
+Concurrency and crashes: every operation that writes the shadow holds an exclusive ``flock`` on
+``<hash>.lock`` next to it, and the git processes it starts inherit that lock. The lock is
+therefore held until the last of them exits, even when turnback itself was killed; whoever takes
+it next knows that any ``*.lock`` file left inside the shadow is stale and removes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from turnback.errors import CheckpointUnavailable, GitFailed, InvalidId, WorkspaceError
+from turnback.workspace.git import Git
+
+OID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+_REF_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+NAMESPACE = "refs/turnback/"
+
+GITLINK = "160000"
+SYMLINK = "120000"
+REGULAR = ("100644", "100755")
+
+#: Attributes that would make a capture or a restore differ from the bytes on disk. The
+#: shadow's ``info/attributes`` wins over every ``.gitattributes`` in the workspace.
+ATTRIBUTES = "* -text -eol -filter -ident -working-tree-encoding\n"
+
+
+def ref_name(name: str) -> str:
+    """The full ref for a checkpoint name such as ``s/<session>/<turn>/begin``."""
+    parts = name.split("/")
+    if not name or any(
+        not _REF_PART.fullmatch(part) or part.endswith((".lock", ".")) or ".." in part
+        for part in parts
+    ):
+        raise InvalidId(
+            f"{name!r} cannot name a workspace checkpoint: use path segments of letters, digits, "
+            "'.', '_' and '-' separated by '/'"
+        )
+    return NAMESPACE + name
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One tree entry: a git mode (``100644``, ``100755``, ``120000``, ``160000``) and an object."""
+
+    mode: str
+    oid: str
+
+    @property
+    def gitlink(self) -> bool:
+        return self.mode == GITLINK
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One line of ``git diff-tree --raw``: a path and its entry on each side (``None``: absent)."""
+
+    path: str
+    old: Entry | None
+    new: Entry | None
+    status: str  # A, D, M, T, R
+    old_path: str | None = None
+    additions: int = 0
+    deletions: int = 0
+    binary: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UserRepository:
+    """The workspace's own git repository, which turnback only reads."""
+
+    git_dir: Path
+    common_dir: Path
+
+    @property
+    def objects(self) -> Path:
+        return self.common_dir / "objects"
+
+    @property
+    def index(self) -> Path:
+        return self.git_dir / "index"
+
+    @property
+    def exclude(self) -> Path:
+        return self.common_dir / "info" / "exclude"
+
+
+def find_user_repository(workspace: Path) -> UserRepository | None:
+    """The repository whose work tree is exactly ``workspace``, if there is one."""
+    dotgit = workspace / ".git"
+    try:
+        if dotgit.is_dir():
+            git_dir = dotgit
+        elif dotgit.is_file():
+            text = dotgit.read_text(encoding="utf-8", errors="surrogateescape").strip()
+            if not text.startswith("gitdir:"):
+                return None
+            git_dir = (workspace / text[len("gitdir:") :].strip()).resolve()
+        else:
+            return None
+        common_dir = git_dir
+        commondir = git_dir / "commondir"
+        if commondir.is_file():
+            common_dir = (git_dir / commondir.read_text(encoding="utf-8").strip()).resolve()
+        if not (git_dir / "HEAD").is_file() or not (common_dir / "objects").is_dir():
+            return None
+    except OSError:
+        return None
+    return UserRepository(git_dir=git_dir, common_dir=common_dir)
+
+
+def _config_value(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def _exclude_pattern(relative: str) -> str:
+    escaped = re.sub(r"([\\*?\[\]!# ])", r"\\\1", relative)
+    return "/" + escaped + "/\n"
+
+
+def _ref_file_ok(data: bytes) -> bool:
+    text = data.decode("ascii", "replace")
+    if text.startswith("ref: refs/") and text.endswith("\n") and "\n" not in text[:-1]:
+        return True
+    return text.endswith("\n") and OID.fullmatch(text[:-1]) is not None
+
+
+class ShadowRepo:
+    """The shadow git directory of one workspace, and the git plumbing that runs in it."""
+
+    def __init__(
+        self,
+        git: Git,
+        home: Path,
+        workspace: Path,
+        *,
+        report: Callable[[str], None],
+        fsync: bool = False,
+    ) -> None:
+        self.git = git
+        self.config = ("core.fsync=loose-object,pack,reference",) if fsync else ()
+        self.workspace = workspace
+        self.home = home
+        key = hashlib.sha256(os.fsencode(str(workspace))).hexdigest()[:32]
+        self.dir = home / "shadow" / f"{key}.git"
+        self.lock_path = home / "shadow" / f"{key}.lock"
+        self.report = report
+        self._lock_fd: int | None = None
+
+    # -- running git ----------------------------------------------------------------------
+
+    def env(self, index: Path | None = None) -> dict[str, str]:
+        env = {"GIT_DIR": str(self.dir), "GIT_WORK_TREE": str(self.workspace)}
+        if index is not None:
+            env["GIT_INDEX_FILE"] = str(index)
+        return env
+
+    def run(
+        self,
+        *args: str,
+        deadline: float,
+        input: bytes | None = None,
+        index: Path | None = None,
+        check: bool = True,
+    ) -> subprocess.CompletedProcess[bytes]:
+        return self.git.run(
+            args,
+            env=self.env(index),
+            input=input,
+            timeout=deadline - time.monotonic(),
+            check=check,
+            cwd=self.workspace,
+            pass_fds=() if self._lock_fd is None else (self._lock_fd,),
+            config=self.config,
+        )
+
+    # -- the lock -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def locked(self, deadline: float) -> Iterator[None]:
+        """Hold the shadow's lock (re-entrant within this object) until the block ends."""
+        if self._lock_fd is not None:
+            yield
+            return
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise GitFailed(
+                            f"the checkpoint repository of {self.workspace} stayed locked by "
+                            "another turnback process; try again when it has finished"
+                        ) from None
+                    time.sleep(0.01)
+            self._lock_fd = fd
+            self._remove_stale_locks()
+            yield
+        finally:
+            self._lock_fd = None
+            os.close(fd)
+
+    def _remove_stale_locks(self) -> None:
+        # Holding the flock proves no git process of ours is running here (see module doc).
+        for name in ("index.lock", "HEAD.lock", "packed-refs.lock", "config.lock"):
+            with contextlib.suppress(FileNotFoundError):
+                (self.dir / name).unlink()
+
+    # -- creating the repository ----------------------------------------------------------
+
+    @property
+    def created(self) -> bool:
+        # The config is written before the directory is renamed into place, and never removed.
+        return (self.dir / "config").is_file()
+
+    def ensure(self, deadline: float) -> None:
+        """Create the shadow repository if it does not exist yet (under the lock).
+
+        It is built in a temporary directory and renamed into place, so it either exists
+        completely or not at all."""
+        if self.created:
+            self._repair_head()
+            return
+        user = find_user_repository(self.workspace)
+        temporary = self.dir.with_name(f"{self.dir.name}.tmp-{os.getpid()}")
+        shutil.rmtree(temporary, ignore_errors=True)
+        if self.dir.exists():  # not built by turnback (created() is false): never reuse it
+            shutil.rmtree(self.dir)
+        sha256 = user is not None and self._user_object_format(user, deadline) == "sha256"
+        args = ["init", "--bare", "--quiet", "--template="]
+        if sha256:
+            args.append("--object-format=sha256")
+        self.git.run([*args, str(temporary)], timeout=deadline - time.monotonic())
+        (temporary / "info").mkdir(exist_ok=True)
+        (temporary / "info" / "attributes").write_text(ATTRIBUTES, encoding="utf-8")
+        (temporary / "info" / "exclude").write_text(self._own_excludes(), encoding="utf-8")
+        (temporary / "turnback-workspace").write_text(str(self.workspace) + "\n", "utf-8")
+        config = [
+            "[core]",
+            f"\trepositoryformatversion = {1 if sha256 else 0}",
+            "\tbare = false",
+            "\tlogAllRefUpdates = false",
+            "\tfsync = reference",
+            "\tfsyncMethod = batch",
+            # A warm capture's status only re-reads directories that changed, and writes only
+            # the small part of the index that changed.
+            "\tuntrackedCache = true",
+            "\tsplitIndex = true",
+            "[gc]",
+            "\tauto = 0",
+            "[index]",
+            "\tthreads = true",
+        ]
+        if sha256:
+            config += ["[extensions]", "\tobjectFormat = sha256"]
+        if user is not None:
+            config[1:1] = [f"\texcludesFile = {_config_value(str(user.exclude))}"]
+            (temporary / "objects" / "info").mkdir(parents=True, exist_ok=True)
+            (temporary / "objects" / "info" / "alternates").write_text(
+                str(user.objects) + "\n", encoding="utf-8"
+            )
+        (temporary / "config").write_text("\n".join(config) + "\n", encoding="utf-8")
+        if user is not None:
+            self._seed(user, temporary, deadline)
+        os.replace(temporary, self.dir)
+
+    def _user_object_format(self, user: UserRepository, deadline: float) -> str:
+        result = self.git.run(
+            ["config", "--file", str(user.common_dir / "config"), "extensions.objectFormat"],
+            timeout=deadline - time.monotonic(),
+            check=False,
+        )
+        return result.stdout.decode("ascii", "replace").strip().lower() or "sha1"
+
+    def _own_excludes(self) -> str:
+        lines = "# written by turnback: paths the shadow repository never captures\n"
+        try:
+            relative = self.home.resolve().relative_to(self.workspace)
+        except ValueError:
+            return lines
+        return lines + _exclude_pattern(relative.as_posix())
+
+    def _seed(self, user: UserRepository, temporary: Path, deadline: float) -> None:
+        """Start from a copy of the user's index (with its stat data) and the user's HEAD.
+
+        Skipped when the user's index is split (its other half lives in the user's .git)."""
+        if not user.index.is_file() or any(user.git_dir.glob("sharedindex.*")):
+            return
+        env = {"GIT_DIR": str(temporary), "GIT_WORK_TREE": str(self.workspace)}
+        try:
+            # copy2 keeps the file's mtime, which git compares with entries' mtimes to spot
+            # files changed in the same instant the index was written ("racy git").
+            shutil.copy2(user.index, temporary / "index")
+            head = self.git.run(
+                ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"],
+                env={"GIT_DIR": str(user.git_dir)},
+                timeout=deadline - time.monotonic(),
+                check=False,
+            )
+            oid = head.stdout.decode("ascii", "replace").strip()
+            if head.returncode == 0 and OID.fullmatch(oid):
+                self.git.run(
+                    ["update-ref", "--no-deref", "HEAD", oid],
+                    env=env,
+                    timeout=deadline - time.monotonic(),
+                )
+            # Entries the user marked assume-unchanged or skip-worktree would hide changes.
+            listing = self.git.run(
+                ["ls-files", "-z", "-v", "-t"], env=env, timeout=deadline - time.monotonic()
+            ).stdout
+            flagged = [
+                item[2:]
+                for item in listing.split(b"\0")
+                if len(item) > 2 and (item[:1].islower() or item[:1] == b"S")
+            ]
+            if flagged:
+                clear = ("--no-assume-unchanged", "--no-skip-worktree", "-z", "--stdin")
+                self.git.run(
+                    ["update-index", *clear],
+                    env=env,
+                    input=b"\0".join(flagged) + b"\0",
+                    timeout=deadline - time.monotonic(),
+                )
+            (temporary / "turnback-seeded").write_text("1\n", encoding="utf-8")
+        except (GitFailed, OSError):
+            for name in ("index", "turnback-seeded"):
+                with contextlib.suppress(FileNotFoundError):
+                    (temporary / name).unlink()
+            (temporary / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
+
+    def unseed(self) -> None:
+        """Forget the index (and HEAD) copied from the user: the next capture hashes afresh."""
+        for name in ("index", "turnback-seeded"):
+            with contextlib.suppress(FileNotFoundError):
+                (self.dir / name).unlink()
+        self._write_file(self.dir / "HEAD", b"ref: refs/heads/main\n")
+
+    @property
+    def seeded(self) -> bool:
+        return (self.dir / "turnback-seeded").exists()
+
+    def _repair_head(self) -> None:
+        head = self.dir / "HEAD"
+        try:
+            ok = _ref_file_ok(head.read_bytes())
+        except OSError:
+            ok = False
+        if not ok:
+            self._write_file(head, b"ref: refs/heads/main\n")
+            self.report(f"the checkpoint repository's HEAD of {self.workspace} was damaged; reset")
+
+    @staticmethod
+    def _write_file(path: Path, data: bytes) -> None:
+        temporary = path.with_name(path.name + ".turnback-tmp")
+        temporary.write_bytes(data)
+        os.replace(temporary, path)
+
+    # -- refs -----------------------------------------------------------------------------
+
+    def ref_path(self, ref: str) -> Path:
+        return self.dir.joinpath(*ref.split("/"))
+
+    def repair_ref(self, ref: str) -> bool:
+        """Drop the loose file of ``ref`` if it is damaged (empty, truncated, garbage).
+
+        Returns whether it was damaged. Call with the lock held."""
+        path = self.ref_path(ref)
+        with contextlib.suppress(FileNotFoundError):
+            (path.with_name(path.name + ".lock")).unlink()
+        try:
+            data = path.read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return False
+        if _ref_file_ok(data) and not data.startswith(b"ref:"):
+            return False
+        path.unlink()
+        self.report(
+            f"checkpoint ref {ref} of {self.workspace} was damaged ({len(data)} bytes) and "
+            "has been dropped; the checkpoint it named is unavailable"
+        )
+        return True
+
+    def resolve(self, spec: str, deadline: float) -> str:
+        """The commit named by ``spec`` (a commit id, or a checkpoint name under
+        ``refs/turnback/``); :class:`CheckpointUnavailable` when there is none."""
+        return self.resolve_all([spec], deadline)[0]
+
+    def resolve_all(self, specs: Sequence[str], deadline: float) -> list[str]:
+        """:meth:`resolve` for several checkpoints with one git process. A damaged ref met on
+        the way is dropped and reported."""
+        if not self.created:
+            raise CheckpointUnavailable(
+                f"workspace checkpoint {specs[0]} does not exist: {self.workspace} has no "
+                "checkpoints yet"
+            )
+        names = [spec if OID.fullmatch(spec) else ref_name(spec) for spec in specs]
+        for name in names:
+            if not name.startswith(NAMESPACE):
+                continue
+            try:
+                data = self.ref_path(name).read_bytes()
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                continue
+            if not _ref_file_ok(data) or data.startswith(b"ref:"):
+                with self.locked(deadline):
+                    self.repair_ref(name)
+        commits = []
+        for spec, found in zip(
+            specs, self.object_info([f"{name}^{{commit}}" for name in names], deadline), strict=True
+        ):
+            if found is None:
+                raise CheckpointUnavailable(
+                    f"workspace checkpoint {spec} of {self.workspace} does not exist (it was never "
+                    "captured, or it has been pruned)"
+                )
+            commits.append(found[0])
+        return commits
+
+    def object_info(self, names: Sequence[str], deadline: float) -> list[tuple[str, str] | None]:
+        """``(oid, type)`` for each name, or ``None`` where no such object exists."""
+        if not names:
+            return []
+        out = self.run(
+            "cat-file",
+            "--batch-check=%(objectname) %(objecttype)",
+            deadline=deadline,
+            input="".join(name + "\n" for name in names).encode(),
+        ).stdout.decode("utf-8", "surrogateescape")
+        results: list[tuple[str, str] | None] = []
+        for line in out.splitlines():
+            fields = line.split(" ")
+            if len(fields) == 2 and OID.fullmatch(fields[0]):
+                results.append((fields[0], fields[1]))
+            else:
+                results.append(None)
+        if len(results) != len(names):
+            raise GitFailed(f"`git cat-file --batch-check` answered {len(results)} of {len(names)}")
+        return results
+
+    def update_refs(self, updates: Iterable[tuple[str, str | None]], deadline: float) -> None:
+        """Create, move (``oid``) or delete (``None``) refs in one atomic transaction."""
+        lines: list[bytes] = []
+        for ref, oid in updates:
+            if ref == "HEAD":
+                lines.append(b"option no-deref\0")
+            if oid is None:
+                lines.append(b"delete " + ref.encode() + b"\0\0")
+            else:
+                lines.append(b"update " + ref.encode() + b"\0" + oid.encode() + b"\0\0")
+        if lines:
+            self.run("update-ref", "-z", "--stdin", deadline=deadline, input=b"".join(lines))
+
+    def list_refs(self, deadline: float) -> list[tuple[str, str, int]]:
+        """``(ref, commit, commit time)`` for every checkpoint ref."""
+        out = self.run(
+            "for-each-ref",
+            "--format=%(refname)%00%(objectname)%00%(committerdate:unix)",
+            NAMESPACE,
+            deadline=deadline,
+        ).stdout.decode("utf-8", "surrogateescape")
+        refs = []
+        for line in out.splitlines():
+            ref, oid, when = line.split("\0")
+            refs.append((ref, oid, int(when or 0)))
+        return refs
+
+    def loose_ref_files(self) -> Iterator[tuple[str, Path]]:
+        root = self.dir / "refs" / "turnback"
+        for directory, _dirs, files in os.walk(root):
+            for name in files:
+                path = Path(directory, name)
+                yield path.relative_to(self.dir).as_posix(), path
+
+    # -- trees ----------------------------------------------------------------------------
+
+    def diff(
+        self,
+        old: str,
+        new: str,
+        deadline: float,
+        *,
+        renames: bool = False,
+        numstat: bool = False,
+    ) -> list[Change]:
+        """The entries that differ between two commits or trees (recursively, no directories)."""
+        args = ["diff-tree", "-r", "-z", "--raw", "--no-commit-id"]
+        args += ["-M"] if renames else ["--no-renames"]
+        if numstat:
+            args.append("--numstat")
+        out = self.run(*args, old, new, "--", deadline=deadline).stdout
+        return parse_diff(out, numstat=numstat)
+
+    def blobs(self, oids: Iterable[str], deadline: float) -> dict[str, bytes]:
+        """The contents of blobs, read in one ``cat-file --batch``."""
+        wanted = sorted(set(oids))
+        if not wanted:
+            return {}
+        out = self.run(
+            "cat-file",
+            "--batch",
+            deadline=deadline,
+            input="".join(o + "\n" for o in wanted).encode(),
+        ).stdout
+        contents: dict[str, bytes] = {}
+        position = 0
+        for oid in wanted:
+            end = out.index(b"\n", position)
+            header = out[position:end].decode("ascii", "replace").split(" ")
+            if len(header) != 3:
+                raise CheckpointUnavailable(
+                    f"object {oid} of a workspace checkpoint of {self.workspace} is missing; "
+                    "the checkpoint cannot be restored"
+                )
+            size = int(header[2])
+            contents[oid] = out[end + 1 : end + 1 + size]
+            position = end + 1 + size + 1
+        return contents
+
+    def write_blob(self, data: bytes, deadline: float) -> str:
+        return (
+            self.run("hash-object", "-w", "--stdin", deadline=deadline, input=data)
+            .stdout.decode()
+            .strip()
+        )
+
+    def size(self) -> int:
+        """Bytes used by the shadow's object store."""
+        total = 0
+        for directory, _dirs, files in os.walk(self.dir / "objects"):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    total += os.lstat(os.path.join(directory, name)).st_size
+        return total
+
+
+def _path(raw: bytes) -> str:
+    return os.fsdecode(raw)
+
+
+def parse_diff(out: bytes, *, numstat: bool) -> list[Change]:
+    """Parse ``git diff-tree -r -z --raw [--numstat]`` output."""
+    tokens = out.split(b"\0")
+    changes: list[Change] = []
+    i = 0
+    while i < len(tokens) and tokens[i].startswith(b":"):
+        meta = tokens[i][1:].decode("ascii").split(" ")
+        old_mode, new_mode, old_oid, new_oid, status = meta
+        letter = status[:1]
+        if letter in ("R", "C"):
+            old_path, path = _path(tokens[i + 1]), _path(tokens[i + 2])
+            i += 3
+        else:
+            old_path, path = None, _path(tokens[i + 1])
+            i += 2
+        old = None if letter == "A" else Entry(old_mode, old_oid)
+        new = None if letter == "D" else Entry(new_mode, new_oid)
+        changes.append(Change(path=path, old=old, new=new, status=letter, old_path=old_path))
+    if not numstat:
+        return changes
+    counts: dict[str, tuple[str, str]] = {}
+    while i < len(tokens) and tokens[i]:
+        added, deleted, path = tokens[i].decode("utf-8", "surrogateescape").split("\t", 2)
+        if path:
+            counts[_path(tokens[i].split(b"\t", 2)[2])] = (added, deleted)
+            i += 1
+        else:  # a rename: "added TAB deleted TAB" NUL old NUL new
+            counts[_path(tokens[i + 2])] = (added, deleted)
+            i += 3
+    counted: list[Change] = []
+    for change in changes:
+        added, deleted = counts.get(change.path, ("0", "0"))
+        binary = added == "-"
+        counted.append(
+            Change(
+                path=change.path,
+                old=change.old,
+                new=change.new,
+                status=change.status,
+                old_path=change.old_path,
+                additions=0 if binary else int(added),
+                deletions=0 if binary else int(deleted),
+                binary=binary,
+            )
+        )
+    return counted
+
+
+def ensure_workspace(workspace: Path) -> Path:
+    """The real path of an existing workspace directory."""
+    real = Path(os.path.realpath(workspace))
+    if not real.is_dir():
+        raise WorkspaceError(f"workspace {workspace} is not a directory; check the path")
+    return real

@@ -1,0 +1,742 @@
+"""Workspace checkpoints: capture, diff, restore, reverse-apply and prune.
+
+Capture write order (DESIGN.md invariant 4, "snapshots before references"). Each step is a fault
+point the crash suite kills the process at:
+
+1. ``capture.shadow`` – the shadow repository exists. It is built in a temporary directory and
+   renamed into place, so it exists whole or not at all.
+2. ``capture.index`` – the shadow's index matches the files; the objects of changed files are
+   written. A crash here leaves an index that is merely ahead of the last checkpoint.
+3. ``capture.commit`` – the tree and commit objects are written; nothing names them yet.
+4. ``capture.ref`` – the checkpoint ref and the shadow's HEAD move together in one atomic
+   ``update-ref`` transaction (a lock file renamed over the ref, never a partial write).
+5. :meth:`Snapshots.capture` returns; only now may the engine commit a row naming the commit.
+
+A crash before step 4 leaves unreferenced objects, which :meth:`Snapshots.gc` prunes after a grace
+period; it never leaves a ref pointing at a missing object.
+
+Restore order (invariants 9 and 10): the engine has captured the current workspace (so the
+restore can be undone) before calling :meth:`Snapshots.restore` or :meth:`Snapshots.reverse_apply`.
+Both compute the complete plan from trees first (``restore.plan``), then delete and write one path
+at a time (``restore.file`` after each), then finish (``restore.done``). Running a restore again
+after a crash is safe: it recomputes the plan from a fresh capture and writes what still differs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tempfile
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
+
+from turnback.errors import (
+    CheckpointUnavailable,
+    GitFailed,
+    RevertConflict,
+)
+from turnback.faults import point
+from turnback.model import ChangeKind, FileChange, WorkspaceCheckpoint
+from turnback.workspace.git import Git
+from turnback.workspace.shadow import (
+    GITLINK,
+    OID,
+    REGULAR,
+    Entry,
+    ShadowRepo,
+    ensure_workspace,
+    ref_name,
+)
+from turnback.workspace.writer import Refused, WorkspaceWriter
+
+#: Longest any operation other than a capture may take.
+OPERATION_TIMEOUT = 600.0
+#: Paths handed to one ``update-index`` process; progress is reported between batches.
+BATCH = 4000
+#: Objects younger than this survive :meth:`Snapshots.gc` even when unreferenced, so a capture
+#: running in another process cannot lose its objects before its ref is written.
+OBJECT_GRACE = 3600.0
+
+_KINDS = {
+    "A": ChangeKind.ADDED,
+    "D": ChangeKind.DELETED,
+    "M": ChangeKind.MODIFIED,
+    "T": ChangeKind.TYPE_CHANGED,
+    "R": ChangeKind.RENAMED,
+}
+
+Progress = Callable[[str, int, int], None]
+Problem = Callable[[Path, str], None]
+
+
+class Snapshots:
+    """Workspace checkpoints in shadow repositories under ``home / "shadow"``.
+
+    ``git`` names the git executable (default: ``git`` on PATH). Files larger than
+    ``max_file_bytes`` are left out of checkpoints (and so left alone by restores). A capture
+    taking longer than ``time_budget`` seconds fails with :class:`GitFailed`. ``progress`` is
+    called as ``progress(stage, done, total)`` during long captures and gc. ``problems`` is
+    called as ``problems(workspace, message)`` for every damaged thing found and repaired on the
+    way (a damaged ref, a stale copy of the user's index); the engine turns them into activities.
+
+    Checkpoints are named by commit id or by the ref name given to :meth:`capture` (a name under
+    the shadow's ``refs/turnback/``, e.g. ``s/<session>/<turn>/begin``); every method that takes
+    a checkpoint accepts either.
+
+    Refs are always synced to disk. Objects are synced too with ``fsync=True``; by default they
+    are left to the page cache, which survives ``kill -9`` of any process but not a power cut.
+    After a power cut a checkpoint whose objects were lost reads as unavailable (``exists`` is
+    false, diffs and restores raise :class:`CheckpointUnavailable`) and :meth:`check` drops its
+    ref: it is a missing checkpoint, as after a failed capture, never a corrupt workspace.
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        *,
+        git: str | None = None,
+        max_file_bytes: int = 50 * 2**20,
+        time_budget: float = 60.0,
+        progress: Progress | None = None,
+        problems: Problem | None = None,
+        fsync: bool = False,
+    ) -> None:
+        self.home = Path(home)
+        self.fsync = fsync
+        self.git = Git(git, home=self.home / "shadow" / "home")
+        self.max_file_bytes = max_file_bytes
+        self.time_budget = time_budget
+        self.progress = progress
+        self.problems = problems
+        self._shadows: dict[Path, ShadowRepo] = {}
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _shadow(self, workspace: Path) -> ShadowRepo:
+        root = ensure_workspace(workspace)
+        shadow = self._shadows.get(root)
+        if shadow is None:
+
+            def report(message: str, root: Path = root) -> None:
+                if self.problems is not None:
+                    self.problems(root, message)
+
+            shadow = ShadowRepo(self.git, self.home, root, report=report, fsync=self.fsync)
+            self._shadows[root] = shadow
+        return shadow
+
+    def _progress(self, stage: str, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(stage, done, total)
+
+    @staticmethod
+    def _deadline(seconds: float = OPERATION_TIMEOUT) -> float:
+        return time.monotonic() + seconds
+
+    # -- capture --------------------------------------------------------------------------
+
+    def capture(self, workspace: Path, ref: str) -> WorkspaceCheckpoint:
+        """Snapshot the workspace's files as a commit and point ``refs/turnback/<ref>`` at it.
+
+        Objects and ref are written (and synced) before this returns. Raises
+        :class:`GitFailed` (the time budget ran out, or git failed) or :class:`GitUnavailable`.
+        """
+        started = time.monotonic()
+        deadline = started + self.time_budget
+        full = ref_name(ref)
+        shadow = self._shadow(workspace)
+        try:
+            with shadow.locked(deadline):
+                shadow.ensure(deadline)
+                point("capture.shadow")
+                try:
+                    tree, skipped = self._write_tree(shadow, deadline)
+                except GitFailed as error:
+                    stale = shadow.seeded or "index" in str(error)
+                    if time.monotonic() >= deadline or not stale:
+                        raise
+                    # A stale copy of the user's index, or a damaged index: start afresh once.
+                    shadow.report(
+                        f"the checkpoint index of {shadow.workspace} could not be used ({error}); "
+                        "it was rebuilt by hashing the workspace"
+                    )
+                    shadow.unseed()
+                    tree, skipped = self._write_tree(shadow, deadline)
+                message = "turnback checkpoint\n\n" + "".join(
+                    f"Skipped: {json.dumps(path)}\n" for path in skipped
+                )
+                commit = (
+                    shadow.run("commit-tree", tree, deadline=deadline, input=message.encode())
+                    .stdout.decode()
+                    .strip()
+                )
+                point("capture.commit")
+                shadow.repair_ref(full)
+                shadow.update_refs([(full, commit), ("HEAD", commit)], deadline)
+                point("capture.ref")
+        except GitFailed as error:
+            if time.monotonic() >= deadline:
+                raise GitFailed(
+                    f"capturing {shadow.workspace} took longer than its time budget of "
+                    f"{self.time_budget:.0f}s; the checkpoint was not taken ({error})"
+                ) from error
+            raise
+        return WorkspaceCheckpoint(
+            commit=commit,
+            tree=tree,
+            ref=ref,
+            skipped=tuple(skipped),
+            seconds=time.monotonic() - started,
+        )
+
+    def _write_tree(self, shadow: ShadowRepo, deadline: float) -> tuple[str, list[str]]:
+        """Bring the shadow's index up to date with the files and write its tree."""
+        out = shadow.run(
+            "status",
+            "--porcelain=v2",
+            "-z",
+            "--untracked-files=normal",  # served by the untracked cache; "all" is not
+            "--ignore-submodules=dirty",
+            "--no-renames",
+            deadline=deadline,
+        ).stdout
+        root = os.fsencode(shadow.workspace)
+        update: list[bytes] = []
+        directories: list[bytes] = []
+        nested: list[bytes] = []
+        remove: list[bytes] = []  # deleted (possibly now beyond a symlink), or too large
+        tracked: set[bytes] = set()
+        tokens = iter(out.split(b"\0"))
+        for token in tokens:
+            if token.startswith(b"1 "):
+                fields = token.split(b" ", 8)
+                if fields[1][1:2] == b"D":
+                    remove.append(fields[8])
+                    if _is_directory(os.path.join(root, fields[8])):
+                        directories.append(fields[8] + b"/")  # status does not look inside
+                elif fields[1][1:2] != b".":
+                    update.append(fields[8])
+                    tracked.add(fields[8])
+            elif token.startswith(b"2 "):
+                fields = token.split(b" ", 9)
+                next(tokens, None)  # the original path
+                update.append(fields[9])
+                tracked.add(fields[9])
+            elif token.startswith(b"u "):
+                fields = token.split(b" ", 10)
+                update.append(fields[10])
+                tracked.add(fields[10])
+            elif token.startswith(b"? "):
+                path = token[2:]
+                if path.endswith(b"/"):
+                    directories.append(path)
+                else:
+                    update.append(path)
+        while directories:  # new directories: list their files, find repositories inside
+            inside: list[bytes] = []
+            for directory in directories:
+                if os.path.lexists(os.path.join(root, directory, b".git")):
+                    nested.append(directory[:-1])  # a repository inside the workspace
+                else:
+                    inside.append(directory)
+            directories = []
+            if inside:
+                listed = shadow.run(
+                    "ls-files",
+                    "-z",
+                    "--others",
+                    "--exclude-standard",
+                    "--",
+                    *(os.fsdecode(d) for d in inside),
+                    deadline=deadline,
+                ).stdout
+                for path in filter(None, listed.split(b"\0")):
+                    (directories if path.endswith(b"/") else update).append(path)
+        skipped: list[str] = []
+        add: list[bytes] = []
+        for path in update:
+            full = os.path.join(root, path)
+            try:
+                info = os.lstat(full)
+            except (FileNotFoundError, NotADirectoryError):
+                add.append(path)  # --remove drops it from the index
+                continue
+            if stat.S_ISREG(info.st_mode) and (
+                info.st_size > self.max_file_bytes or not os.access(full, os.R_OK)
+            ):
+                skipped.append(os.fsdecode(path))
+                if path in tracked:
+                    remove.append(path)
+                continue
+            add.append(path)
+        if remove:
+            shadow.run(
+                "update-index",
+                "--force-remove",
+                "-z",
+                "--stdin",
+                deadline=deadline,
+                input=b"\0".join(remove) + b"\0",
+            )
+        for start in range(0, len(add), BATCH):
+            self._progress("capture", start, len(add))
+            shadow.run(
+                "update-index",
+                "--add",
+                "--remove",
+                "--replace",
+                "-z",
+                "--stdin",
+                deadline=deadline,
+                input=b"\0".join(add[start : start + BATCH]) + b"\0",
+            )
+        if len(add) > BATCH:
+            self._progress("capture", len(add), len(add))
+        skipped += self._add_nested(shadow, nested, deadline)
+        point("capture.index")
+        tree = shadow.run("write-tree", deadline=deadline).stdout.decode().strip()
+        return tree, sorted(skipped)
+
+    @staticmethod
+    def _add_nested(shadow: ShadowRepo, nested: list[bytes], deadline: float) -> list[str]:
+        """Record nested repositories as gitlinks; those without a commit are left out."""
+        if not nested:
+            return []
+        args = ("update-index", "--add", "--replace", "-z", "--stdin")
+        everything = b"\0".join(nested) + b"\0"
+        if shadow.run(*args, deadline=deadline, input=everything, check=False).returncode == 0:
+            return []
+        skipped = []
+        for path in nested:
+            result = shadow.run(*args, deadline=deadline, input=path + b"\0", check=False)
+            if result.returncode != 0:
+                skipped.append(os.fsdecode(path))
+        return skipped
+
+    # -- reading checkpoints --------------------------------------------------------------
+
+    def exists(self, workspace: Path, commit: str) -> bool:
+        """Whether the checkpoint (commit id or ref name) and its tree can be read.
+
+        A damaged ref found on the way is dropped and reported."""
+        shadow = self._shadow(workspace)
+        if not shadow.created:
+            return False
+        deadline = self._deadline()
+        try:
+            oid = shadow.resolve(commit, deadline)
+        except CheckpointUnavailable:
+            return False
+        return shadow.object_info([f"{oid}^{{tree}}"], deadline)[0] is not None
+
+    def changes(self, workspace: Path, old: str, new: str) -> list[FileChange]:
+        """What changed from checkpoint ``old`` to ``new``: one :class:`FileChange` per path,
+        with renames detected, additions and deletions counted and binary files flagged."""
+        shadow = self._shadow(workspace)
+        deadline = self._deadline()
+        old_commit, new_commit = shadow.resolve_all([old, new], deadline)
+        skipped_old, skipped_new = self._skipped(shadow, (old_commit, new_commit), deadline)
+        result = []
+        for change in shadow.diff(old_commit, new_commit, deadline, renames=True, numstat=True):
+            kind = _KINDS[change.status]
+            if change.status == "D" and change.path in skipped_new:
+                continue  # still there, but too large to capture now
+            if change.status == "A" and change.path in skipped_old:
+                kind = ChangeKind.MODIFIED
+            gitlink = any(e is not None and e.gitlink for e in (change.old, change.new))
+            result.append(
+                FileChange(
+                    path=change.path,
+                    kind=kind,
+                    additions=0 if gitlink else change.additions,
+                    deletions=0 if gitlink else change.deletions,
+                    binary=change.binary,
+                    old_path=change.old_path,
+                )
+            )
+        return result
+
+    def patch(self, workspace: Path, old: str, new: str, paths: Sequence[str] | None = None) -> str:
+        """The unified patch from checkpoint ``old`` to ``new``, optionally for some paths."""
+        shadow = self._shadow(workspace)
+        deadline = self._deadline()
+        old_commit, new_commit = shadow.resolve_all([old, new], deadline)
+        out = shadow.run(
+            "diff-tree",
+            "-p",
+            "-M",
+            "--no-commit-id",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            old_commit,
+            new_commit,
+            "--",
+            *(paths or ()),
+            deadline=deadline,
+        ).stdout
+        return out.decode("utf-8", "replace")
+
+    @staticmethod
+    def _skipped(shadow: ShadowRepo, commits: Sequence[str], deadline: float) -> list[set[str]]:
+        out = shadow.run(
+            "cat-file",
+            "--batch",
+            deadline=deadline,
+            input="".join(c + "\n" for c in commits).encode(),
+        ).stdout.decode("utf-8", "surrogateescape")
+        result: list[set[str]] = [set() for _ in commits]
+        index = -1
+        for line in out.splitlines():
+            fields = line.split(" ")
+            if len(fields) == 3 and fields[1] == "commit" and OID.fullmatch(fields[0]):
+                index += 1
+            elif line.startswith("Skipped: ") and index >= 0:
+                result[index].add(json.loads(line[len("Skipped: ") :]))
+        return result
+
+    # -- restoring files ------------------------------------------------------------------
+
+    def restore(
+        self, workspace: Path, target: str, *, current: str, keep: str | None = None
+    ) -> list[str]:
+        """Make the workspace's files equal to checkpoint ``target``; returns the paths written
+        or deleted.
+
+        ``current`` must be a capture of the workspace taken just before: only paths that
+        differ between ``current`` and ``target`` are written or deleted, so ignored files,
+        files too large to capture and anything else outside the checkpoints are never touched.
+        ``keep`` is the checkpoint taken when the turns being undone began: a path in ``keep``
+        but not in ``target`` (a file the user created before those turns) is never deleted;
+        it is set back to its content in ``keep``. Nested repositories and submodules are left
+        alone, and so is any path the writer refuses (below a symbolic link, inside a nested
+        repository, or on disk while absent from ``current``); each refusal is reported through
+        ``problems``.
+        """
+        shadow = self._shadow(workspace)
+        deadline = self._deadline()
+        with shadow.locked(deadline):
+            now, goal, *rest = shadow.resolve_all(
+                [current, target] if keep is None else [current, target, keep], deadline
+            )
+            before = rest[0] if rest else None
+            plan: dict[str, Entry | None] = {}
+            present: dict[str, Entry | None] = {}
+            for change in shadow.diff(now, goal, deadline):
+                plan[change.path] = change.new
+                present[change.path] = change.old
+            if before is not None:
+                kept = {
+                    change.path: change.new
+                    for change in shadow.diff(goal, before, deadline)
+                    if change.old is None
+                }
+                if kept:
+                    differs = {c.path: c.old for c in shadow.diff(now, before, deadline)}
+                    for path, entry in kept.items():
+                        if path in differs:
+                            plan[path], present[path] = entry, differs[path]
+                        else:
+                            plan.pop(path, None)
+            plan = {
+                path: entry
+                for path, entry in plan.items()
+                if not _gitlink(entry) and not _gitlink(present[path])
+            }
+            point("restore.plan")
+            done, refused = self._apply(shadow, plan, present, deadline)
+            for path, reason in refused:
+                shadow.report(f"restore left {path} alone: {reason}")
+            point("restore.done")
+        return done
+
+    def reverse_apply(
+        self, workspace: Path, *, turns: Sequence[tuple[str, str]], current: str
+    ) -> list[str]:
+        """Undo only what the given turns changed, keeping every other change on disk.
+
+        ``turns`` holds one ``(begin, end)`` checkpoint pair per turn to undo, oldest first;
+        they are undone newest first, each as a three-way merge of the current files (ours),
+        the turn's end (base) and its begin (theirs). Hand edits made between or after those
+        turns, to other files or to other lines of the same files, survive. ``current`` must be
+        a capture taken just before. If any path conflicts (the same lines changed by hand,
+        binary or symlink changes on both sides, a file the user edited that the turn created,
+        or a path the writer refuses) nothing is written and :class:`RevertConflict` lists the
+        paths. Returns the paths written or deleted.
+        """
+        shadow = self._shadow(workspace)
+        deadline = self._deadline()
+        with shadow.locked(deadline):
+            now, *ends = shadow.resolve_all(
+                [current, *(spec for pair in turns for spec in pair)], deadline
+            )
+            pairs = list(zip(ends[::2], ends[1::2], strict=True))
+            result: dict[str, Entry | None] = {}
+            present: dict[str, Entry | None] = {}
+            conflicts: set[str] = set()
+            with tempfile.TemporaryDirectory(dir=shadow.dir, prefix="merge-") as scratch:
+                for first, last in reversed(pairs):
+                    since = {c.path: c.new for c in shadow.diff(last, now, deadline)}
+                    for change in shadow.diff(first, last, deadline):
+                        path = change.path
+                        on_disk = since.get(path, change.new)
+                        present.setdefault(path, on_disk)
+                        ours = result.get(path, on_disk)
+                        try:
+                            result[path] = self._merge(
+                                shadow, ours, change.new, change.old, Path(scratch), deadline
+                            )
+                        except _Conflict:
+                            conflicts.add(path)
+            plan = {path: entry for path, entry in result.items() if entry != present[path]}
+            if not conflicts:
+                with WorkspaceWriter(shadow.workspace) as writer:
+                    for path, entry in plan.items():
+                        try:
+                            writer.check(path, absent=present[path] is None, delete=entry is None)
+                        except Refused:
+                            conflicts.add(path)
+            if conflicts:
+                paths = tuple(sorted(conflicts))
+                raise RevertConflict(
+                    f"cannot undo the agent's changes in {shadow.workspace} without overwriting "
+                    f"other changes to {len(paths)} path(s): {', '.join(paths[:10])}"
+                    + (" …" if len(paths) > 10 else "")
+                    + "; nothing was written. Resolve them by hand, or revert without keeping "
+                    "your edits",
+                    paths,
+                )
+            point("restore.plan")
+            done, refused = self._apply(shadow, plan, present, deadline)
+            if refused:  # the files changed after the check above; report what was left
+                for path, reason in refused:
+                    shadow.report(f"revert left {path} alone: {reason}")
+            point("restore.done")
+        return done
+
+    def _merge(
+        self,
+        shadow: ShadowRepo,
+        ours: Entry | None,
+        base: Entry | None,
+        theirs: Entry | None,
+        scratch: Path,
+        deadline: float,
+    ) -> Entry | None:
+        """Three-way merge of one path: ``ours`` with the change from ``base`` to ``theirs``."""
+        if ours == base:
+            return theirs
+        if ours == theirs:
+            return ours
+        if _gitlink(ours) or _gitlink(base) or _gitlink(theirs):
+            return ours  # nested repositories are left alone
+        if ours is None or base is None or theirs is None:
+            raise _Conflict
+        if not all(entry.mode in REGULAR for entry in (ours, base, theirs)):
+            raise _Conflict
+        if ours.mode == base.mode:
+            mode = theirs.mode
+        elif theirs.mode == base.mode:
+            mode = ours.mode
+        else:
+            raise _Conflict
+        if ours.oid == base.oid:
+            return Entry(mode, theirs.oid)
+        if theirs.oid == base.oid or ours.oid == theirs.oid:
+            return Entry(mode, ours.oid)
+        contents = shadow.blobs((ours.oid, base.oid, theirs.oid), deadline)
+        files = []
+        for name, entry in (("ours", ours), ("base", base), ("theirs", theirs)):
+            data = contents[entry.oid]
+            if b"\0" in data[:8000]:
+                raise _Conflict  # binary
+            file = scratch / name
+            file.write_bytes(data)
+            files.append(str(file))
+        merged = shadow.run("merge-file", "-p", "-q", *files, deadline=deadline, check=False)
+        if merged.returncode != 0:
+            raise _Conflict
+        return Entry(mode, shadow.write_blob(merged.stdout, deadline))
+
+    def _apply(
+        self,
+        shadow: ShadowRepo,
+        plan: Mapping[str, Entry | None],
+        present: Mapping[str, Entry | None],
+        deadline: float,
+    ) -> tuple[list[str], list[tuple[str, str]]]:
+        """Delete, prune, then write: the paths done and the paths refused (with why)."""
+        done: list[str] = []
+        refused: list[tuple[str, str]] = []
+        with WorkspaceWriter(shadow.workspace) as writer:
+            deleted = []
+            for path in sorted(p for p, e in plan.items() if e is None):
+                try:
+                    if writer.delete(path):
+                        done.append(path)
+                        deleted.append(path)
+                except (Refused, OSError) as error:
+                    refused.append((path, str(error)))
+                point("restore.file")
+            for path in sorted(deleted, key=lambda p: -p.count("/")):
+                writer.prune(path)
+            writes = sorted((p, e) for p, e in plan.items() if e is not None)
+            for start in range(0, len(writes), BATCH):
+                chunk = writes[start : start + BATCH]
+                blobs = shadow.blobs((entry.oid for _path, entry in chunk), deadline)
+                for path, entry in chunk:
+                    try:
+                        writer.write(path, entry, blobs[entry.oid], absent=present[path] is None)
+                        done.append(path)
+                    except (Refused, OSError) as error:
+                        refused.append((path, str(error)))
+                    point("restore.file")
+        return sorted(done), refused
+
+    # -- refs and pruning -----------------------------------------------------------------
+
+    def delete_refs(self, workspace: Path, refs: Sequence[str]) -> None:
+        """Delete checkpoint refs (missing ones are ignored); their objects go at the next gc."""
+        shadow = self._shadow(workspace)
+        if not shadow.created or not refs:
+            return
+        deadline = self._deadline()
+        names = [ref_name(ref) for ref in refs]
+        with shadow.locked(deadline):
+            for name in names:
+                shadow.repair_ref(name)
+            shadow.update_refs(((name, None) for name in names), deadline)
+
+    def gc(
+        self,
+        workspace: Path,
+        *,
+        keep: Collection[str] | None = None,
+        older_than: float | None = None,
+        object_grace: float = OBJECT_GRACE,
+    ) -> tuple[int, int]:
+        """Prune checkpoint refs and the objects only they kept; returns (refs removed, bytes
+        freed).
+
+        With ``keep`` (ref names or commit ids still named by the store), every other ref whose
+        checkpoint is older than ``older_than`` seconds (any age if ``None``) is deleted. Without
+        ``keep`` no ref is deleted and only the object store is repacked. Unreferenced objects
+        younger than ``object_grace`` seconds are kept (they may belong to a capture in flight).
+        """
+        shadow = self._shadow(workspace)
+        if not shadow.created:
+            return 0, 0
+        deadline = self._deadline()
+        self.check(workspace)
+        with shadow.locked(deadline):
+            removed: list[str] = []
+            if keep is not None:
+                kept = {ref_name(k) if not OID.fullmatch(k) else k for k in keep}
+                now = time.time()
+                for ref, oid, when in shadow.list_refs(deadline):
+                    if ref in kept or oid in kept:
+                        continue
+                    if older_than is not None and now - when < older_than:
+                        continue
+                    removed.append(ref)
+                shadow.update_refs(((ref, None) for ref in removed), deadline)
+            self._progress("gc", 1, 3)
+            before = shadow.size()
+            expiry = "now" if object_grace <= 0 else f"{int(object_grace)}.seconds.ago"
+            shadow.run(
+                "repack",
+                "-A",
+                "-d",
+                "-l",
+                "-q",
+                f"--unpack-unreachable={expiry}",
+                deadline=deadline,
+            )
+            self._progress("gc", 2, 3)
+            shadow.run("prune", f"--expire={expiry}", deadline=deadline)
+            self._progress("gc", 3, 3)
+            freed = max(0, before - shadow.size())
+        return len(removed), freed
+
+    def check(self, workspace: Path) -> list[str]:
+        """Find and repair damage in the workspace's shadow repository; returns the problems.
+
+        Damaged refs (empty, truncated or garbage files) and refs whose commit is missing are
+        dropped, stale lock files removed, a damaged HEAD reset. Every problem is also passed to
+        ``problems``. The user's own repository is only ever read and so is never damaged."""
+        shadow = self._shadow(workspace)
+        if not shadow.created:
+            return []
+        found: list[str] = []
+        deadline = self._deadline()
+        original = shadow.report
+
+        def collect(message: str) -> None:
+            found.append(message)
+            original(message)
+
+        shadow.report = collect
+        try:
+            with shadow.locked(deadline):
+                shadow.ensure(deadline)
+                for ref, path in list(shadow.loose_ref_files()):
+                    if path.name.endswith(".lock"):
+                        path.unlink()
+                        continue
+                    shadow.repair_ref(ref)
+                packed = shadow.dir / "packed-refs"
+                if packed.exists() and not _packed_refs_ok(packed.read_bytes()):
+                    packed.unlink()
+                    collect(f"the packed refs of {shadow.workspace}'s checkpoints were damaged")
+                refs = shadow.list_refs(deadline)
+                infos = shadow.object_info([f"{oid}^{{tree}}" for _r, oid, _w in refs], deadline)
+                missing = [ref for (ref, _o, _w), info in zip(refs, infos, strict=True) if not info]
+                for ref in missing:
+                    collect(
+                        f"checkpoint ref {ref} of {shadow.workspace} names a missing commit or "
+                        "tree and has been dropped"
+                    )
+                shadow.update_refs(((ref, None) for ref in missing), deadline)
+                alternates = shadow.dir / "objects" / "info" / "alternates"
+                if alternates.exists():
+                    for line in alternates.read_text(encoding="utf-8").splitlines():
+                        if line and not Path(line).is_dir():
+                            collect(
+                                f"the object store {line} that checkpoints of "
+                                f"{shadow.workspace} borrow from is gone; older checkpoints may "
+                                "be unavailable"
+                            )
+        finally:
+            shadow.report = original
+        return found
+
+
+class _Conflict(Exception):
+    pass
+
+
+def _is_directory(path: bytes) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _gitlink(entry: Entry | None) -> bool:
+    return entry is not None and entry.mode == GITLINK
+
+
+def _packed_refs_ok(data: bytes) -> bool:
+    for line in data.decode("utf-8", "replace").splitlines():
+        if line.startswith("#"):
+            continue
+        if line.startswith("^"):
+            if not OID.fullmatch(line[1:]):
+                return False
+            continue
+        oid, _, ref = line.partition(" ")
+        if not OID.fullmatch(oid) or not ref.startswith("refs/"):
+            return False
+    return True
