@@ -41,6 +41,26 @@ POINTS: frozenset[str] = frozenset(
         "discard.before",
         "discard.inside",
         "discard.after",
+        # workspace capture (workspace/snapshots.py): snapshots before references
+        "capture.shadow",
+        "capture.index",
+        "capture.commit",
+        "capture.ref",
+        # moving files (workspace/snapshots.py)
+        "restore.plan",
+        "restore.file",
+        "restore.done",
+        # reverts and their undo (engine/revert.py)
+        "revert.captured",
+        "revert.started",
+        "revert.files",
+        "revert.commit.inside",
+        "revert.done",
+        "revert.rollback.files",
+        "undo.started",
+        "undo.files",
+        "undo.commit.inside",
+        "undo.done",
     }
 )
 

@@ -228,6 +228,7 @@ class RecoveryReport:
     recovered: tuple[Turn, ...] = ()  # applied as interrupted by this run
     set_aside: tuple[UnrecoveredTurn, ...] = ()  # every set-aside turn, new or old
     live: tuple[Turn, ...] = ()  # running turns whose owner is alive: only read
+    reverts: tuple[Revert, ...] = ()  # half-done reverts rolled back, undos finished
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +280,8 @@ class RevertState(enum.StrEnum):
     STARTED = "started"  # the undo checkpoint is captured; files may be moving
     FILES_RESTORED = "files_restored"  # files are at the target; the conversation is not yet
     COMMITTED = "committed"  # files and conversation are rolled back
-    ROLLED_BACK = "rolled_back"  # a crash interrupted it; recovery put the files back
+    ROLLED_BACK = "rolled_back"  # it failed or was interrupted; the files were put back
+    UNDOING = "undoing"  # undo_revert() is putting things back
     UNDONE = "undone"  # undo_revert() put everything back as it was
 
 
@@ -298,3 +300,23 @@ class Revert:
     created_at: float
     detail: str | None = None
     ended_at: float | None = None
+    owner_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnDiff:
+    """What one turn changed in the workspace: checkpoint at its begin to checkpoint at its end."""
+
+    turn: Turn
+    files: tuple[FileChange, ...]
+    outside: tuple[FileChange, ...]  # changed between the previous turn and this one, by hand
+    available: bool  # both checkpoints exist, so the files above are the whole story
+    patch: str | None = None  # the unified patch, when asked for
+
+
+@dataclass(frozen=True, slots=True)
+class GcReport:
+    checkpoints_released: int = 0  # turn checkpoints no longer kept (older than ``keep``)
+    refs_removed: int = 0
+    bytes_freed: int = 0
+    problems: tuple[str, ...] = ()  # workspaces that could not be pruned, and why

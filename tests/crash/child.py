@@ -79,6 +79,22 @@ def main() -> None:
         stream(tb, args)
     elif scenario == "recover":
         tb.recover()
+    elif scenario == "edit":
+        session = tb.session(args["session"])
+        turn = session.turn(args.get("prompt", "edit the files"))
+        acknowledge(args["ack"], what="begin", token=turn.token)
+        workspace = session.workspace
+        for path, content in args["files"].items():
+            (workspace / path).write_text(content)
+        turn.record({"sessionUpdate": "agent_message_chunk", "content": {"type": "text"}})
+        turn.complete()
+        acknowledge(args["ack"], what="end", end="complete")
+    elif scenario == "revert":
+        tb.session(args["session"]).revert(
+            args["to"], keep_user_edits=args.get("keep_user_edits", False)
+        )
+    elif scenario == "undo":
+        tb.session(args["session"]).undo_revert()
     elif scenario == "apply":
         tb.session(args["session"]).apply(args["turn"])
     elif scenario == "discard":

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import re
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from turnback.engine import recovery
+from turnback.engine import recovery, revert
+from turnback.engine.checkpoints import WorkspaceCheckpoints, collect_garbage
 from turnback.engine.journal import Journal
 from turnback.engine.owners import is_alive
-from turnback.engine.turns import RunningTurn, begin
+from turnback.engine.turns import RunningTurn, begin, validate_prompt
 from turnback.errors import (
     AmbiguousId,
+    CheckpointUnavailable,
     InvalidId,
     SessionNotFound,
     TurnInProgress,
@@ -25,16 +29,19 @@ from turnback.model import (
     Activity,
     ActivityLevel,
     Durability,
+    GcReport,
     Message,
     RecoveryReport,
+    Revert,
     RunEvent,
     SessionRecord,
     StepCheckpoint,
     SweepReport,
     Turn,
+    TurnDiff,
     UnrecoveredTurn,
 )
-from turnback.store import Store, open_store, sqlite_url
+from turnback.store import Store, Tx, open_store, sqlite_url
 
 _HEX = re.compile(r"[0-9a-f]+")
 
@@ -70,17 +77,23 @@ class Turnback:
         busy_timeout: float = 5.0,
         batch_window: float = 0.01,
         create: bool = True,
+        checkpoints: bool = True,
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> None:
         try:
             mode = Durability(durability)
         except ValueError:
             choices = ", ".join(m.value for m in Durability)
             raise ValueError(f"durability must be one of {choices}, not {durability!r}") from None
-        self.home = Path(home).expanduser() if home is not None else default_home()
+        self.home = (Path(home).expanduser() if home is not None else default_home()).absolute()
         url = database_url or os.environ.get("TURNBACK_DATABASE_URL") or sqlite_url(self.home)
         self.store: Store = open_store(url, busy_timeout=busy_timeout, create=create)
         self.durability = mode
         self.journal = Journal(self.store, mode, window=batch_window)
+        #: workspace checkpoints of turns; None when turned off (``checkpoints=False``)
+        self.checkpoints = (
+            WorkspaceCheckpoints(self.home, progress=progress) if checkpoints else None
+        )
         self._closed = False
         atexit.register(self.close)
 
@@ -133,8 +146,11 @@ class Turnback:
     # recovery
 
     def recover(self) -> RecoveryReport:
-        """Settle every turn whose owner died: apply it as interrupted, or set it aside."""
-        return recovery.recover(self.store)
+        """Settle every turn whose owner died (apply it as interrupted, or set it aside), and
+        every revert a dead process left half done (roll it back, or finish its undo)."""
+        reverts = revert.recover_reverts(self.store, self.checkpoints)
+        report = recovery.recover(self.store, checkpoints=self.checkpoints)
+        return dataclasses.replace(report, reverts=tuple(reverts))
 
     def unrecovered(self) -> list[UnrecoveredTurn]:
         return recovery.unrecovered(self.store)
@@ -146,6 +162,14 @@ class Turnback:
     def activities(self, limit: int = 1000) -> list[Activity]:
         with self.store.read() as tx:
             return tx.activities(None, limit)
+
+    def gc(self, keep: int | None = None, older_than: float | None = None) -> GcReport:
+        """Prune workspace checkpoints: refs no row names (older than ``older_than`` seconds,
+        default an hour), and with ``keep`` the checkpoints of all but each session's last
+        ``keep`` turns. Reports bytes freed."""
+        if self.checkpoints is None:
+            return GcReport()
+        return collect_garbage(self.store, self.checkpoints, keep=keep, older_than=older_than)
 
     def close(self) -> None:
         if self._closed:
@@ -192,16 +216,45 @@ class Session:
         A running turn whose owner died is recovered first; a live one raises TurnInProgress."""
         store = self._tb.store
         try:
-            turn = begin(store, self.id, prompt)
+            turn = self._begin(prompt)
         except TurnInProgress as busy:
             with store.read() as tx:
                 running = tx.get_turn(busy.running_token)
                 owner = tx.get_owner(running.owner_id) if running and running.owner_id else None
             if running is None or is_alive(owner):
                 raise
-            recovery.recover_turn(store, running)
-            turn = begin(store, self.id, prompt)
-        return RunningTurn(store, self._tb.journal, turn)
+            recovery.recover_turn(store, running, self._tb.checkpoints)
+            turn = self._begin(prompt)
+        return RunningTurn(
+            store,
+            self._tb.journal,
+            turn,
+            workspace=self.record.workspace,
+            checkpoints=self._tb.checkpoints,
+        )
+
+    def _begin(self, prompt: Any) -> Turn:
+        """Begin with a baseline: the workspace is captured first, then the turn's row, prompt
+        and checkpoint commit together (invariants 1 and 4)."""
+        validate_prompt(prompt)
+        checkpoints = self._tb.checkpoints
+        if checkpoints is None:
+            return begin(self._tb.store, self.id, prompt)
+        with self._tb.store.read() as tx:
+            record = tx.get_session(self.id)
+            head = tx.get_turn(record.head) if record and record.head else None
+        if record is None:
+            raise SessionNotFound(f"session {self.id} no longer exists")
+        token = uuid.uuid4().hex
+        since = head.end_checkpoint if head else None
+        capture = checkpoints.for_turn(record.workspace, self.id, token, "begin", since)
+
+        def prepare(tx: Tx, turn: Turn) -> None:
+            if turn.parent != (head.token if head else None):
+                capture.changes = []  # the head moved meanwhile: the comparison is stale
+            capture.write(tx, self.id, turn.token)
+
+        return begin(self._tb.store, self.id, prompt, token=token, prepare=prepare)
 
     def turns(self) -> list[Turn]:
         with self._tb.store.read() as tx:
@@ -248,6 +301,64 @@ class Session:
         token = self.get_turn(ref).token
         with self._tb.store.read() as tx:
             return tx.run_events(token)
+
+    def diff(self, ref: int | str, *, patch: bool = False) -> TurnDiff:
+        """What a turn changed in the workspace (from its stored file changes; no git call
+        unless ``patch`` asks for the unified patch too)."""
+        turn = self.get_turn(ref)
+        with self._tb.store.read() as tx:
+            files = tx.file_changes(turn.token, "turn")
+            outside = tx.file_changes(turn.token, "before")
+        available = bool(turn.begin_checkpoint and turn.end_checkpoint)
+        text = None
+        if patch:
+            if not available or self._tb.checkpoints is None:
+                moment = "begin" if not turn.begin_checkpoint else "end"
+                raise CheckpointUnavailable(
+                    f"turn {turn.number} has no workspace checkpoint at its {moment} (the capture "
+                    "failed, was skipped or pruned, or the turn is still running; "
+                    f"`turnback activities {self.id[:12]}` says why), so its diff is unavailable"
+                )
+            assert turn.begin_checkpoint and turn.end_checkpoint
+            text = self._tb.checkpoints.snapshots.patch(
+                Path(self.record.workspace), turn.begin_checkpoint, turn.end_checkpoint
+            )
+        return TurnDiff(turn, tuple(files), tuple(outside), available, text)
+
+    def revert(
+        self,
+        to_turn: int,
+        *,
+        files: bool = True,
+        conversation: bool = True,
+        keep_user_edits: bool = False,
+        rollback: revert.ConversationRollback | None = None,
+    ) -> Revert:
+        """Rewind to turn ``to_turn`` (0: before the first): files, conversation or both.
+
+        Validates everything first, captures the workspace so the revert can be undone, moves
+        the files, then rolls the conversation back in one transaction; later turns are kept as
+        reverted history. ``keep_user_edits`` undoes only the agent's own changes (RevertConflict,
+        with nothing written, where they clash with hand edits)."""
+        self._tb.journal.flush()
+        return revert.revert(
+            self._tb.store,
+            self._tb.checkpoints,
+            self.id,
+            to_turn,
+            files=files,
+            conversation=conversation,
+            keep_user_edits=keep_user_edits,
+            rollback=rollback,
+        )
+
+    def undo_revert(self) -> Revert:
+        """Undo the last revert: files, turns and head as they were just before it."""
+        return revert.undo_revert(self._tb.store, self._tb.checkpoints, self.id)
+
+    def reverts(self) -> list[Revert]:
+        with self._tb.store.read() as tx:
+            return tx.reverts(self.id)
 
     def step_checkpoints(self, ref: int | str) -> list[StepCheckpoint]:
         """The step checkpoints a running or interrupted turn can resume from, oldest first."""

@@ -17,6 +17,7 @@ explicit :func:`apply` or :func:`discard`, and every recovery reports all of the
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from turnback import faults
 from turnback.engine.fold import UnreadableEntry, notice
@@ -34,6 +35,9 @@ from turnback.model import (
 )
 from turnback.store import Store, Tx
 
+if TYPE_CHECKING:
+    from turnback.engine.checkpoints import WorkspaceCheckpoints
+
 
 def _interrupted_notice(count: int) -> str:
     return (
@@ -43,7 +47,11 @@ def _interrupted_notice(count: int) -> str:
     )
 
 
-def recover(store: Store, session_id: str | None = None) -> RecoveryReport:
+def recover(
+    store: Store,
+    session_id: str | None = None,
+    checkpoints: WorkspaceCheckpoints | None = None,
+) -> RecoveryReport:
     """Settle every running turn whose owner is dead (of one session, or all)."""
     with store.read() as tx:
         running = [
@@ -59,7 +67,7 @@ def recover(store: Store, session_id: str | None = None) -> RecoveryReport:
         if is_alive(owner):
             live.append(turn)
             continue
-        settled = recover_turn(store, turn)
+        settled = recover_turn(store, turn, checkpoints)
         if settled is not None and settled.status is TurnStatus.INTERRUPTED:
             recovered.append(settled)
     return RecoveryReport(
@@ -69,8 +77,21 @@ def recover(store: Store, session_id: str | None = None) -> RecoveryReport:
     )
 
 
-def recover_turn(store: Store, turn: Turn) -> Turn | None:
-    """Apply one dead owner's turn fast-forward, or set it aside. None if it had already gone."""
+def recover_turn(
+    store: Store, turn: Turn, checkpoints: WorkspaceCheckpoints | None = None
+) -> Turn | None:
+    """Apply one dead owner's turn fast-forward, or set it aside. None if it had already gone.
+
+    The workspace as recovery finds it is captured first, as the turn's end checkpoint: it is the
+    closest picture there is of what the turn left behind."""
+    capture = None
+    if checkpoints is not None:
+        with store.read() as tx:
+            session = tx.get_session(turn.session_id)
+        if session is not None:
+            capture = checkpoints.for_turn(
+                session.workspace, turn.session_id, turn.token, "end", turn.begin_checkpoint
+            )
     faults.point("recover.turn.before")
     with store.atomic() as tx:
         current = tx.get_turn(turn.token)
@@ -106,6 +127,8 @@ def recover_turn(store: Store, turn: Turn) -> Turn | None:
                 )
         if reason is not None:
             _set_aside(tx, current, reason, count)
+        if capture is not None:
+            capture.write(tx, turn.session_id, turn.token)
         settled = tx.get_turn(turn.token)
     faults.point("recover.turn.after")
     return settled

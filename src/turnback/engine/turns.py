@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,7 @@ from turnback.model import (
 from turnback.store import Tx
 
 if TYPE_CHECKING:
+    from turnback.engine.checkpoints import WorkspaceCheckpoints
     from turnback.engine.journal import Journal
     from turnback.store import Store
 
@@ -109,8 +110,18 @@ def validate_prompt(prompt: Any) -> Any:
     )
 
 
-def begin(store: Store, session_id: str, prompt: Any) -> Turn:
-    """Make a new running turn durable (invariant 1). Raises TurnInProgress (invariant 8)."""
+def begin(
+    store: Store,
+    session_id: str,
+    prompt: Any,
+    *,
+    token: str | None = None,
+    prepare: Callable[[Tx, Turn], None] | None = None,
+) -> Turn:
+    """Make a new running turn durable (invariant 1). Raises TurnInProgress (invariant 8).
+
+    ``prepare`` runs inside the begin transaction once the turn's row is in (it records the
+    baseline checkpoint, taken just before)."""
     prompt = validate_prompt(prompt)
     encode(prompt, "the prompt")
     owner = current_owner()
@@ -130,7 +141,7 @@ def begin(store: Store, session_id: str, prompt: Any) -> Turn:
             )
         head = tx.get_turn(session.head) if session.head else None
         turn = Turn(
-            token=uuid.uuid4().hex,
+            token=token or uuid.uuid4().hex,
             session_id=session_id,
             number=head.number + 1 if head else 1,
             parent=session.head,
@@ -141,6 +152,9 @@ def begin(store: Store, session_id: str, prompt: Any) -> Turn:
         )
         tx.upsert_owner(owner)
         tx.insert_turn(turn)
+        if prepare is not None:
+            prepare(tx, turn)
+            turn = tx.get_turn(turn.token) or turn
         faults.point("turn.begin.inside")
     faults.point("turn.begin.after")
     return turn
@@ -233,9 +247,20 @@ class RunningTurn:
     """A turn this process is running. As a context manager: a normal exit completes it, an
     exception fails it (cancellation cancels it) and propagates."""
 
-    def __init__(self, store: Store, journal: Journal, turn: Turn, next_seq: int = 1) -> None:
+    def __init__(
+        self,
+        store: Store,
+        journal: Journal,
+        turn: Turn,
+        *,
+        workspace: str | None = None,
+        checkpoints: WorkspaceCheckpoints | None = None,
+        next_seq: int = 1,
+    ) -> None:
         self._store = store
         self._journal = journal
+        self._workspace = workspace
+        self._checkpoints = checkpoints
         self.turn = turn
         self._seq = next_seq - 1
         self._ended = False
@@ -384,6 +409,15 @@ class RunningTurn:
     def _end(self, status: TurnStatus, detail: str | None, extra: Sequence[JSON] = ()) -> Turn:
         self._require_running()
         self._journal.flush()
+        capture = None
+        if self._checkpoints is not None and self._workspace is not None:
+            capture = self._checkpoints.for_turn(
+                self._workspace,
+                self.turn.session_id,
+                self.turn.token,
+                "end",
+                since=self.turn.begin_checkpoint,
+            )
         faults.point("turn.end.before")
         with self._store.atomic() as tx:
             if not commit_turn(tx, self.turn, status, detail=detail, extra=extra):
@@ -391,6 +425,8 @@ class RunningTurn:
                     f"turn {self.turn.number} ({self.turn.token}) is no longer running: another "
                     "process recovered it; `turnback show` shows what was kept"
                 )
+            if capture is not None:
+                capture.write(tx, self.turn.session_id, self.turn.token)
             faults.point("turn.end.inside")
             ended = tx.get_turn(self.turn.token)
         faults.point("turn.end.after")

@@ -94,8 +94,16 @@ class SQLiteStore:
     # -- opening -------------------------------------------------------------------------------
 
     def _check_identity(self) -> None:
-        """Refuse a file that is not a turnback database before anything is written to it."""
-        application_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
+        """Refuse a file that is not a turnback database before anything is written to it.
+
+        Both reads share one transaction: another process creating the database at the same
+        moment must not be seen half-way (tables there, application id not yet)."""
+        self._conn.execute("BEGIN")
+        try:
+            application_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
+            tables = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        finally:
+            self._rollback()
         if application_id == APPLICATION_ID:
             version = self._conn.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
@@ -104,7 +112,6 @@ class SQLiteStore:
                     f"turnback's {SCHEMA_VERSION}; upgrade turnback to open it"
                 )
             return
-        tables = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         if application_id != 0 or tables:
             raise StoreCorrupt(
                 f"{self.path} is a SQLite database that turnback did not create; it was left "
@@ -227,7 +234,7 @@ _TURN_COLUMNS = (
 _OWNER_COLUMNS = "id, host, boot_id, pid, start_time, created_at, lease_expires"
 _REVERT_COLUMNS = (
     "id, session_id, to_turn, from_head, target, undo_checkpoint, files, conversation, "
-    "keep_user_edits, state, created_at, detail, ended_at"
+    "keep_user_edits, state, created_at, detail, ended_at, owner_id"
 )
 
 
@@ -265,6 +272,7 @@ def _revert(row: tuple[Any, ...]) -> Revert:
         created_at=row[10],
         detail=row[11],
         ended_at=row[12],
+        owner_id=row[13],
     )
 
 
@@ -597,6 +605,12 @@ class _SQLiteTx:
 
     # workspace checkpoints and file changes
 
+    def release_checkpoints(self, tokens: Sequence[str]) -> None:
+        self._c.executemany(
+            "UPDATE turns SET begin_checkpoint = NULL, end_checkpoint = NULL WHERE token = ?",
+            [(t,) for t in tokens],
+        )
+
     def set_checkpoint(self, token: str, which: str, commit: str | None) -> None:
         column = {"begin": "begin_checkpoint", "end": "end_checkpoint"}[which]
         self._c.execute(f"UPDATE turns SET {column} = ? WHERE token = ?", (commit, token))
@@ -640,8 +654,7 @@ class _SQLiteTx:
 
     def insert_revert(self, revert: Revert) -> int:
         cursor = self._c.execute(
-            f"INSERT INTO reverts ({_REVERT_COLUMNS}) VALUES "
-            "(NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO reverts ({_REVERT_COLUMNS}) VALUES (NULL, {_marks(range(13))})",
             (
                 revert.session_id,
                 revert.to_turn,
@@ -655,6 +668,7 @@ class _SQLiteTx:
                 revert.created_at,
                 revert.detail,
                 revert.ended_at,
+                revert.owner_id,
             ),
         )
         return int(cursor.lastrowid or 0)
@@ -676,17 +690,40 @@ class _SQLiteTx:
         return [_revert(row) for row in rows]
 
     def set_revert_state(
-        self, revert_id: int, state: RevertState, now: float, detail: str | None = None
+        self,
+        revert_id: int,
+        state: RevertState,
+        now: float,
+        detail: str | None = None,
+        owner_id: str | None = None,
     ) -> None:
         self._c.execute(
-            "UPDATE reverts SET state = ?, ended_at = ?, detail = coalesce(?, detail) WHERE id = ?",
-            (state.value, now, detail, revert_id),
+            "UPDATE reverts SET state = ?, ended_at = ?, detail = coalesce(?, detail), "
+            "owner_id = coalesce(?, owner_id) WHERE id = ?",
+            (state.value, now, detail, owner_id, revert_id),
         )
 
     def mark_reverted(self, tokens: Sequence[str], revert_id: int | None) -> None:
         self._c.executemany(
             "UPDATE turns SET reverted_by = ? WHERE token = ?", [(revert_id, t) for t in tokens]
         )
+
+    def unmark_reverted(self, revert_id: int) -> list[str]:
+        tokens = [
+            row[0]
+            for row in self._all("SELECT token FROM turns WHERE reverted_by = ?", (revert_id,))
+        ]
+        self._c.execute("UPDATE turns SET reverted_by = NULL WHERE reverted_by = ?", (revert_id,))
+        return tokens
+
+    def running_turns_in_workspace(self, workspace: str) -> list[Turn]:
+        rows = self._all(
+            f"SELECT {', '.join('t.' + c for c in _TURN_COLUMNS.split(', '))} FROM turns t "
+            "JOIN sessions s ON s.id = t.session_id "
+            "WHERE s.workspace = ? AND t.status = 'running'",
+            (workspace,),
+        )
+        return [_turn(row) for row in rows]
 
     # health
 

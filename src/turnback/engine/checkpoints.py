@@ -1,0 +1,253 @@
+"""When a turn's workspace checkpoints are taken, and what their failures become.
+
+Invariant 4, snapshots before references: :meth:`Snapshots.capture` returns only once the
+checkpoint's objects and ref are on disk, and only then does the engine commit a row that names
+the commit. A crash in between leaves a ref no row names, which ``gc`` removes after a grace
+period; it can never leave a row naming a commit that does not exist.
+
+Invariant 1: a turn's baseline is taken before its agent runs. A capture that fails never blocks a
+turn: the failure becomes an activity (``checkpoint.capture.failed``), the turn's checkpoint stays
+empty, and its diff says it is unavailable. Captures of a workspace that keep failing back off
+(``checkpoint.capture.skipped``), so a missing git or a huge tree costs one failure, not one per
+turn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from turnback.errors import TurnbackError
+from turnback.model import ActivityLevel, FileChange, GcReport, TurnStatus, WorkspaceCheckpoint
+from turnback.store import Store, Tx
+from turnback.workspace import CaptureBackoff, Snapshots
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """An activity to record in the transaction that uses the capture it describes."""
+
+    level: ActivityLevel
+    code: str
+    message: str
+    data: dict[str, object] = field(default_factory=dict)
+
+    def record(self, tx: Tx, session_id: str, turn: str | None) -> None:
+        tx.insert_activity(
+            session_id, turn, self.level, self.code, self.message, self.data, time.time()
+        )
+
+
+@dataclass(slots=True)
+class TurnCapture:
+    """A checkpoint taken for a turn (or its absence), the file changes since the checkpoint it
+    is compared with, and the notes to record about it."""
+
+    moment: str  # "begin" or "end"
+    commit: str | None = None
+    changes: list[FileChange] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+
+    def write(self, tx: Tx, session_id: str, token: str) -> None:
+        """Record it on the turn, inside the caller's transaction (after the capture: inv. 4)."""
+        tx.set_checkpoint(token, self.moment, self.commit)
+        if self.changes:
+            scope = "before" if self.moment == "begin" else "turn"
+            tx.insert_file_changes(token, scope, self.changes)
+        for note in self.notes:
+            note.record(tx, session_id, token)
+
+
+def ref_for(session_id: str, token: str, moment: str) -> str:
+    """The shadow ref of a turn's checkpoint: ``<session>/<turn>/<begin|end>``."""
+    return f"{session_id}/{token}/{moment}"
+
+
+class WorkspaceCheckpoints:
+    """The engine's use of :class:`Snapshots`: captures, diffs and restores whose failures are
+    returned as notes instead of raised, where a turn must go on regardless."""
+
+    def __init__(
+        self,
+        home: Path,
+        *,
+        progress: Callable[[str, int, int], None] | None = None,
+        max_file_bytes: int = 50 * 2**20,
+        time_budget: float = 60.0,
+    ) -> None:
+        self._problems: list[tuple[Path, str]] = []
+        self._options = {"max_file_bytes": max_file_bytes, "time_budget": time_budget}
+        self._home = home
+        self.progress = progress
+        self._snapshots: Snapshots | None = None
+        self._backoff: dict[str, CaptureBackoff] = {}
+
+    @property
+    def snapshots(self) -> Snapshots:
+        """Made on first use, so opening turnback writes nothing and needs no git."""
+        if self._snapshots is None:
+            self._snapshots = Snapshots(
+                self._home,
+                progress=self.progress,
+                problems=lambda workspace, message: self._problems.append((workspace, message)),
+                max_file_bytes=int(self._options["max_file_bytes"]),
+                time_budget=float(self._options["time_budget"]),
+            )
+        return self._snapshots
+
+    def for_turn(
+        self, workspace: str, session_id: str, token: str, moment: str, since: str | None
+    ) -> TurnCapture:
+        """Capture a turn's ``begin`` or ``end`` checkpoint and what changed ``since`` a commit
+        (the previous turn's end for a begin: changes made outside any turn; the turn's own
+        begin for an end: what the turn did)."""
+        checkpoint, notes = self.capture(workspace, ref_for(session_id, token, moment))
+        commit = checkpoint.commit if checkpoint else None
+        changes, more = self.changes(workspace, since, commit)
+        return TurnCapture(moment, commit, changes, notes + more)
+
+    def capture(self, workspace: str, ref: str) -> tuple[WorkspaceCheckpoint | None, list[Note]]:
+        """Capture ``workspace``; never raises a turnback error (it becomes a note)."""
+        backoff = self._backoff.setdefault(workspace, CaptureBackoff())
+        now = time.time()
+        if not backoff.should_try(now):
+            wait = backoff.next_try - now
+            return (
+                None,
+                [
+                    Note(
+                        ActivityLevel.WARNING,
+                        "checkpoint.capture.skipped",
+                        f"no workspace checkpoint was taken: captures of {workspace} failed "
+                        f"{backoff.failures} times in a row; the next try is in {wait:.0f}s",
+                        {"ref": ref, "failures": backoff.failures},
+                    )
+                ],
+            )
+        try:
+            checkpoint = self.snapshots.capture(Path(workspace), ref)
+        except (TurnbackError, OSError) as error:
+            delay = backoff.record_failure(now)
+            return (
+                None,
+                [
+                    *self.take_problems(),
+                    Note(
+                        ActivityLevel.ERROR,
+                        "checkpoint.capture.failed",
+                        f"the workspace checkpoint could not be taken: {error}",
+                        {"ref": ref, "failures": backoff.failures, "retry_in": delay},
+                    ),
+                ],
+            )
+        backoff.record_success()
+        notes = self.take_problems()
+        if checkpoint.skipped:
+            shown = ", ".join(checkpoint.skipped[:5])
+            more = f" and {len(checkpoint.skipped) - 5} more" if len(checkpoint.skipped) > 5 else ""
+            notes.append(
+                Note(
+                    ActivityLevel.WARNING,
+                    "checkpoint.files.skipped",
+                    f"{len(checkpoint.skipped)} file(s) over the size limit were left out of the "
+                    f"checkpoint, and reverts leave them alone: {shown}{more}",
+                    {"paths": list(checkpoint.skipped)},
+                )
+            )
+        return checkpoint, notes
+
+    def changes(
+        self, workspace: str, old: str | None, new: str | None
+    ) -> tuple[list[FileChange], list[Note]]:
+        """The file changes between two commits; a note when they cannot be computed."""
+        if not old or not new:
+            return [], []
+        try:
+            return self.snapshots.changes(Path(workspace), old, new), []
+        except (TurnbackError, OSError) as error:
+            return (
+                [],
+                [
+                    Note(
+                        ActivityLevel.WARNING,
+                        "checkpoint.diff.failed",
+                        f"the checkpoints were captured, but their file summary is unavailable: "
+                        f"{error}",
+                    )
+                ],
+            )
+
+    def take_problems(self) -> list[Note]:
+        """Damage the snapshots found and repaired on the way (a damaged ref, say), as notes."""
+        problems, self._problems = self._problems, []
+        return [
+            Note(
+                ActivityLevel.WARNING,
+                "checkpoint.repaired",
+                message,
+                {"workspace": str(workspace)},
+            )
+            for workspace, message in problems
+        ]
+
+
+#: Refs and objects that no row names are garbage once older than this: younger ones may belong
+#: to a capture whose row another process has not committed yet.
+REF_GRACE = 3600.0
+
+
+def collect_garbage(
+    store: Store,
+    checkpoints: WorkspaceCheckpoints,
+    *,
+    keep: int | None = None,
+    older_than: float | None = None,
+) -> GcReport:
+    """Release old turns' checkpoints (``keep``), then prune what no row names.
+
+    Rows stop naming a checkpoint (one transaction) before its ref is deleted: the reverse of
+    invariant 4's order, so no row ever names a pruned checkpoint."""
+    released: list[str] = []
+    with store.atomic() as tx:
+        sessions = tx.list_sessions()
+        if keep is not None:
+            for session in sessions:
+                turns = tx.session_turns(session.id)
+                kept = (
+                    {
+                        t.token
+                        for t in sorted(
+                            (t for t in turns if t.in_conversation), key=lambda t: t.number
+                        )[-keep:]
+                    }
+                    if keep > 0
+                    else set()
+                )
+                released += [
+                    t.token
+                    for t in turns
+                    if t.token not in kept
+                    and t.status is not TurnStatus.RUNNING
+                    and (t.begin_checkpoint or t.end_checkpoint)
+                ]
+            tx.release_checkpoints(released)
+        named = tx.checkpoint_commits()
+    refs = freed = 0
+    problems: list[str] = []
+    workspaces = sorted({s.workspace for s in sessions})
+    for done, workspace in enumerate(workspaces, start=1):
+        try:
+            grace = REF_GRACE if older_than is None else older_than
+            removed, bytes_freed = checkpoints.snapshots.gc(
+                Path(workspace), keep=named, older_than=grace, object_grace=grace
+            )
+        except TurnbackError as error:
+            problems.append(f"{workspace}: {error}")
+            continue
+        refs += removed
+        freed += bytes_freed
+        if checkpoints.progress is not None:
+            checkpoints.progress("gc", done, len(workspaces))
+    return GcReport(len(released), refs, freed, tuple(problems))

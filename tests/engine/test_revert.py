@@ -1,0 +1,302 @@
+"""Workspace checkpoints of turns, diffs, reverts and their undo, through the public API on real
+git and real files (DESIGN.md invariants 4, 9 and 10)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import turnback
+from turnback import ChangeKind, MessageKind, RevertConflict, TurnStatus
+from turnback.engine.revert import NothingToRevert
+from turnback.errors import CheckpointUnavailable, TurnbackError, TurnInProgress, TurnNotFound
+
+
+def files(workspace: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(workspace)): p.read_text()
+        for p in sorted(workspace.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(workspace).parts
+    }
+
+
+def say(turn: turnback.RunningTurn, text: str) -> None:
+    turn.record({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "workspace"
+    path.mkdir()
+    (path / ".gitignore").write_text("*.log\n")
+    (path / "notes.txt").write_text("mine\n")
+    return path
+
+
+@pytest.fixture
+def session(tb: turnback.Turnback, workspace: Path) -> turnback.Session:
+    return tb.create_session(workspace)
+
+
+def run_turns(session: turnback.Session, workspace: Path) -> dict[str, Any]:
+    with session.turn("create a") as turn:
+        (workspace / "a.py").write_text("one\ntwo\nthree\n")
+        say(turn, "created a")
+    after_one = files(workspace)
+    (workspace / "between.txt").write_text("made by hand before turn two\n")
+    with session.turn("edit a, add b") as turn:
+        (workspace / "a.py").write_text("one\nTWO\nthree\n")
+        (workspace / "b.py").write_text("b\n")
+        say(turn, "edited")
+    with session.turn("drop b, add c") as turn:
+        (workspace / "b.py").unlink()
+        (workspace / "c.py").write_text("c\n")
+        say(turn, "dropped")
+    return {"after_one": after_one, "before": files(workspace)}
+
+
+def test_each_turn_records_its_own_changes(session: turnback.Session, workspace: Path) -> None:
+    run_turns(session, workspace)
+    first, second, third = session.turns()
+    assert [(f.path, f.kind, f.additions) for f in session.diff(1).files] == [
+        ("a.py", ChangeKind.ADDED, 3)
+    ]
+    two = session.diff(2)
+    assert [(f.path, f.kind, f.additions, f.deletions) for f in two.files] == [
+        ("a.py", ChangeKind.MODIFIED, 1, 1),
+        ("b.py", ChangeKind.ADDED, 1, 0),
+    ]
+    # the hand edit between turns is not blamed on turn two: it is a change outside any turn
+    assert [(f.path, f.kind) for f in two.outside] == [("between.txt", ChangeKind.ADDED)]
+    assert "+TWO" in (session.diff(2, patch=True).patch or "")
+    assert [(f.path, f.kind) for f in session.diff(3).files] == [
+        ("b.py", ChangeKind.DELETED),
+        ("c.py", ChangeKind.ADDED),
+    ]
+    assert all(t.begin_checkpoint and t.end_checkpoint for t in (first, second, third))
+    assert second.begin_checkpoint != first.end_checkpoint  # between.txt came in between
+
+
+def test_revert_rewinds_files_and_conversation_and_keeps_history(
+    session: turnback.Session, workspace: Path
+) -> None:
+    state = run_turns(session, workspace)
+    (workspace / "debug.log").write_text("ignored, never touched\n")
+    revert = session.revert(1)
+    assert revert.state == "committed"
+    # turn one's files, plus what existed before turn two began (never deleted), plus ignored
+    assert files(workspace) == {
+        **state["after_one"],
+        "between.txt": "made by hand before turn two\n",
+        "debug.log": "ignored, never touched\n",
+    }
+    turns = session.turns()
+    assert session.record.head == turns[0].token
+    assert [t.reverted_by for t in turns] == [None, revert.id, revert.id]
+    assert [m.text for m in session.messages() if m.kind is MessageKind.AGENT] == ["created a"]
+    with session.turn("after the revert") as turn:
+        say(turn, "continuing")
+    assert session.get_turn(2).token == turn.token and turn.turn.parent == turns[0].token
+
+
+def test_undo_revert_puts_everything_back(session: turnback.Session, workspace: Path) -> None:
+    state = run_turns(session, workspace)
+    head = session.record.head
+    session.revert(1)
+    session.undo_revert()
+    assert files(workspace) == state["before"]
+    assert session.record.head == head
+    assert all(t.reverted_by is None for t in session.turns())
+    assert [a.code for a in session.activities()][-2:] == ["turn.reverted", "turn.revert.undone"]
+    with pytest.raises(NothingToRevert):
+        session.undo_revert()
+
+
+def test_undo_is_refused_once_new_turns_were_made(
+    session: turnback.Session, workspace: Path
+) -> None:
+    run_turns(session, workspace)
+    session.revert(1)
+    with session.turn("new work"):
+        (workspace / "new.py").write_text("new\n")
+    with pytest.raises(NothingToRevert, match="made after"):
+        session.undo_revert()
+    assert (workspace / "new.py").exists()
+
+
+def test_revert_to_zero_goes_back_before_the_first_turn(
+    session: turnback.Session, workspace: Path
+) -> None:
+    before = files(workspace)
+    run_turns(session, workspace)
+    session.revert(0)
+    # between.txt was made after turn one began: only files older than the undone turns are kept
+    assert files(workspace) == before
+    assert session.record.head is None and session.messages() == []
+
+
+def test_files_only_and_conversation_only(session: turnback.Session, workspace: Path) -> None:
+    state = run_turns(session, workspace)
+    head = session.record.head
+    session.revert(1, conversation=False)
+    assert session.record.head == head and (workspace / "a.py").read_text() == "one\ntwo\nthree\n"
+    session.undo_revert()
+    assert files(workspace) == state["before"]
+    session.revert(1, files=False)
+    assert files(workspace) == state["before"]
+    assert session.record.head == session.turns()[0].token
+
+
+def test_keep_user_edits_undoes_only_the_agents_changes(
+    session: turnback.Session, workspace: Path
+) -> None:
+    run_turns(session, workspace)
+    (workspace / "a.py").write_text("one\nTWO\nthree\nmy own line\n")
+    (workspace / "later.txt").write_text("made by hand after the turns\n")
+    session.revert(1, keep_user_edits=True)
+    assert (workspace / "a.py").read_text() == "one\ntwo\nthree\nmy own line\n"
+    assert (workspace / "later.txt").exists() and (workspace / "between.txt").exists()
+    assert not (workspace / "b.py").exists() and not (workspace / "c.py").exists()
+
+
+def test_a_conflict_writes_nothing_and_changes_nothing(
+    session: turnback.Session, workspace: Path
+) -> None:
+    run_turns(session, workspace)
+    (workspace / "a.py").write_text("one\nMINE\nthree\n")  # the line turn two changed
+    before, head = files(workspace), session.record.head
+    with pytest.raises(RevertConflict) as raised:
+        session.revert(1, keep_user_edits=True)
+    assert raised.value.paths == ("a.py",)
+    assert files(workspace) == before and session.record.head == head
+    assert session.reverts()[-1].state == "rolled_back"
+    assert "checkpoint.revert.failed" in [a.code for a in session.activities()]
+
+
+def test_revert_is_refused_while_a_turn_runs_on_the_workspace(
+    tb: turnback.Turnback, session: turnback.Session, workspace: Path
+) -> None:
+    state = run_turns(session, workspace)
+    other = tb.create_session(workspace)
+    with other.turn("busy elsewhere") as running:
+        with pytest.raises(TurnInProgress, match="running") as raised:
+            session.revert(1)
+        assert raised.value.running_token == running.token
+    assert files(workspace) == state["before"] and session.reverts() == []
+
+
+@pytest.mark.parametrize("to", [-1, 4])
+def test_a_turn_that_does_not_exist(session: turnback.Session, workspace: Path, to: int) -> None:
+    run_turns(session, workspace)
+    with pytest.raises(TurnNotFound, match="turns 1 to 3"):
+        session.revert(to)
+    with pytest.raises(NothingToRevert):
+        session.revert(3)
+
+
+def test_a_missing_checkpoint_refuses_a_files_revert_before_anything_moves(
+    tb: turnback.Turnback, session: turnback.Session, workspace: Path
+) -> None:
+    state = run_turns(session, workspace)
+    first = session.turns()[0].token
+    with tb.store.atomic() as tx:
+        tx.release_checkpoints([first])
+    with pytest.raises(CheckpointUnavailable, match="conversation only"):
+        session.revert(1)
+    assert files(workspace) == state["before"] and session.reverts() == []
+    session.revert(1, files=False)  # the conversation can still be rewound
+    assert session.record.head == session.turns()[0].token
+
+
+class Rollback:
+    def __init__(self, refuse: bool = False, fail: bool = False) -> None:
+        self.refuse, self.fail = refuse, fail
+        self.calls: list[tuple[int, list[str]]] = []
+
+    def check(self, turns: int) -> None:
+        if self.refuse:
+            raise TurnbackError("this agent cannot roll back its conversation")
+
+    def apply(self, turns: int, transcript: list[turnback.Message]) -> None:
+        self.calls.append((turns, [m.text for m in transcript]))
+        if self.fail:
+            raise TurnbackError("the agent went away")
+
+
+def test_the_agents_rollback_is_checked_first_and_applied(
+    session: turnback.Session, workspace: Path
+) -> None:
+    state = run_turns(session, workspace)
+    with pytest.raises(TurnbackError, match="cannot roll back"):
+        session.revert(1, rollback=Rollback(refuse=True))
+    assert files(workspace) == state["before"] and session.reverts() == []
+    failing = Rollback(fail=True)
+    with pytest.raises(TurnbackError, match="went away"):
+        session.revert(1, rollback=failing)
+    assert files(workspace) == state["before"], "files moved although the rollback failed"
+    assert session.record.head == session.turns()[-1].token
+    working = Rollback()
+    session.revert(1, rollback=working)
+    assert working.calls == [(2, ["create a", "created a"])]
+
+
+def test_capture_failures_never_block_a_turn(
+    tb: turnback.Turnback, session: turnback.Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")  # no git
+    for _ in range(4):
+        with session.turn("no git here") as turn:
+            say(turn, "still works")
+    turns = session.turns()
+    assert [t.status for t in turns] == [TurnStatus.COMPLETED] * 4
+    assert not any(t.begin_checkpoint or t.end_checkpoint for t in turns)
+    codes = [a.code for a in session.activities()]
+    assert "checkpoint.capture.failed" in codes and "checkpoint.capture.skipped" in codes
+    assert any("git" in a.message for a in session.activities() if a.level == "error")
+    assert not session.diff(1).available
+    with pytest.raises(CheckpointUnavailable, match="unavailable"):
+        session.diff(1, patch=True)
+
+
+def test_gc_releases_old_checkpoints_and_frees_space(
+    tb: turnback.Turnback, session: turnback.Session, workspace: Path
+) -> None:
+    for i in range(4):
+        with session.turn(f"turn {i}"):
+            (workspace / f"big{i}.bin").write_bytes(bytes([i + 1]) * 500_000)
+            if i:
+                (workspace / f"big{i - 1}.bin").unlink()
+    report = tb.gc(keep=1, older_than=0)
+    assert report.checkpoints_released == 3 and report.refs_removed >= 5
+    assert report.bytes_freed > 0
+    turns = session.turns()
+    assert not session.diff(turns[0].token).available
+    assert session.diff(turns[-1].token, patch=True).patch is not None
+    assert tb.gc(keep=1, older_than=0).checkpoints_released == 0
+
+
+def test_a_git_workspace_is_left_exactly_as_it_was(tb: turnback.Turnback, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "tracked.py").write_text("v1\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    dot_git = {
+        str(p.relative_to(repo)): p.read_bytes() for p in (repo / ".git").rglob("*") if p.is_file()
+    }
+    session = tb.create_session(repo)
+    with session.turn("edit"):
+        (repo / "tracked.py").write_text("v2\n")
+    session.revert(0)
+    session.undo_revert()
+    tb.gc(keep=0, older_than=0)
+    after = {
+        str(p.relative_to(repo)): p.read_bytes() for p in (repo / ".git").rglob("*") if p.is_file()
+    }
+    assert after == dot_git, "turnback changed the user's .git"
+    assert (repo / "tracked.py").read_text() == "v2\n"
