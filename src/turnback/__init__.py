@@ -11,8 +11,10 @@ with session.turn("fix the failing test") as turn:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from turnback.engine.handle import Session, Turnback
+from turnback.engine.revert import ConversationRollback
 from turnback.engine.turns import RunningTurn
 from turnback.errors import (
     AmbiguousId,
@@ -21,6 +23,7 @@ from turnback.errors import (
     GitUnavailable,
     InvalidEvent,
     InvalidId,
+    NothingToRevert,
     NotSetAside,
     RevertConflict,
     SchemaTooNew,
@@ -43,14 +46,18 @@ from turnback.model import (
     Durability,
     EventKind,
     FileChange,
+    GcReport,
     Message,
     MessageKind,
     RecoveryReport,
+    Revert,
+    RevertState,
     RunEvent,
     SessionRecord,
     StepCheckpoint,
     SweepReport,
     Turn,
+    TurnDiff,
     TurnStatus,
     UnrecoveredTurn,
     WorkspaceCheckpoint,
@@ -66,16 +73,22 @@ def open(
     create: bool = True,
     busy_timeout: float = 5.0,
     batch_window: float = 0.01,
+    checkpoints: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> Turnback:
     """Open turnback on ``home`` ($TURNBACK_HOME, else the platform data directory).
 
-    ``create=False`` refuses a home with no database yet (StoreNotFound) instead of making one."""
+    ``create=False`` refuses a home with no database yet (StoreNotFound) instead of making one.
+    ``checkpoints=False`` turns workspace checkpoints off (no git needed; no diffs or file
+    reverts). ``progress(stage, done, total)`` hears about long captures and gc."""
     return Turnback(
         home,
         durability=durability,
         create=create,
         busy_timeout=busy_timeout,
         batch_window=batch_window,
+        checkpoints=checkpoints,
+        progress=progress,
     )
 
 
@@ -85,9 +98,11 @@ __all__ = [
     "AmbiguousId",
     "ChangeKind",
     "CheckpointUnavailable",
+    "ConversationRollback",
     "Durability",
     "EventKind",
     "FileChange",
+    "GcReport",
     "GitFailed",
     "GitUnavailable",
     "InvalidEvent",
@@ -95,8 +110,11 @@ __all__ = [
     "Message",
     "MessageKind",
     "NotSetAside",
+    "NothingToRevert",
     "RecoveryReport",
+    "Revert",
     "RevertConflict",
+    "RevertState",
     "RunEvent",
     "RunningTurn",
     "SchemaTooNew",
@@ -111,6 +129,7 @@ __all__ = [
     "StoreUnavailable",
     "SweepReport",
     "Turn",
+    "TurnDiff",
     "TurnInProgress",
     "TurnNotFound",
     "TurnNotRunning",

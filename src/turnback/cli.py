@@ -18,7 +18,15 @@ import click
 
 if TYPE_CHECKING:
     from turnback import Turnback
-    from turnback.model import Activity, Message, SessionRecord, Turn, UnrecoveredTurn
+    from turnback.model import (
+        Activity,
+        FileChange,
+        Message,
+        Revert,
+        SessionRecord,
+        Turn,
+        UnrecoveredTurn,
+    )
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -95,6 +103,50 @@ def session_json(session: SessionRecord, turns: int | None = None) -> dict[str, 
     return data
 
 
+def change_json(change: FileChange) -> dict[str, Any]:
+    return {
+        "path": change.path,
+        "kind": change.kind.value,
+        "additions": change.additions,
+        "deletions": change.deletions,
+        "binary": change.binary,
+        "old_path": change.old_path,
+    }
+
+
+_KIND_LETTERS = {
+    "added": "A",
+    "modified": "M",
+    "deleted": "D",
+    "renamed": "R",
+    "type_changed": "T",
+}
+
+
+def _changes_line(changes: Sequence[FileChange], limit: int = 6) -> str:
+    shown = [
+        f"{_KIND_LETTERS[c.kind.value]} " + (f"{c.old_path} -> {c.path}" if c.old_path else c.path)
+        for c in changes[:limit]
+    ]
+    more = f", … {len(changes) - limit} more" if len(changes) > limit else ""
+    return ", ".join(shown) + more
+
+
+def revert_json(revert: Revert) -> dict[str, Any]:
+    return {
+        "id": revert.id,
+        "session": revert.session_id,
+        "state": revert.state.value,
+        "to_turn": revert.to_turn,
+        "from_head": revert.from_head,
+        "files": revert.files,
+        "conversation": revert.conversation,
+        "keep_user_edits": revert.keep_user_edits,
+        "undo_checkpoint": revert.undo_checkpoint,
+        "detail": revert.detail,
+    }
+
+
 def message_json(message: Message) -> dict[str, Any]:
     return {"kind": message.kind.value, "text": message.text, "data": message.data}
 
@@ -121,6 +173,30 @@ def _emit_json(data: Any) -> None:
 # -- plumbing ----------------------------------------------------------------------------------
 
 
+class Progress:
+    """A one-line progress report on a terminal's stderr, shown only once work has taken more
+    than a moment; silent when stderr is not a terminal."""
+
+    def __init__(self, delay: float = 0.5) -> None:
+        self.delay = delay
+        self.started: float | None = None
+        self.shown = False
+        self.enabled = sys.stderr.isatty()
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        self.started = self.started or now
+        if now - self.started < self.delay and done < total:
+            return
+        click.echo(f"\r{stage}: {done}/{total}".ljust(40), nl=False, err=True)
+        self.shown = True
+        if done >= total:
+            click.echo(err=True)
+            self.started, self.shown = None, False
+
+
 class Context:
     def __init__(self, home: str | None) -> None:
         self.home = home
@@ -131,7 +207,7 @@ class Context:
         if self._tb is None:
             import turnback
 
-            self._tb = turnback.open(self.home, create=False)
+            self._tb = turnback.open(self.home, create=False, progress=Progress())
         return self._tb
 
     def close(self) -> None:
@@ -196,8 +272,23 @@ def log(state: Context, session: str, as_json: bool) -> None:
     """Show a session's turns: number, status, events and prompt."""
     handle = state.tb.session(session)
     turns = handle.turns()
+    diffs = {t.token: handle.diff(t.token) for t in turns}
     if as_json:
-        _emit_json({"session": session_json(handle.record), "turns": [turn_json(t) for t in turns]})
+        _emit_json(
+            {
+                "session": session_json(handle.record),
+                "turns": [
+                    {
+                        **turn_json(t),
+                        "files": [change_json(f) for f in diffs[t.token].files],
+                        "outside": [change_json(f) for f in diffs[t.token].outside],
+                        "checkpoints": {"begin": t.begin_checkpoint, "end": t.end_checkpoint},
+                        "reverted_by": t.reverted_by,
+                    }
+                    for t in turns
+                ],
+            }
+        )
         return
     record = handle.record
     click.echo(f"session {record.id}  {record.title or ''}".rstrip())
@@ -205,18 +296,32 @@ def log(state: Context, session: str, as_json: bool) -> None:
     if not turns:
         click.echo("No turns yet.")
         return
-    rows = [
-        [
-            str(t.number) if t.status.ended or t.status == "running" else "-",
-            t.token[:12],
-            _status(t.status.value),
-            str(t.event_count),
-            _when(t.started_at),
-            _short(t.prompt_text, 50),
-        ]
-        for t in turns
-    ]
-    click.echo(_table(["#", "token", "status", "events", "started", "prompt"], rows))
+    for t in turns:
+        diff = diffs[t.token]
+        if diff.outside:
+            click.echo(
+                _colour(f"   changed outside any turn: {_changes_line(diff.outside)}", dim=True)
+            )
+        number = str(t.number) if t.status.ended or t.status == "running" else "-"
+        status = _status(t.status.value) + (
+            _colour(" (reverted)", dim=True) if t.reverted_by else ""
+        )
+        added = sum(f.additions for f in diff.files)
+        removed = sum(f.deletions for f in diff.files)
+        click.echo(
+            f"{number:>3}  {t.token[:12]}  {status}  {_when(t.started_at)}  "
+            f"{t.event_count} events  {_short(t.prompt_text, 50)}"
+        )
+        if diff.files:
+            click.echo(
+                f"     {len(diff.files)} file(s) "
+                + _colour(f"+{added}", fg="green")
+                + " "
+                + _colour(f"-{removed}", fg="red")
+                + f": {_changes_line(diff.files)}"
+            )
+        elif not diff.available and t.status != "running":
+            click.echo(_colour("     workspace checkpoint unavailable", fg="yellow"))
     aside = [t for t in turns if t.status == "set_aside"]
     if aside:
         click.echo(
@@ -278,9 +383,13 @@ def recover(state: Context, as_json: bool) -> None:
                 "recovered": [{**turn_json(t), "session": t.session_id} for t in report.recovered],
                 "set_aside": [unrecovered_json(u) for u in report.set_aside],
                 "live": [{**turn_json(t), "session": t.session_id} for t in report.live],
+                "reverts": [revert_json(r) for r in report.reverts],
             }
         )
         return
+    for r in report.reverts:
+        action = "finished undoing" if r.state == "undone" else "rolled back"
+        click.echo(f"{action} revert {r.id} of session {r.session_id[:12]}, left half done")
     for t in report.recovered:
         click.echo(
             f"recovered turn {t.number} of session {t.session_id[:12]} as interrupted "
@@ -296,7 +405,7 @@ def recover(state: Context, as_json: bool) -> None:
         )
     for t in report.live:
         click.echo(f"left alone: turn {t.number} of session {t.session_id[:12]} is still running")
-    if not (report.recovered or report.set_aside or report.live):
+    if not (report.recovered or report.set_aside or report.live or report.reverts):
         click.echo("Nothing to recover.")
     elif report.set_aside:
         click.echo(
@@ -381,6 +490,153 @@ def activities(state: Context, session: str, as_json: bool) -> None:
         click.echo(f"{_when(a.at)}  {level:<7}  {a.code}  {a.message}")
     if not items:
         click.echo("No activities.")
+
+
+@cli.command()
+@click.argument("session")
+@click.argument("turn")
+@click.option("--stat", is_flag=True, help="Only the changed files with their +/- counts.")
+@json_option
+@pass_state
+def diff(state: Context, session: str, turn: str, stat: bool, as_json: bool) -> None:
+    """Show what a turn changed in the workspace (its begin checkpoint to its end).
+
+    Changes made between turns, by hand or by a `git pull`, are listed apart: they are not
+    the agent's."""
+    handle = state.tb.session(session)
+    found = handle.diff(turn, patch=not stat and not as_json)
+    if as_json:
+        full = handle.diff(turn, patch=found.available).patch if found.available else None
+        _emit_json(
+            {
+                "turn": turn_json(found.turn),
+                "available": found.available,
+                "files": [change_json(f) for f in found.files],
+                "outside": [change_json(f) for f in found.outside],
+                "patch": full,
+            }
+        )
+        return
+    if found.outside:
+        click.echo(f"changed outside any turn, before turn {found.turn.number}:")
+        for change in found.outside:
+            click.echo(f"  {_KIND_LETTERS[change.kind.value]} {change.path}")
+        click.echo()
+    if not found.available:
+        click.echo(f"turn {found.turn.number}: workspace checkpoint unavailable")
+        return
+    if stat or not found.patch:
+        width = max((len(c.path) for c in found.files), default=0)
+        for c in found.files:
+            counts = "binary" if c.binary else f"+{c.additions} -{c.deletions}"
+            label = f"{c.old_path} -> {c.path}" if c.old_path else c.path
+            click.echo(f"  {_KIND_LETTERS[c.kind.value]} {label.ljust(width)}  {counts}")
+        if not found.files:
+            click.echo(f"turn {found.turn.number} changed no files")
+        return
+    for line in found.patch.splitlines():
+        colour = {"+": "green", "-": "red", "@": "cyan"}.get(line[:1])
+        bold = line.startswith(("+++", "---", "diff "))
+        click.echo(_colour(line, fg=None if bold else colour, bold=bold))
+
+
+@cli.command()
+@click.argument("session")
+@click.argument("turn", required=False)
+@click.option("--files-only", is_flag=True, help="Restore the files; keep the conversation.")
+@click.option(
+    "--conversation-only", is_flag=True, help="Rewind the conversation; leave the files alone."
+)
+@click.option(
+    "--keep-user-edits",
+    is_flag=True,
+    help="Undo only the agent's own changes; keep edits made by hand.",
+)
+@click.option("--undo", is_flag=True, help="Undo the session's last revert.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+@pass_state
+def revert(
+    state: Context,
+    session: str,
+    turn: str | None,
+    files_only: bool,
+    conversation_only: bool,
+    keep_user_edits: bool,
+    undo: bool,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Rewind a session to TURN (0: before its first turn): files, conversation, or both.
+
+    Later turns are kept as reverted history, and `turnback revert --undo SESSION` puts
+    everything back. Files that existed before the undone turns began, and ignored files,
+    are never deleted."""
+    if files_only and conversation_only:
+        raise click.UsageError("--files-only and --conversation-only exclude each other")
+    if undo and turn is not None:
+        raise click.UsageError("`revert --undo SESSION` takes no TURN: it undoes the last revert")
+    if not undo and (turn is None or not turn.strip().isdigit()):
+        raise click.UsageError("revert needs the TURN number to go back to (0: before the first)")
+    handle = state.tb.session(session)
+    what = "undo the last revert" if undo else f"revert session {handle.id[:12]} to turn {turn}"
+    if not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError(f"this would {what}; pass --yes to confirm without a terminal")
+        click.confirm(f"{what[0].upper()}{what[1:]}?", abort=True)
+    if undo:
+        result = handle.undo_revert()
+    else:
+        assert turn is not None
+        result = handle.revert(
+            int(turn),
+            files=not conversation_only,
+            conversation=not files_only,
+            keep_user_edits=keep_user_edits,
+        )
+    if as_json:
+        _emit_json(revert_json(result))
+    elif undo:
+        click.echo(f"undid revert {result.id}: files, turns and head are as before it")
+    else:
+        click.echo(
+            f"reverted to turn {turn} (revert {result.id}); "
+            f"`turnback revert --undo {handle.id[:12]}` puts it back"
+        )
+
+
+@cli.command()
+@click.option(
+    "--keep",
+    type=click.IntRange(min=0),
+    help="Keep checkpoints of each session's last N turns only.",
+)
+@click.option(
+    "--older-than",
+    type=click.FloatRange(min=0),
+    help="Prune unnamed refs and objects older than this many seconds (default 3600).",
+)
+@json_option
+@pass_state
+def gc(state: Context, keep: int | None, older_than: float | None, as_json: bool) -> None:
+    """Prune workspace checkpoints nothing needs and report the bytes freed."""
+    report = state.tb.gc(keep=keep, older_than=older_than)
+    if as_json:
+        _emit_json(
+            {
+                "checkpoints_released": report.checkpoints_released,
+                "refs_removed": report.refs_removed,
+                "bytes_freed": report.bytes_freed,
+                "problems": list(report.problems),
+            }
+        )
+        return
+    click.echo(
+        f"released {report.checkpoints_released} turn checkpoint(s), removed "
+        f"{report.refs_removed} ref(s), freed {report.bytes_freed / 2**20:.1f} MiB"
+    )
+    for problem in report.problems:
+        click.echo(_colour(f"could not prune {problem}", fg="yellow"), err=True)
 
 
 @cli.command()

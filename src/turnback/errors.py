@@ -92,6 +92,12 @@ class CheckpointUnavailable(WorkspaceError):
     """A workspace checkpoint a diff or revert needs does not exist (or was pruned)."""
 
 
+class NothingToRevert(TurnbackError):
+    """A revert or undo that has nothing to do, or would drop newer work."""
+
+    exit_code = 3
+
+
 class RevertConflict(WorkspaceError):
     """A revert would overwrite changes it must keep; nothing was written."""
 

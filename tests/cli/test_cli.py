@@ -184,7 +184,12 @@ def test_show(home: Path, session: turnback.Session, completed: turnback.Turn) -
 
 def test_recover_with_nothing_to_do(home: Path, session: turnback.Session) -> None:
     assert "Nothing to recover" in ok(home, "recover")
-    assert ok_json(home, "recover") == {"recovered": [], "set_aside": [], "live": []}
+    assert ok_json(home, "recover") == {
+        "recovered": [],
+        "set_aside": [],
+        "live": [],
+        "reverts": [],
+    }
 
 
 def test_recover_applies_a_dead_owners_turn(

@@ -11,8 +11,13 @@ import pytest
 
 import turnback
 from turnback import ChangeKind, MessageKind, RevertConflict, TurnStatus
-from turnback.engine.revert import NothingToRevert
-from turnback.errors import CheckpointUnavailable, TurnbackError, TurnInProgress, TurnNotFound
+from turnback.errors import (
+    CheckpointUnavailable,
+    NothingToRevert,
+    TurnbackError,
+    TurnInProgress,
+    TurnNotFound,
+)
 
 
 def files(workspace: Path) -> dict[str, str]:

@@ -38,6 +38,7 @@ from turnback.engine.checkpoints import WorkspaceCheckpoints
 from turnback.engine.owners import current_owner, is_alive
 from turnback.errors import (
     CheckpointUnavailable,
+    NothingToRevert,
     SessionNotFound,
     TurnbackError,
     TurnInProgress,
@@ -58,10 +59,6 @@ class ConversationRollback(Protocol):
     def apply(self, turns: int, transcript: list[Message]) -> None:
         """Roll the agent's context back ``turns`` turns; ``transcript`` is the conversation
         that remains."""
-
-
-class NothingToRevert(TurnbackError):
-    exit_code = 3
 
 
 _UNFINISHED = (RevertState.STARTED, RevertState.FILES_RESTORED, RevertState.UNDOING)

@@ -1,0 +1,84 @@
+"""The workspace commands as a user runs them: log with files, diff, revert (and --undo), gc."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import turnback
+
+from .test_cli import ok, ok_json, run
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "workspace"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def session_id(home: Path, workspace: Path) -> str:
+    with turnback.open(home) as tb:
+        session = tb.create_session(workspace)
+        with session.turn("create a"):
+            (workspace / "a.py").write_text("one\ntwo\n")
+        (workspace / "hand.txt").write_text("by hand\n")
+        with session.turn("edit a"):
+            (workspace / "a.py").write_text("one\nTWO\n")
+        return session.id
+
+
+def test_log_shows_files_and_changes_outside_turns(home: Path, session_id: str) -> None:
+    text = ok(home, "log", session_id)
+    assert "A a.py" in text and "M a.py" in text and "+1 -1" in text
+    assert "changed outside any turn: A hand.txt" in text
+    turns = ok_json(home, "log", session_id)["turns"]
+    assert [[f["path"] for f in t["files"]] for t in turns] == [["a.py"], ["a.py"]]
+    assert [f["path"] for f in turns[1]["outside"]] == ["hand.txt"]
+    assert all(t["checkpoints"]["begin"] and t["checkpoints"]["end"] for t in turns)
+
+
+def test_diff_patch_stat_and_json(home: Path, session_id: str) -> None:
+    patch = ok(home, "diff", session_id, "2")
+    assert "-two" in patch and "+TWO" in patch and "by hand" not in patch.split("diff --git")[-1]
+    assert "a.py" in ok(home, "diff", session_id, "2", "--stat")
+    data = ok_json(home, "diff", session_id, "2")
+    assert data["available"] and "+TWO" in data["patch"]
+    assert [f["kind"] for f in data["files"]] == ["modified"]
+
+
+def test_revert_and_undo(home: Path, workspace: Path, session_id: str) -> None:
+    refused = run(home, "revert", session_id, "1")  # no terminal, no --yes
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    assert (workspace / "a.py").read_text() == "one\nTWO\n"
+    data = ok_json(home, "revert", session_id, "1", "--yes")
+    assert data["state"] == "committed" and data["files"] and data["conversation"]
+    assert (workspace / "a.py").read_text() == "one\ntwo\n"
+    assert (workspace / "hand.txt").exists(), "a file made before turn 2 began was deleted"
+    assert "undid revert" in ok(home, "revert", "--undo", session_id, "--yes")
+    assert (workspace / "a.py").read_text() == "one\nTWO\n"
+    assert (
+        ok_json(home, "revert", session_id, "1", "--files-only", "--yes")["conversation"] is False
+    )
+
+
+def test_revert_usage_errors_and_conflicts(home: Path, workspace: Path, session_id: str) -> None:
+    both = run(home, "revert", session_id, "1", "--files-only", "--conversation-only", "--yes")
+    assert both.returncode == 2
+    assert run(home, "revert", "--undo", session_id, "1", "--yes").returncode == 2
+    assert run(home, "revert", session_id, "--yes").returncode == 2
+    nothing = run(home, "revert", session_id, "2", "--yes")
+    assert nothing.returncode == 3 and "already at turn 2" in nothing.stderr
+    (workspace / "a.py").write_text("one\nMINE\n")
+    conflict = run(home, "revert", session_id, "1", "--keep-user-edits", "--yes")
+    assert conflict.returncode == 3 and "a.py" in conflict.stderr
+    assert (workspace / "a.py").read_text() == "one\nMINE\n"
+
+
+def test_gc(home: Path, session_id: str) -> None:
+    data = ok_json(home, "gc", "--keep", "1", "--older-than", "0")
+    assert data["checkpoints_released"] == 1 and data["refs_removed"] >= 1
+    assert "freed" in ok(home, "gc")
+    assert run(home, "gc", "--keep", "-1").returncode == 2
