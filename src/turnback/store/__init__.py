@@ -135,6 +135,7 @@ class Tx(Protocol):
     def release_checkpoints(self, tokens: Sequence[str]) -> None:
         """Stop naming the turns' workspace checkpoints (gc may then prune them)."""
         ...
+
     def checkpoint_commits(self) -> set[str]:
         """Every workspace commit a row names: what gc must keep."""
         ...
