@@ -640,6 +640,26 @@ def gc(state: Context, keep: int | None, older_than: float | None, as_json: bool
 
 
 @cli.command()
+@json_option
+@pass_state
+def doctor(state: Context, as_json: bool) -> None:
+    """Check git, the home, the database and the checkpoints; say what to do for each problem.
+
+    Exits 1 when something needs attention."""
+    checks = state.tb.doctor()
+    if as_json:
+        _emit_json([{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix} for c in checks])
+    else:
+        for check in checks:
+            mark = _colour("ok  ", fg="green") if check.ok else _colour("FAIL", fg="red")
+            click.echo(f"{mark}  {check.name}: {check.detail}")
+            if check.fix:
+                click.echo(f"      → {check.fix}")
+    if not all(c.ok for c in checks):
+        sys.exit(1)
+
+
+@cli.command()
 @click.option("--keep", is_flag=True, help="Keep the demo's home and workspace afterwards.")
 @click.option("--workspace", type=click.Path(file_okay=False), help="Run the demo in this folder.")
 @json_option

@@ -320,3 +320,13 @@ class GcReport:
     refs_removed: int = 0
     bytes_freed: int = 0
     problems: tuple[str, ...] = ()  # workspaces that could not be pruned, and why
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCheck:
+    """One finding of ``turnback doctor``: what was checked, whether it is healthy, what to do."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str | None = None

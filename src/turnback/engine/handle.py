@@ -30,6 +30,7 @@ from turnback.model import (
     ActivityLevel,
     Durability,
     GcReport,
+    HealthCheck,
     Message,
     RecoveryReport,
     Revert,
@@ -170,6 +171,12 @@ class Turnback:
         if self.checkpoints is None:
             return GcReport()
         return collect_garbage(self.store, self.checkpoints, keep=keep, older_than=older_than)
+
+    def doctor(self) -> list[HealthCheck]:
+        """Check git, the home, the database, recovery and every shadow repository."""
+        from turnback.engine.doctor import doctor
+
+        return doctor(self)
 
     def close(self) -> None:
         if self._closed:

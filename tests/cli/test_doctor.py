@@ -1,0 +1,62 @@
+"""`turnback doctor`: each problem is found, explained, and given something to do."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import turnback
+
+from .test_cli import TURNBACK, ok_json, run
+
+
+def make_home(home: Path, workspace: Path) -> str:
+    workspace.mkdir()
+    with turnback.open(home) as tb:
+        session = tb.create_session(workspace)
+        with session.turn("write a"):
+            (workspace / "a.txt").write_text("a\n")
+        return session.id
+
+
+def test_a_healthy_home(home: Path, tmp_path: Path) -> None:
+    make_home(home, tmp_path / "ws")
+    checks = ok_json(home, "doctor")
+    assert all(c["ok"] for c in checks), checks
+    assert {"git", "home", "database", "recovery"} <= {c["name"] for c in checks}
+
+
+def test_a_damaged_ref_is_repaired_and_reported(home: Path, tmp_path: Path) -> None:
+    make_home(home, tmp_path / "ws")
+    refs = [p for p in (home / "shadow").rglob("refs/turnback/**/*") if p.is_file()]
+    refs[0].write_bytes(b"")  # a crash of another tool left a 0-byte ref
+    result = run(home, "doctor")
+    assert result.returncode == 1
+    assert "repaired" in result.stdout and refs[0].name in result.stdout
+    assert run(home, "doctor").returncode == 0, "the repair did not hold"
+
+
+def test_a_dead_turn_asks_for_recovery(home: Path, tmp_path: Path) -> None:
+    session_id = make_home(home, tmp_path / "ws")
+    child = (
+        "import os, signal, sys, turnback\n"
+        "tb = turnback.open(sys.argv[1]); tb.session(sys.argv[2]).turn('dies')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    python = Path(TURNBACK).parent / "python"
+    subprocess.run([str(python), "-c", child, str(home), session_id], check=False)
+    result = run(home, "doctor")
+    assert result.returncode == 1 and "turnback recover" in result.stdout
+    run(home, "recover")
+    assert run(home, "doctor").returncode == 0
+
+
+def test_git_missing(home: Path, tmp_path: Path) -> None:
+    make_home(home, tmp_path / "ws")
+    env = {**os.environ, "PATH": str(Path(TURNBACK).parent), "NO_COLOR": "1"}
+    result = subprocess.run(
+        [TURNBACK, "--home", str(home), "doctor"], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 1
+    assert "FAIL  git" in result.stdout and "install git" in result.stdout
