@@ -24,6 +24,7 @@ def test_exported_members() -> None:
         "GcReport",
         "GitFailed",
         "GitUnavailable",
+        "HealthCheck",
         "InvalidEvent",
         "InvalidId",
         "Message",
