@@ -98,12 +98,28 @@ class WorkspaceCheckpoints:
         return self._snapshots
 
     def for_turn(
-        self, workspace: str, session_id: str, token: str, moment: str, since: str | None
+        self,
+        workspace: str,
+        session_id: str,
+        token: str,
+        moment: str,
+        since: str | None,
+        *,
+        shared: dict[str, WorkspaceCheckpoint | None] | None = None,
     ) -> TurnCapture:
         """Capture a turn's ``begin`` or ``end`` checkpoint and what changed ``since`` a commit
         (the previous turn's end for a begin: changes made outside any turn; the turn's own
-        begin for an end: what the turn did)."""
-        checkpoint, notes = self.capture(workspace, ref_for(session_id, token, moment))
+        begin for an end: what the turn did).
+
+        With ``shared``, one capture per workspace serves every turn that passes the same dict
+        (recovery settles many turns of a workspace at one moment): the first turn's ref keeps
+        the commit alive, and each turn's row names it."""
+        if shared is not None and workspace in shared:
+            checkpoint, notes = shared[workspace], list[Note]()
+        else:
+            checkpoint, notes = self.capture(workspace, ref_for(session_id, token, moment))
+            if shared is not None:
+                shared[workspace] = checkpoint
         commit = checkpoint.commit if checkpoint else None
         changes, more = self.changes(workspace, since, commit)
         return TurnCapture(moment, commit, changes, notes + more)

@@ -25,6 +25,7 @@ _CHUNKS = {
     EventKind.AGENT_MESSAGE_CHUNK.value: MessageKind.AGENT,
     EventKind.AGENT_THOUGHT_CHUNK.value: MessageKind.THOUGHT,
 }
+_CHUNK_KINDS = frozenset(_CHUNKS.values())
 _TIMELINE_ONLY = frozenset(
     {
         EventKind.PERMISSION_REQUESTED.value,
@@ -97,10 +98,10 @@ def fold(prompt: Any, events: Iterable[JSON]) -> list[tuple[MessageKind, JSON]]:
         chunk = _CHUNKS.get(kind)
         if chunk is not None:
             block = event.get("content")
-            if open_chunk is chunk:
-                _append_block(messages[-1][1]["content"], block)
-            else:
-                messages.append((chunk, {"content": [block] if block is not None else []}))
+            if open_chunk is not chunk:
+                messages.append((chunk, {"content": []}))
+            if block is not None:
+                messages[-1][1]["content"].append(block)
             open_chunk = chunk
             continue
         open_chunk = None
@@ -127,23 +128,34 @@ def fold(prompt: Any, events: Iterable[JSON]) -> list[tuple[MessageKind, JSON]]:
             messages.append((MessageKind.NOTICE, body))
         else:
             messages.append((MessageKind.OTHER, dict(event)))
+    for kind, data in messages:
+        if kind in _CHUNK_KINDS:
+            data["content"] = _join_text(data["content"])
     return messages
 
 
-def _append_block(content: list[Any], block: Any) -> None:
-    if block is None:
-        return
-    last = content[-1] if content else None
-    if (
-        isinstance(last, dict)
-        and isinstance(block, dict)
-        and last.get("type") == "text" == block.get("type")
-        and set(last) <= {"type", "text"}
-        and set(block) <= {"type", "text"}
-    ):
-        content[-1] = {"type": "text", "text": str(last["text"]) + str(block["text"])}
-    else:
-        content.append(block)
+def _plain_text(block: Any) -> bool:
+    return (
+        isinstance(block, dict) and block.get("type") == "text" and set(block) <= {"type", "text"}
+    )
+
+
+def _join_text(content: list[Any]) -> list[Any]:
+    """Merge runs of plain text blocks into one block each, joining each run once (a message of
+    n chunks costs O(n), not O(n^2))."""
+    merged: list[Any] = []
+    run: list[str] = []
+    for block in content:
+        if _plain_text(block):
+            run.append(str(block.get("text", "")))
+            continue
+        if run:
+            merged.append({"type": "text", "text": "".join(run)})
+            run = []
+        merged.append(block)
+    if run:
+        merged.append({"type": "text", "text": "".join(run)})
+    return merged
 
 
 def unfinished_tool_calls(events: Sequence[JSON]) -> list[str]:

@@ -76,8 +76,11 @@ class Journal:
                 self.mode is Durability.BATCHED
                 and not boundary
                 and len(self._pending.entries) < 4096
+                and time.monotonic() - self._first_pending_at < self.window
             ):
-                return  # the flusher commits it within the window
+                # The flusher commits it within the window. Past the window the caller flushes
+                # itself: a thread that keeps recording can keep the flusher from running.
+                return
         started = time.monotonic()
         self.flush()
         if boundary:

@@ -32,6 +32,7 @@ from turnback.model import (
     Turn,
     TurnStatus,
     UnrecoveredTurn,
+    WorkspaceCheckpoint,
 )
 from turnback.store import Store, Tx
 
@@ -62,12 +63,13 @@ def recover(
         owners = {t.owner_id: tx.get_owner(t.owner_id) for t in running if t.owner_id}
     recovered: list[Turn] = []
     live: list[Turn] = []
+    shared: dict[str, WorkspaceCheckpoint | None] = {}
     for turn in running:
         owner = owners.get(turn.owner_id) if turn.owner_id else None
         if is_alive(owner):
             live.append(turn)
             continue
-        settled = recover_turn(store, turn, checkpoints)
+        settled = recover_turn(store, turn, checkpoints, shared=shared)
         if settled is not None and settled.status is TurnStatus.INTERRUPTED:
             recovered.append(settled)
     return RecoveryReport(
@@ -78,20 +80,32 @@ def recover(
 
 
 def recover_turn(
-    store: Store, turn: Turn, checkpoints: WorkspaceCheckpoints | None = None
+    store: Store,
+    turn: Turn,
+    checkpoints: WorkspaceCheckpoints | None = None,
+    *,
+    shared: dict[str, WorkspaceCheckpoint | None] | None = None,
 ) -> Turn | None:
     """Apply one dead owner's turn fast-forward, or set it aside. None if it had already gone.
 
     The workspace as recovery finds it is captured first, as the turn's end checkpoint: it is the
-    closest picture there is of what the turn left behind."""
+    closest picture there is of what the turn left behind (one capture per workspace serves all
+    the turns a recovery settles there, through ``shared``)."""
+    with store.read() as tx:
+        current = tx.get_turn(turn.token)
+        session = tx.get_session(turn.session_id)
+    if current is None or current.status is not TurnStatus.RUNNING:
+        return None
     capture = None
-    if checkpoints is not None:
-        with store.read() as tx:
-            session = tx.get_session(turn.session_id)
-        if session is not None:
-            capture = checkpoints.for_turn(
-                session.workspace, turn.session_id, turn.token, "end", turn.begin_checkpoint
-            )
+    if checkpoints is not None and session is not None:
+        capture = checkpoints.for_turn(
+            session.workspace,
+            turn.session_id,
+            turn.token,
+            "end",
+            current.begin_checkpoint,
+            shared=shared,
+        )
     faults.point("recover.turn.before")
     with store.atomic() as tx:
         current = tx.get_turn(turn.token)

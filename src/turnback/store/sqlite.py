@@ -20,6 +20,7 @@ import contextlib
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -75,23 +76,37 @@ class SQLiteStore:
         except sqlite3.Error as error:
             raise self._translate_error(error) from error
         try:
-            with self._translated():
-                self._check_identity()
-                self._conn.execute("PRAGMA foreign_keys=ON")
-                self._conn.execute("PRAGMA synchronous=FULL")
-                mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
-                    raise StoreUnavailable(
-                        f"the database {path} cannot use write-ahead logging (mode {mode}); "
-                        "put turnback's home on a local filesystem"
-                    )
-                self._migrate()
+            self._prepare()
         except BaseException:
             self._conn.close()
             raise
         self._tx = _SQLiteTx(self._conn)
 
     # -- opening -------------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Check the file is ours, set the connection up, migrate. Processes opening a new home at
+        the same moment can meet SQLITE_BUSY where SQLite does not wait (switching to WAL,
+        recovering the WAL index), so a busy start is retried until the busy timeout."""
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                with self._translated():
+                    self._check_identity()
+                    self._conn.execute("PRAGMA foreign_keys=ON")
+                    self._conn.execute("PRAGMA synchronous=FULL")
+                    mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                    if str(mode).lower() != "wal":
+                        raise StoreUnavailable(
+                            f"the database {self.path} cannot use write-ahead logging (mode "
+                            f"{mode}); put turnback's home on a local filesystem"
+                        )
+                    self._migrate()
+                return
+            except StoreLocked:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
 
     def _check_identity(self) -> None:
         """Refuse a file that is not a turnback database before anything is written to it.

@@ -146,24 +146,31 @@ class Git:
         command += list(args)
         started = time.monotonic()
         try:
-            result = subprocess.run(
+            process = subprocess.Popen(
                 command,
-                input=input,
-                stdin=None if input is not None else subprocess.DEVNULL,
-                capture_output=True,
+                stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 env=self.environment(env),
-                timeout=max(timeout, 0.001),
                 cwd=cwd if cwd is not None else "/",
                 pass_fds=tuple(pass_fds),
-                check=False,
             )
-        except subprocess.TimeoutExpired:
-            raise GitFailed(
-                f"`git {' '.join(args)}` did not finish within {timeout:.1f}s "
-                f"(stopped after {time.monotonic() - started:.1f}s)"
-            ) from None
         except OSError as error:
             raise GitUnavailable(f"cannot run {self.executable}: {error}") from error
+        with process:
+            try:
+                stdout, stderr = process.communicate(input, timeout=max(timeout, 0.001))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+                raise GitFailed(
+                    f"`git {' '.join(args)}` did not finish within {timeout:.1f}s "
+                    f"(stopped after {time.monotonic() - started:.1f}s)"
+                ) from None
+            # Its pipes are closed, so it has exited or is about to: wait without a timeout,
+            # which blocks in waitpid instead of polling with sleeps as a timed wait does.
+            returncode = process.wait()
+        result = subprocess.CompletedProcess(command, returncode, stdout, stderr)
         if check and result.returncode != 0:
             raise failure(args, result)
         return result
