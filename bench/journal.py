@@ -1,0 +1,534 @@
+"""Benchmark of the journal's durability modes (DESIGN.md invariant 3) and of recovery.
+
+    python bench/journal.py                  # the recorded run, about a minute
+    python bench/journal.py --smoke          # tiny sizes, a few seconds (the smoke test)
+    python bench/journal.py --events 5000 --turns 200 --dir /mnt/disk --json
+
+Every goal is read next to a baseline measured in the same run on the same filesystem, because
+absolute times on shared machines drift. Measurements that are compared with each other run in
+interleaved rounds, so a slow stretch of the machine hits both sides alike.
+
+(s0)  raw ``os.write`` + ``os.fdatasync`` of records the size of one event, appending to a file
+(s0') the same, overwriting a preallocated file (no block allocation: what a reused WAL does)
+(s)   ``strict``: ``turn.record()`` of agent_message_chunk events        goal: >= 0.7x (s0)
+(c)   one strict durable commit, 1 / (s): the cost floor of one synced transaction
+(e4)  completing a turn of a quarter as many chunks as (s), in ``turn`` mode
+(e)   completing the strict turn: folding its (s) events into the session (no goal; the ratio
+      to (e4) is about 4 when the cost is linear in the events)
+(b0)  ``turn`` mode: ``turn.record()`` with nothing synced, the ceiling for (b)
+(b)   ``batched`` (default): events/s including the final flush, a tool_call boundary every 100
+                                                                        goal: >= 50,000 events/s
+(w)   how long an acknowledged boundary event waited in ``record()``: median and longest
+(r)   ``recover()`` of turns left running by a SIGKILLed process, per turn, the journal alone
+      (``checkpoints=False`` where turnback has workspace checkpoints)   goal: < 5 ms a turn
+(r')  the same with turnback's default options (a workspace capture per recovered turn, where
+      turnback has workspace checkpoints)                              goal: < 5 ms a turn
+
+Each session works in one small generated project, kept apart from every turnback home.
+
+The exit code is 0 when a goal is missed (this is a measurement; MISS is printed), 1 when the
+benchmark itself went wrong (say recovery did not recover every turn it should have).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import inspect
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+try:
+    import turnback
+except ImportError:  # run from a checkout without installing
+    sys.path.insert(0, str(SRC))
+    import turnback
+
+#: one streamed piece of an agent's answer, the most common event by far
+CHUNK: dict[str, Any] = {
+    "sessionUpdate": "agent_message_chunk",
+    "content": {"type": "text", "text": "Looking at the failing test, the fixture opens the " * 2},
+}
+BOUNDARY_EVERY = 100
+
+STRICT_GOAL = 0.7  # strict appends >= this x raw append + fdatasync
+BATCHED_GOAL = 50_000.0  # events per second
+RECOVER_GOAL = 0.005  # seconds per interrupted turn
+
+#: Runs in a child process: begin one turn in each of many sessions, record a few events (one an
+#: unfinished tool call), make them durable, and die by SIGKILL without ending any turn.
+CRASHING_CHILD = """
+import json, os, signal, sys
+import turnback
+home, workspace, turns, events = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+chunk = {chunk!r}
+tb = turnback.open(home, **json.loads(sys.argv[5]))
+for i in range(turns):
+    turn = tb.create_session(workspace, title=f"bench {{i}}").turn(f"prompt {{i}}")
+    for j in range(events):
+        if j == 1:
+            turn.record({{"sessionUpdate": "tool_call", "toolCallId": f"call-{{i}}",
+                         "title": "Run the tests", "kind": "execute", "status": "pending"}})
+        else:
+            turn.record(chunk)
+tb.journal.flush()
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+class BenchError(Exception):
+    """The benchmark could not measure what it meant to (not a missed goal)."""
+
+
+def journal_only() -> dict[str, Any]:
+    """Options that leave out workspace checkpoints, where this turnback has them, so that a turn
+    costs only its journal (no git capture at its begin, end and recovery)."""
+    if "checkpoints" in inspect.signature(turnback.Turnback).parameters:
+        return {"checkpoints": False}
+    return {}
+
+
+def make_workspace(scratch: Path) -> Path:
+    """A small project for the sessions to work in, apart from every turnback home."""
+    workspace = scratch / "workspace"
+    (workspace / "src").mkdir(parents=True)
+    (workspace / "tests").mkdir()
+    (workspace / "README.md").write_text("# app\n\nA small project.\n")
+    (workspace / "src" / "app.py").write_text("def add(a, b):\n    return a + b\n")
+    (workspace / "tests" / "test_app.py").write_text(
+        "from app import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+    )
+    return workspace
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    id: str
+    what: str
+    value: float  # events per second when unit is "/s", seconds when unit is "ms"
+    unit: str
+    baseline: str | None = None  # the id of the row the ratio is against
+    ratio: float | None = None
+    goal: str = ""
+    met: bool | None = None  # None: no goal
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    events: int
+    batched_events: int
+    turns: int
+    events_per_turn: int
+    rounds: int
+
+
+# -- measurements ------------------------------------------------------------------------------
+
+
+def split(total: int, rounds: int) -> Iterator[int]:
+    """``total`` as ``rounds`` near-equal positive parts."""
+    rounds = max(1, min(rounds, total))
+    for i in range(rounds):
+        yield total * (i + 1) // rounds - total * i // rounds
+
+
+def bench_strict(scratch: Path, workspace: Path, events: int, rounds: int) -> list[Row]:
+    """(s0), (s0'), (s), (c): strict appends against raw synced writes, interleaved; (e4), (e):
+    completing turns of a quarter as many chunks and of all of them."""
+    record = json.dumps(CHUNK, separators=(",", ":"), ensure_ascii=False).encode()
+    appending = os.open(scratch / "raw-append", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    overwriting = os.open(scratch / "raw-overwrite", os.O_WRONLY | os.O_CREAT, 0o600)
+    tb = turnback.open(scratch / "strict", durability="strict", **journal_only())
+    try:
+        os.write(overwriting, bytes(len(record) * events))
+        os.fsync(overwriting)
+        os.lseek(overwriting, 0, os.SEEK_SET)
+        turn = tb.create_session(workspace, title="strict").turn("bench strict appends")
+        turn.record(CHUNK)  # warm up: the first commit of a fresh database costs more
+
+        def raw_append(n: int) -> None:
+            for _ in range(n):
+                os.write(appending, record)
+                os.fdatasync(appending)
+
+        def raw_overwrite(n: int) -> None:
+            for _ in range(n):
+                os.write(overwriting, record)
+                os.fdatasync(overwriting)
+
+        def strict(n: int) -> None:
+            for _ in range(n):
+                turn.record(CHUNK)
+
+        runs = [raw_append, raw_overwrite, strict]
+        spent = dict.fromkeys(runs, 0.0)
+        for i, n in enumerate(split(events, rounds)):
+            for run in runs[i % 3 :] + runs[: i % 3]:  # rotate who goes first
+                started = time.perf_counter()
+                run(n)
+                spent[run] += time.perf_counter() - started
+        started = time.perf_counter()
+        turn.complete()
+        commit = time.perf_counter() - started
+    finally:
+        os.close(appending)
+        os.close(overwriting)
+        tb.close()
+    append_rate = events / spent[raw_append]
+    overwrite_rate = events / spent[raw_overwrite]
+    strict_rate = events / spent[strict]
+    floor = spent[strict] / events
+    quarter = (events + 1) // 4
+    quarter_commit = time_complete(scratch, workspace, quarter)
+    size = f"{len(record)} B"
+    return [
+        Row("s0", f"raw os.write + fdatasync, appending ({size})", append_rate, "/s"),
+        Row(
+            "s0'",
+            "raw os.write + fdatasync, preallocated file",
+            overwrite_rate,
+            "/s",
+            "s0",
+            overwrite_rate / append_rate,
+        ),
+        Row(
+            "s",
+            "strict: durable turn.record() appends",
+            strict_rate,
+            "/s",
+            "s0",
+            strict_rate / append_rate,
+            f">= {STRICT_GOAL:.1f}x (s0)",
+            strict_rate >= STRICT_GOAL * append_rate,
+        ),
+        Row(
+            "s'", "  the same against (s0')", strict_rate, "/s", "s0'", strict_rate / overwrite_rate
+        ),
+        Row("c", "one strict durable commit, 1 / (s)", floor, "ms"),
+        Row("e4", f"complete() of a turn of {quarter:,} chunks", quarter_commit, "ms"),
+        Row(
+            "e",
+            f"complete() of the strict turn, {events + 1:,} chunks (linear: about 4x (e4))",
+            commit,
+            "ms",
+            "e4",
+            commit / quarter_commit,
+        ),
+    ]
+
+
+def time_complete(scratch: Path, workspace: Path, chunks: int) -> float:
+    """Seconds ``complete()`` takes to fold a turn of ``chunks`` chunks into its session."""
+    with turnback.open(scratch / "complete", durability="turn", **journal_only()) as tb:
+        turn = tb.create_session(workspace, title="complete").turn("bench complete")
+        for _ in range(chunks):
+            turn.record(CHUNK)
+        started = time.perf_counter()
+        turn.complete()
+        return time.perf_counter() - started
+
+
+def bench_batched(
+    scratch: Path, workspace: Path, events: int, rounds: int, floor: float
+) -> tuple[list[Row], float]:
+    """(b0), (b), (w): batched against turn mode, interleaved; boundary waits timed in record()."""
+    batched_tb = turnback.open(scratch / "batched", **journal_only())  # the default mode
+    turn_tb = turnback.open(scratch / "turn-mode", durability="turn", **journal_only())
+    waits: list[float] = []
+    try:
+        batched = batched_tb.create_session(workspace, title="batched").turn("bench batched")
+        unsynced = turn_tb.create_session(workspace, title="turn mode").turn("bench turn mode")
+        spent = {"batched": 0.0, "turn": 0.0}
+        done = 0
+        for i, n in enumerate(split(events, rounds)):
+            order = ["batched", "turn"] if i % 2 == 0 else ["turn", "batched"]
+            for mode in order:
+                turn = batched if mode == "batched" else unsynced
+                mine: list[float] = []
+                started = time.perf_counter()
+                for seq in range(done, done + n):
+                    if seq % BOUNDARY_EVERY == BOUNDARY_EVERY - 1:
+                        event = {
+                            "sessionUpdate": "tool_call",
+                            "toolCallId": f"call-{seq}",
+                            "title": "Read src/app.py",
+                            "kind": "read",
+                            "status": "pending",
+                        }
+                        before = time.perf_counter()
+                        turn.record(event)
+                        mine.append(time.perf_counter() - before)
+                    else:
+                        turn.record(CHUNK)
+                if mode == "batched":
+                    batched_tb.journal.flush()  # the round counts once all of it is durable
+                    waits += mine
+                spent[mode] += time.perf_counter() - started
+            done += n
+        journal_longest = batched_tb.journal.longest_boundary_wait
+    finally:
+        batched_tb.close()
+        turn_tb.close()
+    if not waits:
+        raise BenchError(f"{events} batched events include no boundary event; use more events")
+    turn_rate = events / spent["turn"]
+    batched_rate = events / spent["batched"]
+    median, longest = statistics.median(waits), max(waits)
+    rows = [
+        Row("b0", "turn mode: turn.record(), nothing synced", turn_rate, "/s"),
+        Row(
+            "b",
+            f"batched: turn.record(), boundary every {BOUNDARY_EVERY}, incl. final flush",
+            batched_rate,
+            "/s",
+            "b0",
+            batched_rate / turn_rate,
+            f">= {BATCHED_GOAL:,.0f}/s",
+            batched_rate >= BATCHED_GOAL,
+        ),
+        Row(
+            "w50",
+            f"  boundary event wait, median of {len(waits):,}",
+            median,
+            "ms",
+            "c",
+            median / floor,
+        ),
+        Row("wmax", "  boundary event wait, longest", longest, "ms", "c", longest / floor),
+    ]
+    return rows, journal_longest
+
+
+def bench_recover(
+    home: Path,
+    workspace: Path,
+    turns: int,
+    events: int,
+    options: dict[str, Any],
+    name: str,
+) -> float:
+    """Seconds per turn of ``recover()`` of ``turns`` turns, begun with ``options`` by a process
+    that was then SIGKILLed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNBACK_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            CRASHING_CHILD.format(chunk=CHUNK),
+            str(home),
+            str(workspace),
+            str(turns),
+            str(events),
+            json.dumps(options),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if child.returncode != -signal.SIGKILL:
+        raise BenchError(
+            f"the child that begins {turns} turns ({name}) should have died by SIGKILL, but "
+            f"exited with {child.returncode}:\n{child.stderr.strip()}"
+        )
+    with turnback.open(home, **options) as tb:
+        started = time.perf_counter()
+        report = tb.recover()
+        spent = time.perf_counter() - started
+    if len(report.recovered) != turns or report.set_aside or report.live:
+        raise BenchError(
+            f"recover() ({name}) should have recovered all {turns} turns, but recovered "
+            f"{len(report.recovered)}, set aside {len(report.set_aside)} and found "
+            f"{len(report.live)} live"
+        )
+    return spent / turns
+
+
+def recover_rows(
+    scratch: Path, workspace: Path, turns: int, events: int, floor: float
+) -> list[Row]:
+    """(r) the journal's recovery alone, (r') recovery with turnback's default options."""
+    rows: list[Row] = []
+    for i, (row_id, options, name) in enumerate(
+        (
+            ("r", journal_only(), "journal only" if journal_only() else "default options"),
+            ("r'", {}, "default options"),
+        )
+    ):
+        home = scratch / f"recover-{i}"
+        per_turn = bench_recover(home, workspace, turns, events, options, name)
+        what = f"recover(), {name}, per turn"
+        if row_id == "r":
+            what += f" ({turns:,} turns of {events} events, owner SIGKILLed)"
+        rows.append(
+            Row(
+                row_id,
+                what,
+                per_turn,
+                "ms",
+                "c",
+                per_turn / floor,
+                f"< {RECOVER_GOAL * 1000:g} ms",
+                per_turn < RECOVER_GOAL,
+            )
+        )
+    return rows
+
+
+# -- the report --------------------------------------------------------------------------------
+
+
+def filesystem_type(path: Path) -> str:
+    try:
+        out = subprocess.run(
+            ["df", "-T", str(path)], capture_output=True, text=True, check=True
+        ).stdout
+        return out.splitlines()[1].split()[1]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        return "unknown"
+
+
+def value_text(row: Row) -> str:
+    if row.unit == "/s":
+        return f"{row.value:,.0f} /s"
+    ms = row.value * 1000
+    return f"{ms:,.0f} ms" if ms >= 100 else f"{ms:.3g} ms"
+
+
+def result_text(row: Row) -> str:
+    if row.met is None:
+        return ""
+    return "PASS" if row.met else "**MISS**"
+
+
+def ratio_text(ratio: float) -> str:
+    return f"{ratio:,.0f}x" if ratio >= 100 else f"{ratio:.3g}x"
+
+
+def table(rows: list[Row]) -> str:
+    baselines = {row.baseline for row in rows}
+    lines = [
+        "| | measurement | value | ratio | goal | result |",
+        "|---|---|---:|---:|---|---|",
+    ]
+    for row in rows:
+        ratio = f"{ratio_text(row.ratio)} ({row.baseline})" if row.ratio is not None else ""
+        if row.id in baselines:
+            ratio = ratio or "baseline"
+        lines.append(
+            f"| ({row.id}) | {row.what} | {value_text(row)} | {ratio} | {row.goal} | "
+            f"{result_text(row)} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds")
+    parser.add_argument("--events", type=int, help="strict events (default 30,000)")
+    parser.add_argument("--batched-events", type=int, help="batched events (default 500,000)")
+    parser.add_argument("--turns", type=int, help="interrupted turns to recover (default 1,000)")
+    parser.add_argument("--events-per-turn", type=int, default=5)
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 20)")
+    parser.add_argument("--dir", type=Path, help="where to measure (default: the current dir)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    args = parser.parse_args(argv)
+    small = args.smoke
+    sizes = Sizes(
+        events=args.events or (200 if small else 30_000),
+        batched_events=args.batched_events or (5_000 if small else 500_000),
+        turns=args.turns or (50 if small else 1_000),
+        events_per_turn=max(2, args.events_per_turn),
+        rounds=args.rounds or (4 if small else 20),
+    )
+    parent = (args.dir or Path.cwd()).resolve()
+    parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".turnback-bench-journal-", dir=parent))
+    machine: dict[str, Any] = {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "filesystem": filesystem_type(scratch),
+        "dir": str(parent),
+        "load_average_before": round(os.getloadavg()[0], 2),
+    }
+    date = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    try:
+        progress(f"strict: {sizes.events:,} events against raw synced writes ...")
+        workspace = make_workspace(scratch)
+        rows = bench_strict(scratch, workspace, sizes.events, sizes.rounds)
+        floor = next(row.value for row in rows if row.id == "c")
+        progress(f"batched: {sizes.batched_events:,} events against turn mode ...")
+        batched, journal_longest = bench_batched(
+            scratch, workspace, sizes.batched_events, sizes.rounds, floor
+        )
+        rows += batched
+        progress(f"recover: {sizes.turns:,} turns left by a killed process ...")
+        rows += recover_rows(scratch, workspace, sizes.turns, sizes.events_per_turn, floor)
+    except BenchError as error:
+        print(f"bench/journal.py: {error}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    load_before, load_after = machine["load_average_before"], round(os.getloadavg()[0], 2)
+    machine["load_average_after"] = load_after
+    missed = [row for row in rows if row.met is False]
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "date": date,
+                    "machine": machine,
+                    "sizes": asdict(sizes),
+                    "journal_longest_boundary_wait": journal_longest,
+                    "rows": [asdict(row) for row in rows],
+                    "goals_met": not missed,
+                },
+                indent=2,
+            )
+        )
+        return 0
+    print(
+        f"\n{date}; {machine['cores']} cores, Python {machine['python']}, "
+        f"{machine['filesystem']} at {machine['dir']}; load average {load_before:.2f} before, "
+        f"{load_after:.2f} after"
+    )
+    print(
+        f"strict {sizes.events:,} events, batched {sizes.batched_events:,} events, "
+        f"recover {sizes.turns:,} turns x {sizes.events_per_turn} events; "
+        f"{sizes.rounds} interleaved rounds\n"
+    )
+    print(table(rows))
+    if small:
+        print("\n--smoke sizes only show that the benchmark runs; its numbers mean little.")
+    print(
+        f"\nJournal.longest_boundary_wait (the flush alone): {journal_longest * 1000:.3g} ms. "
+        "Ratios against (c) are in units of one synced transaction."
+    )
+    if missed:
+        print("MISS: " + "; ".join(f"({row.id}) {row.what.strip()}" for row in missed))
+    else:
+        print(f"all {sum(row.met is not None for row in rows)} goals met")
+    return 0
+
+
+def progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""The journal benchmark still runs and still prints every row (so it cannot rot unnoticed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "journal.py"
+ROWS = ("s0", "s0'", "s", "s'", "c", "e4", "e", "b0", "b", "w50", "wmax", "r", "r'")
+GOALS = {"s", "b", "r", "r'"}
+GOAL_LINES = tuple(f"| ({row}) |" for row in GOALS)
+
+
+def run_bench(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNBACK_")}
+    return subprocess.run(
+        [sys.executable, str(BENCH), "--smoke", "--dir", str(tmp_path), *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_smoke_run_prints_the_whole_table(tmp_path: Path) -> None:
+    done = run_bench(tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    for row in ROWS:
+        assert f"| ({row}) |" in done.stdout, f"row ({row}) missing from:\n{done.stdout}"
+    goals = [line for line in done.stdout.splitlines() if line.startswith(GOAL_LINES)]
+    assert len(goals) == len(GOALS), goals
+    assert all(line.rstrip(" |").endswith(("PASS", "**MISS**")) for line in goals), goals
+    assert "goals met" in done.stdout or "MISS:" in done.stdout
+    assert list(tmp_path.iterdir()) == [], "the benchmark left its scratch directory behind"
+
+
+def test_smoke_run_as_json(tmp_path: Path) -> None:
+    done = run_bench(tmp_path, "--json")
+
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [row["id"] for row in report["rows"]] == list(ROWS)
+    assert all(row["value"] > 0 for row in report["rows"])
+    assert {row["id"] for row in report["rows"] if row["met"] is not None} == GOALS
