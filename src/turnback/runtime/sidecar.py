@@ -1,0 +1,251 @@
+"""One run of an agent process: spawned, spoken to over ACP (the official SDK), watched.
+
+Some facts about the SDK (``agent-client-protocol`` 0.12) that the runtime depends on:
+
+* Each incoming message is handled in its own task, so handlers that ``await`` can observe
+  messages out of wire order. The runtime therefore records nothing in handlers: it records in
+  :class:`_WatchedFrames`, which sees every frame as it comes off the pipe, in order, before the
+  SDK dispatches it. Handlers do only what must be asynchronous (asking the user, answering).
+* A line that is not JSON is logged and dropped by the SDK, and a JSON value that is not an
+  object kills its receive loop (the connection then looks closed while the agent lives on).
+  :class:`_WatchedFrames` reports both to the runtime and drops them before the SDK sees them.
+* When the agent dies, requests in flight fail with ``ConnectionError`` once its stdout reaches
+  EOF; with no request in flight nothing signals it, so :attr:`Sidecar.exited` watches the process.
+* The SDK starts the agent with a trimmed environment; callers pass what the agent needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import acp
+from acp._transport import NdjsonTransport
+from acp.core import ClientSideConnection
+from acp.schema import ClientCapabilities, Implementation, InitializeResponse
+from acp.task import MessageSender, TaskSupervisor
+
+from turnback.errors import TurnbackError
+
+#: The methods an agent may call on a client; anything else (not ``_``-prefixed) is unknown.
+CLIENT_METHODS = frozenset(acp.CLIENT_METHODS.values())
+
+Frame = dict[str, Any]
+
+
+class AgentError(TurnbackError):
+    """Something about the agent process or its protocol went wrong."""
+
+
+class AgentUnavailable(AgentError):
+    """The agent could not be started, or did not answer ``initialize`` in time."""
+
+
+class AgentDied(AgentError):
+    """The agent process exited (or closed its output) while the runtime needed it."""
+
+    def __init__(self, message: str, returncode: int | None) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+
+
+@dataclass(frozen=True, slots=True)
+class AgentFeatures:
+    """What an agent advertised in ``initialize``."""
+
+    name: str | None = None
+    load_session: bool = False  # session/load
+    resume_session: bool = False  # session/resume
+    checkpoints: bool = False  # _meta.turnback.checkpoints: sends _turnback/checkpoint
+    rollback: bool = False  # _meta.turnback.rollback: answers _turnback/rollback
+    embedded_context: bool = False  # accepts resource blocks in prompts
+
+    @classmethod
+    def from_initialize(cls, response: InitializeResponse) -> AgentFeatures:
+        capabilities = response.agent_capabilities
+        extension: dict[str, Any] = {}
+        for meta in (capabilities.field_meta if capabilities else None, response.field_meta):
+            if isinstance(meta, dict) and isinstance(meta.get("turnback"), dict):
+                extension.update(meta["turnback"])
+        sessions = capabilities.session_capabilities if capabilities else None
+        prompts = capabilities.prompt_capabilities if capabilities else None
+        info = response.agent_info
+        return cls(
+            name=info.name if info else None,
+            load_session=bool(capabilities and capabilities.load_session),
+            resume_session=bool(sessions and sessions.resume is not None),
+            checkpoints=extension.get("checkpoints") is True,
+            rollback=extension.get("rollback") is True,
+            embedded_context=bool(prompts and prompts.embedded_context),
+        )
+
+
+class _WatchedFrames(NdjsonTransport):
+    """The SDK's newline-delimited JSON transport, with every incoming frame shown to ``watch``
+    in wire order (synchronously, so nothing can reorder them), and bad frames shown to
+    ``malformed`` instead of being dropped silently or killing the connection."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        watch: Callable[[Frame], None],
+        malformed: Callable[[bytes, str], None],
+    ) -> None:
+        self._supervisor = TaskSupervisor(source="turnback.runtime.sidecar")
+        super().__init__(reader, MessageSender(writer, self._supervisor))
+        self._watch = watch
+        self._malformed = malformed
+
+    async def receive(self) -> Frame | None:
+        while True:
+            line = await self._read_line()
+            if not line:
+                return None
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                message = json.loads(line)
+            except ValueError as error:
+                self._malformed(line, f"not JSON ({error})")
+                continue
+            if not isinstance(message, dict):
+                self._malformed(line, f"a JSON {type(message).__name__}, not an object")
+                continue
+            self._watch(message)
+            return message
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            await self._supervisor.shutdown()
+
+
+class Sidecar:
+    """The agent as a subprocess with an ACP connection. One instance per process run: after
+    the agent dies, the runtime closes this one and opens another."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str] | None,
+        client: object,
+        watch: Callable[[Frame], None],
+        malformed: Callable[[bytes, str], None],
+        stderr: int | None = asyncio.subprocess.DEVNULL,
+    ) -> None:
+        if not command:
+            raise AgentUnavailable("the agent command is empty; give the program and its arguments")
+        self.command = tuple(str(part) for part in command)
+        self._cwd = cwd
+        self._env = dict(env or {})
+        self._client = client
+        self._watch = watch
+        self._malformed = malformed
+        self._stderr = stderr
+        self._stack = contextlib.AsyncExitStack()
+        self._process: asyncio.subprocess.Process | None = None
+        self._conn: ClientSideConnection | None = None
+        self.exited: asyncio.Future[int] | None = None
+        self.features = AgentFeatures()
+
+    @property
+    def described(self) -> str:
+        return " ".join(self.command)
+
+    @property
+    def conn(self) -> ClientSideConnection:
+        if self._conn is None:
+            raise AgentDied(f"agent {self.described!r} is not running", None)
+        return self._conn
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    @property
+    def alive(self) -> bool:
+        return self.exited is not None and not self.exited.done()
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.returncode if self._process else None
+
+    async def open(self, initialize_timeout: float) -> AgentFeatures:
+        """Spawn the agent and ``initialize`` it; raises AgentUnavailable naming the command."""
+        try:
+            reader, writer, process = await self._stack.enter_async_context(
+                acp.spawn_stdio_transport(
+                    self.command[0],
+                    *self.command[1:],
+                    env=self._env,
+                    cwd=self._cwd,
+                    stderr=self._stderr,
+                    shutdown_timeout=1.0,
+                )
+            )
+        except OSError as error:
+            raise AgentUnavailable(
+                f"cannot start agent {self.described!r} in {self._cwd}: {error}; check the "
+                "command and that it is installed"
+            ) from error
+        self._process = process
+        self.exited = asyncio.ensure_future(process.wait())
+        transport = _WatchedFrames(reader, writer, self._watch, self._malformed)
+        # The SDK's router calls only the methods the client has; the Client protocol lists all.
+        self._conn = ClientSideConnection(cast(acp.Client, self._client), transport)
+        self._stack.push_async_callback(self._conn.close)
+        initialize = self._conn.initialize(
+            protocol_version=acp.PROTOCOL_VERSION,
+            client_capabilities=ClientCapabilities(),
+            client_info=Implementation(name="turnback", title="turnback", version="1"),
+        )
+        try:
+            response = await asyncio.wait_for(initialize, initialize_timeout)
+        except TimeoutError:
+            self.kill()
+            await self.close()
+            raise AgentUnavailable(
+                f"agent {self.described!r} did not answer initialize within "
+                f"{initialize_timeout:g} s; check that it speaks ACP on stdin/stdout, or raise "
+                "ResumePolicy.initialize_timeout"
+            ) from None
+        except (ConnectionError, OSError) as error:
+            await self.close()
+            raise AgentUnavailable(
+                f"agent {self.described!r} exited during initialize "
+                f"(status {self.returncode}): {error}"
+            ) from error
+        except acp.RequestError as error:
+            await self.close()
+            raise AgentUnavailable(
+                f"agent {self.described!r} refused initialize: {error}"
+            ) from error
+        self.features = AgentFeatures.from_initialize(response)
+        return self.features
+
+    async def close(self) -> None:
+        """Stop the agent (if it still runs) and its connection. Idempotent."""
+        # Closing stdin asks the agent to leave; one that lingers is terminated, then killed, by
+        # the SDK's shutdown.
+        try:
+            await self._stack.aclose()
+        finally:
+            self._conn = None
+            if self.exited is not None and not self.exited.done():
+                self.exited.cancel()
+
+    def kill(self) -> None:
+        """SIGKILL the agent (tests and hung agents)."""
+        if self._process is not None and self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()

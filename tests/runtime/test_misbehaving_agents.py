@@ -1,0 +1,106 @@
+"""Agents that misbehave: garbage on stdout, unknown methods, silence, a missing program."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import turnback
+from tests.runtime.harness import run, text_of
+from turnback.model import TurnStatus
+from turnback.runtime import AgentRuntime, AgentUnavailable, ResumePolicy
+
+GARBAGE_AGENT = """
+    import asyncio, os, sys
+    import acp
+    from acp.schema import InitializeResponse, NewSessionResponse, PromptResponse
+
+    class Garbage:
+        def on_connect(self, conn):
+            self.conn = conn
+
+        async def initialize(self, protocol_version, **_):
+            return InitializeResponse(protocol_version=protocol_version)
+
+        async def new_session(self, cwd, **_):
+            self.cwd = cwd
+            return NewSessionResponse(session_id="s1")
+
+        async def prompt(self, prompt, session_id, **_):
+            say = lambda text: self.conn.session_update(
+                session_id=session_id, update=acp.update_agent_message_text(text)
+            )
+            await say("before\\n")
+            await asyncio.sleep(0.05)
+            os.write(1, b"this is not json\\n")
+            os.write(1, b"[1, 2, 3]\\n")
+            os.write(1, b'{"jsonrpc": "2.0", "method": "weird/notify", "params": {}}\\n')
+            os.write(1, b'{"jsonrpc": "2.0", "id": 9999, "method": "weird/ask", "params": {}}\\n')
+            try:
+                await self.conn.ext_method("weird/thing", {})
+            except acp.RequestError:
+                pass
+            await self.conn.ext_notification(
+                "turnback/checkpoint",
+                {"sessionId": session_id, "checkpointId": "c1", "step": 1, "storePath": self.cwd},
+            )
+            await say("after\\n")
+            return PromptResponse(stop_reason="end_turn")
+
+    async def main():
+        reader, writer = await acp.stdio_streams()
+        await acp.run_agent(Garbage(), writer, reader)
+
+    asyncio.run(main())
+"""
+
+
+def test_malformed_frames_and_unknown_methods_are_activities_not_crashes(
+    tb: turnback.Turnback,
+    session: turnback.Session,
+    workspace: Path,
+    write_agent: Callable[[str, str], tuple[str, ...]],
+) -> None:
+    command = write_agent("garbage_agent", GARBAGE_AGENT)
+
+    async def scenario() -> tuple[turnback.Turn, turnback.Turn]:
+        async with await AgentRuntime.start(tb, session, command) as rt:
+            first = await rt.prompt("go")
+            return first, await rt.prompt("again")
+
+    first, second = run(scenario())
+    assert first.status is TurnStatus.COMPLETED and second.status is TurnStatus.COMPLETED
+    assert text_of(session.turn_messages(first.number)) == "before\nafter\n"
+    activities = session.activities()
+    malformed = [a for a in activities if a.code == "agent.frame.malformed"]
+    assert [a.data["frame"] for a in malformed[:2]] == ["this is not json", "[1, 2, 3]"]
+    unknown = [a.data["method"] for a in activities if a.code == "agent.method.unknown"]
+    assert unknown[:3] == ["weird/notify", "weird/ask", "_weird/thing"]
+    # The agent named the workspace as its checkpoint store: it is refused, not deleted.
+    refused = [a for a in activities if a.code == "checkpoint.store.remove.failed"]
+    assert refused and refused[0].data["storePath"] == str(workspace)
+    assert workspace.is_dir()
+
+
+def test_an_agent_that_never_answers_initialize_times_out_with_a_clear_error(
+    tb: turnback.Turnback,
+    session: turnback.Session,
+    write_agent: Callable[[str, str], tuple[str, ...]],
+) -> None:
+    command = write_agent("silent_agent", "import time\ntime.sleep(60)\n")
+    started = time.monotonic()
+    with pytest.raises(AgentUnavailable) as error:
+        run(AgentRuntime.start(tb, session, command, policy=ResumePolicy(initialize_timeout=0.5)))
+    assert time.monotonic() - started < 5
+    assert "did not answer initialize within 0.5 s" in str(error.value)
+    assert "silent_agent.py" in str(error.value)
+
+
+def test_an_agent_that_cannot_start_names_the_command(
+    tb: turnback.Turnback, session: turnback.Session
+) -> None:
+    with pytest.raises(AgentUnavailable, match="no-such-agent-program"):
+        run(AgentRuntime.start(tb, session, ["no-such-agent-program", "--acp"]))

@@ -1,0 +1,239 @@
+"""An agent written with the SDK alone -- no turnback extension, no session/load -- and the
+runtime's fallbacks for it; and conversation rollback, by the agent or by a fresh session."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import turnback
+from tests.runtime.harness import SCRIPTED, run, text_of
+from turnback.errors import TurnInProgress
+from turnback.model import TurnStatus
+from turnback.runtime import AgentRuntime, ResumePolicy, RollbackUnavailable
+
+PLAIN_AGENT = """
+    import asyncio, json, os, signal, sys, uuid
+    from pathlib import Path
+    import acp
+    from acp.schema import InitializeResponse, NewSessionResponse, PromptResponse
+
+    LOG = Path(os.environ["PLAIN_LOG"])
+
+    def log(**entry):
+        with LOG.open("a") as out:
+            out.write(json.dumps(entry) + "\\n")
+
+    class Plain:
+        def on_connect(self, conn):
+            self.conn = conn
+
+        async def initialize(self, protocol_version, **_):
+            return InitializeResponse(protocol_version=protocol_version)
+
+        async def new_session(self, cwd, **meta):
+            self.cwd = Path(cwd)
+            session_id = uuid.uuid4().hex
+            log(event="new", session=session_id, meta=meta.get("turnback"))
+            return NewSessionResponse(session_id=session_id)
+
+        async def prompt(self, prompt, session_id, **meta):
+            texts = [getattr(block, "text", None) for block in prompt]
+            log(event="prompt", session=session_id, texts=texts, meta=meta.get("turnback"))
+            for line in texts[-1].splitlines():
+                verb, _, rest = line.partition(" ")
+                if verb == "say":
+                    await self.conn.session_update(
+                        session_id=session_id, update=acp.update_agent_message_text(rest + "\\n")
+                    )
+                elif verb == "crash-once":
+                    marker = self.cwd / f".crashed-{rest}"
+                    if not marker.exists():
+                        marker.touch()
+                        await asyncio.sleep(0.05)  # let the updates reach the pipe
+                        os.kill(os.getpid(), signal.SIGKILL)
+            return PromptResponse(stop_reason="end_turn")
+
+    async def main():
+        reader, writer = await acp.stdio_streams()
+        await acp.run_agent(Plain(), writer, reader)
+
+    asyncio.run(main())
+"""
+
+FAST = ResumePolicy(backoff=0.01)
+
+
+@pytest.fixture
+def plain(
+    tmp_path: Path, write_agent: Callable[[str, str], tuple[str, ...]]
+) -> tuple[tuple[str, ...], dict[str, str], Path]:
+    log = tmp_path / "plain.log"
+    return write_agent("plain_agent", PLAIN_AGENT), {"PLAIN_LOG": str(log)}, log
+
+
+def entries(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def opened(session: turnback.Session) -> list[str]:
+    return [a.data["opened"] for a in session.activities() if a.code == "agent.session"]
+
+
+def test_without_checkpoints_a_crash_fails_the_turn(
+    tb: turnback.Turnback, session: turnback.Session, plain: Any
+) -> None:
+    command, env, _ = plain
+
+    async def scenario() -> tuple[turnback.Turn, Any]:
+        async with await AgentRuntime.start(tb, session, command, env=env, policy=FAST) as rt:
+            return await rt.prompt("say hi\ncrash-once a\nsay bye"), rt.features
+
+    turn, features = run(scenario())
+    assert not (features.checkpoints or features.rollback or features.load_session)
+    assert turn.status is TurnStatus.FAILED
+    assert "turn.resume.unavailable" in [a.code for a in session.activities()]
+    assert text_of(session.turn_messages(turn.number)) == "hi\n"
+
+
+def test_restart_from_the_beginning_opens_a_new_session_instead_of_loading(
+    tb: turnback.Turnback, session: turnback.Session, plain: Any
+) -> None:
+    command, env, log = plain
+    policy = ResumePolicy(backoff=0.01, restart_without_checkpoint=True)
+
+    async def scenario() -> turnback.Turn:
+        async with await AgentRuntime.start(tb, session, command, env=env, policy=policy) as rt:
+            return await rt.prompt("say hi\ncrash-once a\nsay bye")
+
+    turn = run(scenario())
+    assert turn.status is TurnStatus.COMPLETED
+    assert text_of(session.turn_messages(turn.number)) == "hi\nbye\n"
+    assert opened(session) == ["new", "new"]
+    prompts = [e for e in entries(log) if e["event"] == "prompt"]
+    assert len(prompts) == 2 and prompts[0]["session"] != prompts[1]["session"]
+    assert "resume" not in json.dumps(prompts[1]["meta"])  # nothing to resume from
+
+
+def test_a_new_agent_session_gets_the_conversation_so_far_ahead_of_the_next_prompt(
+    tb: turnback.Turnback, session: turnback.Session, plain: Any
+) -> None:
+    command, env, log = plain
+
+    async def scenario() -> turnback.Turn:
+        async with await AgentRuntime.start(tb, session, command, env=env, policy=FAST) as rt:
+            await rt.prompt("say one")
+            pid = rt.agent_pid
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            await asyncio.sleep(0.2)  # the agent dies between turns
+            return await rt.prompt("say two")
+
+    turn = run(scenario())
+    assert turn.status is TurnStatus.COMPLETED
+    assert "agent.exited" in [a.code for a in session.activities()]
+    assert opened(session) == ["new", "new", "continued"]
+    new = [e for e in entries(log) if e["event"] == "new"]
+    assert new[0]["meta"] == {}
+    assert [m["kind"] for m in new[1]["meta"]["transcript"]] == ["user", "agent"]
+    last = [e for e in entries(log) if e["event"] == "prompt"][-1]
+    context, prompt = last["texts"]
+    assert context.startswith("The conversation so far") and "User: say one" in context
+    assert "Agent: one" in context and prompt == "say two"
+    assert text_of(session.messages()) == "one\ntwo\n"
+
+
+def test_rollback_by_a_fresh_session_with_the_transcript(
+    tb: turnback.Turnback, session: turnback.Session, plain: Any
+) -> None:
+    command, env, log = plain
+
+    async def scenario() -> None:
+        async with await AgentRuntime.start(tb, session, command, env=env) as rt:
+            await rt.prompt("say one")
+            await rt.prompt("say two")
+            kept = session.turn_messages(1)
+            await asyncio.to_thread(rt.rollback.check, 1)  # from a worker, as the engine does
+            await asyncio.to_thread(rt.rollback.apply, 1, kept)
+            await rt.prompt("say three")
+
+    run(scenario())
+    rolled = [a for a in session.activities() if a.code == "agent.rolled_back"]
+    assert [a.data["how"] for a in rolled] == ["fresh-session"]
+    last = [e for e in entries(log) if e["event"] == "prompt"][-1]
+    context, prompt = last["texts"]
+    assert "User: say one" in context and "two" not in context and prompt == "say three"
+
+
+def test_rollback_is_refused_before_anything_moves_when_it_cannot_be_done(
+    tb: turnback.Turnback, session: turnback.Session, plain: Any
+) -> None:
+    command, env, _ = plain
+    strict = ResumePolicy(fresh_session_rollback=False)
+
+    async def scenario() -> None:
+        async with await AgentRuntime.start(tb, session, command, env=env, policy=strict) as rt:
+            await rt.prompt("say one")
+            with pytest.raises(RollbackUnavailable, match="cannot roll its conversation back"):
+                await asyncio.to_thread(rt.rollback.check, 1)
+            rt.rollback.check(0)  # nothing to roll back is always possible
+
+    run(scenario())
+
+
+def test_rollback_through_the_agent_when_it_advertises_one(
+    tb: turnback.Turnback, session: turnback.Session, workspace: Path
+) -> None:
+    async def scenario() -> str | None:
+        async with await AgentRuntime.start(tb, session, SCRIPTED) as rt:
+            for word in ("one", "two", "three"):
+                await rt.prompt(f"say {word}")
+            await asyncio.to_thread(rt.rollback.apply, 2, session.turn_messages(1))
+            return rt.agent_session_id
+
+    agent_session = run(scenario())
+    stored = workspace / ".scripted-agent" / "sessions" / f"{agent_session}.json"
+    turns = json.loads(stored.read_text())["turns"]
+    assert [t["prompt"] for t in turns] == ["say one"]
+    rolled = [a.data for a in session.activities() if a.code == "agent.rolled_back"]
+    assert rolled == [{"turns": 2, "how": "agent"}]
+
+
+def test_revert_rolls_the_agent_back_and_a_refusal_is_an_activity(
+    tb: turnback.Turnback, session: turnback.Session, workspace: Path, plain: Any
+) -> None:
+    command, env, log = plain
+
+    async def scenario() -> None:
+        async with await AgentRuntime.start(tb, session, command, env=env) as rt:
+            await rt.prompt("say one")
+            (workspace / "one.txt").write_text("1\n")  # stands in for the agent's edits
+            await rt.prompt("say two")
+            (workspace / "two.txt").write_text("2\n")
+            running = asyncio.create_task(rt.prompt("say three\ncrash-once x"))
+            while rt._current is None:
+                await asyncio.sleep(0.005)
+            with pytest.raises((RollbackUnavailable, TurnInProgress), match="running"):
+                await rt.revert(1)
+            await running
+            await rt.revert(2)
+            await rt.prompt("say four")
+
+    run(scenario())
+    failed = [a for a in session.activities() if a.code == "checkpoint.revert.failed"]
+    assert len(failed) == 1 and "running" in failed[0].message
+    rolled = [a.data for a in session.activities() if a.code == "agent.rolled_back"]
+    assert [(r["how"], r["turns"]) for r in rolled] == [("fresh-session", 1)]
+    last = [e for e in entries(log) if e["event"] == "prompt"][-1]
+    context, prompt = last["texts"]
+    assert prompt == "say four"
+    assert "User: say one" in context and "User: say two" in context
+    assert "three" not in context
+    assert text_of(session.messages()) == "one\ntwo\nfour\n"

@@ -1,0 +1,130 @@
+"""Prompts as turns: updates recorded in wire order, stop reasons, permissions, stores."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import turnback
+from tests.runtime.harness import SCRIPTED, run, text_of, tool_titles
+from turnback.model import EventKind, MessageKind, TurnStatus
+from turnback.runtime import AgentRuntime, PermissionRequest
+
+
+def test_a_prompt_is_a_turn_with_every_update_in_order(
+    tb: turnback.Turnback, session: turnback.Session, workspace: Path
+) -> None:
+    asked: list[PermissionRequest] = []
+
+    def allow(request: PermissionRequest) -> str:
+        asked.append(request)
+        # The request is durable, and pending on the session, before anyone is asked.
+        pending = session.record.pending_requests
+        assert [p["requestId"] for p in pending] == [request.request_id]
+        return "allow"
+
+    script = "say hello brave world\nwrite a.txt one\nthink hmm\nask deploy\nstream 50\nsay bye"
+
+    async def scenario() -> turnback.Turn:
+        async with await AgentRuntime.start(tb, session, SCRIPTED, on_permission=allow) as rt:
+            assert rt.features.checkpoints and rt.features.rollback and rt.features.load_session
+            return await rt.prompt(script)
+
+    turn = run(scenario())
+    assert turn.status is TurnStatus.COMPLETED
+    messages = session.turn_messages(turn.number)
+    assert [m.kind for m in messages] == [
+        MessageKind.USER,
+        MessageKind.AGENT,
+        MessageKind.TOOL_CALL,
+        MessageKind.THOUGHT,
+        MessageKind.AGENT,
+    ]
+    chunks = "".join(f"chunk {i}\n" for i in range(1, 51))
+    assert messages[-1].text == f"permission deploy: allowed\n{chunks}bye\n"
+    assert tool_titles(messages) == ["write a.txt"]
+    assert (workspace / "a.txt").read_text() == "one\n"
+    kinds = [e.kind for e in session.run_events(turn.number)]
+    assert EventKind.PERMISSION_REQUESTED in kinds and EventKind.PERMISSION_ANSWERED in kinds
+    assert kinds.index(EventKind.PERMISSION_ANSWERED) < kinds.index("agent_message_chunk", 8)
+    assert [r.tool_call["title"] for r in asked] == ["deploy"]
+    assert session.record.pending_requests == ()
+    # The agent's checkpoint store is removed once the turn has ended.
+    assert not list((workspace / ".scripted-agent" / "turns").iterdir())
+
+
+def test_stop_reasons_end_the_turn_and_the_next_prompt_loads_the_same_agent_session(
+    tb: turnback.Turnback, session: turnback.Session
+) -> None:
+    async def scenario() -> list[turnback.Turn]:
+        async with await AgentRuntime.start(tb, session, SCRIPTED) as rt:
+            failed = await rt.prompt("say one\nfail boom")
+            running = asyncio.create_task(rt.prompt("say going\nsleep 30\nsay never"))
+            while not session.running() or not rt._live:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)
+            await rt.cancel()
+            cancelled = await asyncio.wait_for(running, 5)
+            denied = await rt.prompt("ask deploy\nsay never")  # no callback: cancelled
+        async with await AgentRuntime.start(tb, session, SCRIPTED) as rt:
+            done = await rt.prompt("say again")
+        return [failed, cancelled, denied, done]
+
+    failed, cancelled, denied, done = run(scenario())
+    assert failed.status is TurnStatus.FAILED and "boom" in (failed.detail or "")
+    assert cancelled.status is TurnStatus.CANCELLED
+    assert text_of(session.turn_messages(cancelled.number)) == "going\n"
+    assert denied.status is TurnStatus.CANCELLED
+    assert done.status is TurnStatus.COMPLETED
+    sessions = [a.data for a in session.activities() if a.code == "agent.session"]
+    assert [s["opened"] for s in sessions] == ["new", "loaded"]
+    assert sessions[0]["agentSessionId"] == sessions[1]["agentSessionId"]
+
+
+def test_a_session_update_outside_a_turn_is_not_recorded(
+    tb: turnback.Turnback, session: turnback.Session
+) -> None:
+    # session/load replays the agent's history as updates: none of it may enter a turn.
+    async def scenario() -> None:
+        async with await AgentRuntime.start(tb, session, SCRIPTED) as rt:
+            await rt.prompt("say first")
+        async with await AgentRuntime.start(tb, session, SCRIPTED) as rt:
+            await rt.prompt("say second")
+
+    run(scenario())
+    assert text_of(session.messages()) == "first\nsecond\n"
+
+
+def test_the_event_loop_is_not_blocked_while_a_turn_records_and_commits(
+    tb: turnback.Turnback, session: turnback.Session
+) -> None:
+    # Many boundary events (tool calls, checkpoints) each wait for a commit: none on the loop.
+    script = "\n".join(f"write f{i}.txt {i}\nstream 40" for i in range(40))
+    gaps: list[float] = []
+
+    async def ticker(stop: asyncio.Event) -> None:
+        last = time.perf_counter()
+        while not stop.is_set():
+            await asyncio.sleep(0.001)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    async def scenario() -> turnback.Turn:
+        async with await AgentRuntime.start(tb, session, SCRIPTED) as rt:
+            stop = asyncio.Event()
+            tick = asyncio.create_task(ticker(stop))
+            turn = await rt.prompt(script)
+            stop.set()
+            await tick
+            return turn
+
+    turn = run(scenario())
+    assert turn.status is TurnStatus.COMPLETED
+    assert len(session.turn_messages(turn.number)) > 40
+    gaps.sort()
+    # The loop also parses every frame, so allow for scheduling noise on a busy machine, but a
+    # commit (or fsync, or git capture) on the loop would show as tens of milliseconds.
+    assert gaps[len(gaps) * 99 // 100] < 0.015, f"p99 loop lag {gaps[len(gaps) * 99 // 100]:.4f}s"
+    assert gaps[-1] < 0.1, f"worst loop lag {gaps[-1]:.3f}s"
