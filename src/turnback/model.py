@@ -105,6 +105,7 @@ class SessionRecord:
     pending_requests: tuple[JSON, ...]
     created_at: float
     updated_at: float
+    agent_state: JSON = field(default_factory=dict)  # the runtime's memory of the agent
 
 
 @dataclass(frozen=True, slots=True)

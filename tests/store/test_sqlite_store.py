@@ -690,3 +690,38 @@ def test_a_second_connection_sees_commits_at_once(db: Path) -> None:
             conn.close()
     finally:
         store.close()
+
+
+def test_a_database_of_the_first_release_is_upgraded_with_its_data(tmp_path: Path) -> None:
+    """A home written by a turnback with only migration 1 opens with every row intact."""
+    from turnback.store.schema import APPLICATION_ID, MIGRATIONS
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    for statement in MIGRATIONS[0].split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+    conn.execute("PRAGMA user_version=1")
+    conn.execute(
+        "INSERT INTO sessions (id, workspace, created_at, updated_at) VALUES ('ab', '/w', 1, 2)"
+    )
+    conn.execute(
+        "INSERT INTO turns (token, session_id, number, status, prompt, started_at) "
+        "VALUES ('cd', 'ab', 1, 'completed', '\"hi\"', 1)"
+    )
+    conn.commit()
+    conn.close()
+    store = open_store(f"sqlite:///{path}")
+    try:
+        with store.read() as tx:
+            session = tx.get_session("ab")
+            turn = tx.get_turn("cd")
+        assert session is not None and session.agent_state == {}
+        assert turn is not None and turn.prompt == "hi" and turn.begin_checkpoint is None
+        with store.atomic() as tx:
+            tx.set_agent_state("ab", {"agentSessionId": "x"}, 3.0)
+        with store.read() as tx:
+            assert tx.get_session("ab").agent_state == {"agentSessionId": "x"}  # type: ignore[union-attr]
+    finally:
+        store.close()

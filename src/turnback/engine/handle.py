@@ -16,7 +16,7 @@ from turnback.engine import recovery, revert
 from turnback.engine.checkpoints import WorkspaceCheckpoints, collect_garbage
 from turnback.engine.journal import Journal
 from turnback.engine.owners import is_alive
-from turnback.engine.turns import RunningTurn, begin, validate_prompt
+from turnback.engine.turns import RunningTurn, begin, encode, validate_prompt
 from turnback.errors import (
     AmbiguousId,
     CheckpointUnavailable,
@@ -216,6 +216,13 @@ class Session:
     @property
     def workspace(self) -> Path:
         return Path(self.record.workspace)
+
+    def set_agent_state(self, state: dict[str, object]) -> None:
+        """Remember what the runtime needs of the agent behind this session (its own session
+        id, say): kept on the session record, read back as ``record.agent_state``."""
+        encode(state, "the agent state")
+        with self._tb.store.atomic() as tx:
+            tx.set_agent_state(self.id, state, time.time())
 
     def turn(self, prompt: Any) -> RunningTurn:
         """Begin a turn: its row and prompt are durable when this returns.

@@ -319,8 +319,11 @@ class RunningTurn:
         checkpoint_id: str,
         state: Any = None,
         store_path: str | None = None,
+        *,
+        sync: bool = True,
     ) -> int:
-        """Save a step checkpoint: a point inside the turn the agent can resume from."""
+        """Save a step checkpoint: a point inside the turn the agent can resume from. It is a
+        boundary event: durable when this returns (with ``sync=False``, once :meth:`sync` has)."""
         event: JSON = {
             "sessionUpdate": EventKind.STEP_CHECKPOINT.value,
             "step": step,
@@ -331,7 +334,7 @@ class RunningTurn:
         if store_path is not None:
             event["storePath"] = store_path
         faults.point("turn.step.before")
-        seq = self.record(event)
+        seq = self.record(event, sync=sync)
         faults.point("turn.step.after")
         return seq
 

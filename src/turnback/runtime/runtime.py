@@ -591,17 +591,24 @@ class AgentRuntime:
         await self._remember_session("new", context_pending=self._context_pending)
 
     def _last_agent_session(self) -> str | None:
-        for activity in reversed(self.session.activities()):
-            if activity.code == "agent.session" and activity.data.get("command") == list(
-                self.command
-            ):
-                self._context_pending = bool(activity.data.get("contextPending"))
-                value = activity.data.get("agentSessionId")
-                return value if isinstance(value, str) else None
-        return None
+        """The agent session this turnback session used last, if it ran the same command."""
+        state = self.session.record.agent_state
+        if state.get("command") != list(self.command):
+            return None
+        self._context_pending = bool(state.get("contextPending"))
+        value = state.get("agentSessionId")
+        return value if isinstance(value, str) else None
 
     async def _remember_session(self, how: str, *, context_pending: bool) -> None:
+        await self._engine.run(self.session.set_agent_state, self._agent_state(context_pending))
         await self._reactor.submit(self._session_notice(how, context_pending))
+
+    def _agent_state(self, context_pending: bool) -> dict[str, object]:
+        return {
+            "agentSessionId": self._agent_session,
+            "command": list(self.command),
+            "contextPending": context_pending,
+        }
 
     async def _prompt_blocks(self, prompt: str | list[dict[str, Any]]) -> list[Any]:
         blocks: list[Any] = [acp.text_block(prompt)] if isinstance(prompt, str) else list(prompt)
@@ -698,11 +705,15 @@ class AgentRuntime:
                 {"turns": turns, "how": "fresh-session", "messages": len(transcript)},
             )
         )
+        # The engine thread is inside the revert that called us: write from another thread.
+        await asyncio.to_thread(
+            self.session.set_agent_state, self._agent_state(self._context_pending)
+        )
         self._reactor.post(self._session_notice("new", self._context_pending))
 
     def _session_notice(self, how: str, context_pending: bool) -> Notice:
-        """The agent's session id lives in an ``agent.session`` activity: the session record has
-        no field for it yet."""
+        """A line for people saying which agent session serves this one (the runtime reads it
+        back from the session's ``agent_state``, not from here)."""
         return Notice(
             ActivityLevel.INFO,
             "agent.session",

@@ -143,6 +143,10 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX reverts_session ON reverts(session_id, id);
     """,
+    # 3: what the runtime must remember of the agent behind a session (its own session id, …)
+    """
+    ALTER TABLE sessions ADD COLUMN agent_state TEXT NOT NULL DEFAULT '{}';
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -236,11 +236,13 @@ def _session(row: sqlite3.Row | tuple[Any, ...]) -> SessionRecord:
         pending_requests=tuple(json.loads(row[6])),
         created_at=row[7],
         updated_at=row[8],
+        agent_state=json.loads(row[9]),
     )
 
 
 _SESSION_COLUMNS = (
-    "id, workspace, title, agent, head, status, pending_requests, created_at, updated_at"
+    "id, workspace, title, agent, head, status, pending_requests, created_at, updated_at, "
+    "agent_state"
 )
 _TURN_COLUMNS = (
     "token, session_id, number, parent, owner_id, status, prompt, started_at, ended_at, detail, "
@@ -320,7 +322,7 @@ class _SQLiteTx:
 
     def insert_session(self, session: SessionRecord) -> None:
         self._c.execute(
-            f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES ({_marks(range(10))})",
             (
                 session.id,
                 session.workspace,
@@ -331,6 +333,7 @@ class _SQLiteTx:
                 _dumps(list(session.pending_requests)),
                 session.created_at,
                 session.updated_at,
+                _dumps(session.agent_state),
             ),
         )
 
@@ -353,6 +356,12 @@ class _SQLiteTx:
     def set_head(self, session_id: str, head: str | None, now: float) -> None:
         self._c.execute(
             "UPDATE sessions SET head = ?, updated_at = ? WHERE id = ?", (head, now, session_id)
+        )
+
+    def set_agent_state(self, session_id: str, state: dict[str, object], now: float) -> None:
+        self._c.execute(
+            "UPDATE sessions SET agent_state = ?, updated_at = ? WHERE id = ?",
+            (_dumps(state), now, session_id),
         )
 
     def set_pending_requests(
