@@ -211,8 +211,13 @@ def commit_turn(
             for i, (kind, data) in enumerate(folded)
         ]
     )
-    tx.insert_run_events(timeline)
-    tx.delete_journal(turn.token)
+    # The journal's rows become the run timeline as they are; only rows that had to be wrapped
+    # (unreadable ones, on an explicit apply) are rewritten, and the extra events added.
+    tx.move_journal_to_run_events(turn.token, turn.session_id)
+    tx.replace_run_events(
+        [e for e, entry in zip(timeline, entries, strict=False) if e.kind != entry.kind]
+    )
+    tx.insert_run_events(timeline[len(entries) :])
     if status is not TurnStatus.INTERRUPTED:
         tx.delete_step_checkpoints(turn.token)
     tx.end_turn(turn.token, status, now, detail, len(entries), expected=expected)

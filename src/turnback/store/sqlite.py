@@ -516,6 +516,23 @@ class _SQLiteTx:
             [(e.session_id, e.turn, e.seq, e.kind, _dumps(e.event), e.at) for e in events],
         )
 
+    def move_journal_to_run_events(self, token: str, session_id: str) -> int:
+        """Copy a turn's journal into its run timeline as it is (no JSON round trip) and remove
+        the journal rows."""
+        moved = self._c.execute(
+            "INSERT INTO run_events (session_id, turn, seq, kind, payload, at) "
+            "SELECT ?, turn, seq, kind, payload, at FROM journal WHERE turn = ?",
+            (session_id, token),
+        ).rowcount
+        self._c.execute("DELETE FROM journal WHERE turn = ?", (token,))
+        return moved
+
+    def replace_run_events(self, events: Sequence[RunEvent]) -> None:
+        self._c.executemany(
+            "UPDATE run_events SET kind = ?, payload = ? WHERE turn = ? AND seq = ?",
+            [(e.kind, _dumps(e.event), e.turn, e.seq) for e in events],
+        )
+
     def run_events(self, token: str) -> list[RunEvent]:
         rows = self._all(
             "SELECT session_id, turn, seq, kind, payload, at FROM run_events WHERE turn = ? "
