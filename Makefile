@@ -29,6 +29,8 @@ test: lint typecheck pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/journal.py
+	$(BIN)/python bench/snapshots.py
+	$(BIN)/python bench/runtime.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
