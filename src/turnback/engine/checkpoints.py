@@ -83,6 +83,7 @@ class WorkspaceCheckpoints:
         self.progress = progress
         self._snapshots: Snapshots | None = None
         self._backoff: dict[str, CaptureBackoff] = {}
+        self._changes: dict[tuple[str, str, str], tuple[FileChange, ...]] = {}
 
     @property
     def snapshots(self) -> Snapshots:
@@ -180,8 +181,11 @@ class WorkspaceCheckpoints:
         """The file changes between two commits; a note when they cannot be computed."""
         if not old or not new:
             return [], []
+        key = (workspace, old, new)
+        if key in self._changes:  # commits never change, so neither does their diff
+            return list(self._changes[key]), []
         try:
-            return self.snapshots.changes(Path(workspace), old, new), []
+            changes = self.snapshots.changes(Path(workspace), old, new)
         except (TurnbackError, OSError) as error:
             return (
                 [],
@@ -194,6 +198,10 @@ class WorkspaceCheckpoints:
                     )
                 ],
             )
+        if len(self._changes) >= 4096:
+            self._changes.clear()
+        self._changes[key] = tuple(changes)
+        return changes, []
 
     def take_problems(self) -> list[Note]:
         """Damage the snapshots found and repaired on the way (a damaged ref, say), as notes."""
