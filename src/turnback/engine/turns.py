@@ -48,7 +48,7 @@ from turnback.store import Tx
 
 if TYPE_CHECKING:
     from turnback.engine.checkpoints import WorkspaceCheckpoints
-    from turnback.engine.journal import Journal
+    from turnback.engine.journal import After, Journal
     from turnback.store import Store
 
 #: Events larger than this are refused; large payloads belong in files the event names.
@@ -362,7 +362,8 @@ class RunningTurn:
             event.update(step=checkpoint.step, checkpointId=checkpoint.checkpoint_id)
         return self.record(event)
 
-    def _side_effect(self, kind: str, update: JSON, entry: JournalEntry) -> Any:
+    def _side_effect(self, kind: str, update: JSON, entry: JournalEntry) -> After | None:
+        """Rows that must commit in the same transaction as this event, if any."""
         token, session_id = self.turn.token, self.turn.session_id
         if kind == EventKind.REWIND:
             to_seq = int(update.get("toSeq", 0))
