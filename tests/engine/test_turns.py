@@ -899,3 +899,31 @@ def test_record_without_sync_waits_for_sync(home: Path, tmp_path: Path) -> None:
             assert journal(other, turn.token) == []
             turn.sync()
             assert [e.seq for e in journal(other, turn.token)] == [1, 2]
+
+
+def test_folding_while_recording_matches_folding_the_journal(session: turnback.Session) -> None:
+    """Completing a turn uses the fold it kept while recording; it must equal a fold of what
+    the journal holds, even when the caller reuses (mutates) its event dicts."""
+    from turnback.engine.fold import fold
+
+    reused = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": ""}}
+    with session.turn([{"type": "text", "text": "mixed"}]) as turn:
+        for word in ["one ", "two ", "three"]:
+            reused["content"]["text"] = word  # the same dict, changed after each record
+            turn.record(reused)
+        turn.record({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text"}})
+        turn.record(tool_call("t1", "in_progress"))
+        turn.record({"sessionUpdate": "plan", "entries": [{"content": "a"}]})
+        image = {"type": "image", "data": "AA==", "mimeType": "image/png"}
+        turn.record({"sessionUpdate": "agent_message_chunk", "content": image})
+        turn.record(chunk("after the image"))
+        turn.record(
+            {"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "completed"}
+        )
+        turn.record({"sessionUpdate": "plan", "entries": [{"content": "b"}]})
+        turn.record({"sessionUpdate": "something_new", "x": [1, 2]})
+        turn.step(1, checkpoint_id="c1")
+    kept = [(m.kind, m.data) for m in session.turn_messages(turn.token)]
+    refolded = fold(turn.turn.prompt, [e.event for e in session.run_events(turn.token)])
+    assert kept == refolded
+    assert kept[1] == (MessageKind.AGENT, {"content": [{"type": "text", "text": "one two three"}]})

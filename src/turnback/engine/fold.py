@@ -85,53 +85,84 @@ def prompt_blocks(prompt: Any) -> list[JSON]:
     return [block for block in prompt if isinstance(block, dict)]
 
 
-def fold(prompt: Any, events: Iterable[JSON]) -> list[tuple[MessageKind, JSON]]:
-    """The messages of one turn: the user's prompt, then what its events say."""
-    messages: list[tuple[MessageKind, JSON]] = [
-        (MessageKind.USER, {"content": prompt_blocks(prompt)})
-    ]
-    open_chunk: MessageKind | None = None
-    tools: dict[str, int] = {}
-    plan: int | None = None
-    for event in events:
+class Folder:
+    """Folds a turn's events one at a time. A running turn folds as it records, so completing
+    it need not read its journal back; recovery folds a journal in one go (:func:`fold`)."""
+
+    def __init__(self, prompt: Any) -> None:
+        self._messages: list[tuple[MessageKind, JSON]] = [
+            (MessageKind.USER, {"content": prompt_blocks(prompt)})
+        ]
+        self._open: MessageKind | None = None
+        self._tools: dict[str, int] = {}
+        self._plan: int | None = None
+
+    def add(self, event: JSON) -> None:
+        """Fold one event. The folder keeps references into ``event``: pass one nobody else
+        will change (a freshly parsed one)."""
         kind = str(event.get("sessionUpdate", ""))
         chunk = _CHUNKS.get(kind)
         if chunk is not None:
-            block = event.get("content")
-            if open_chunk is not chunk:
-                messages.append((chunk, {"content": []}))
-            if block is not None:
-                messages[-1][1]["content"].append(block)
-            open_chunk = chunk
-            continue
-        open_chunk = None
+            self._chunk(chunk, event.get("content"))
+            return
+        self._open = None
         if kind in _TIMELINE_ONLY:
-            continue
+            return
+        messages = self._messages
         body = {key: value for key, value in event.items() if key != "sessionUpdate"}
         if kind in (EventKind.TOOL_CALL, EventKind.TOOL_CALL_UPDATE):
             call_id = str(event.get("toolCallId", ""))
-            if call_id in tools:
-                merged = messages[tools[call_id]][1]
+            if call_id in self._tools:
+                merged = messages[self._tools[call_id]][1]
                 merged.update({key: value for key, value in body.items() if value is not None})
             else:
-                tools[call_id] = len(messages)
+                self._tools[call_id] = len(messages)
                 messages.append((MessageKind.TOOL_CALL, body))
         elif kind == EventKind.PLAN:
-            if plan is None:
-                plan = len(messages)
+            if self._plan is None:
+                self._plan = len(messages)
                 messages.append((MessageKind.PLAN, body))
             else:
-                messages[plan] = (MessageKind.PLAN, body)
+                messages[self._plan] = (MessageKind.PLAN, body)
         elif kind == EventKind.ERROR:
             messages.append((MessageKind.ERROR, body))
         elif kind == EventKind.NOTICE:
             messages.append((MessageKind.NOTICE, body))
         else:
             messages.append((MessageKind.OTHER, dict(event)))
-    for kind, data in messages:
-        if kind in _CHUNK_KINDS:
-            data["content"] = _join_text(data["content"])
-    return messages
+
+    def add_text(self, kind: str, text: str) -> None:
+        """Fold a chunk event whose content is one plain text block, from its text alone."""
+        self._chunk(_CHUNKS[kind], {"type": "text", "text": text})
+
+    def _chunk(self, chunk: MessageKind, block: Any) -> None:
+        if self._open is not chunk:
+            self._messages.append((chunk, {"content": []}))
+        if block is not None:
+            self._messages[-1][1]["content"].append(block)
+        self._open = chunk
+
+    def messages(self) -> list[tuple[MessageKind, JSON]]:
+        """The turn's messages so far; each run of plain text is joined once."""
+        return [
+            (kind, {**data, "content": _join_text(data["content"])})
+            if kind in _CHUNK_KINDS
+            else (kind, data)
+            for kind, data in self._messages
+        ]
+
+
+def is_text_chunk(kind: str, event: JSON) -> bool:
+    """A message chunk whose content is one plain text block (most of any turn's events)."""
+    return kind in _CHUNKS and _plain_text(event.get("content"))
+
+
+def fold(prompt: Any, events: Iterable[JSON]) -> list[tuple[MessageKind, JSON]]:
+    """The messages of one turn: the user's prompt, then what its events say."""
+    folder = Folder(prompt)
+    for event in events:
+        folder.add(event)
+    return folder.messages()
 
 
 def _plain_text(block: Any) -> bool:

@@ -25,9 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from turnback import faults
 from turnback.engine.fold import (
+    Folder,
     cancelled_tool_result,
     error_event,
     fold,
+    is_text_chunk,
     parse,
     superseded,
     unfinished_tool_calls,
@@ -39,6 +41,7 @@ from turnback.model import (
     EventKind,
     JournalEntry,
     Message,
+    MessageKind,
     RunEvent,
     StepCheckpoint,
     Turn,
@@ -169,16 +172,36 @@ def commit_turn(
     extra: Sequence[JSON] = (),
     keep_unreadable: bool = False,
     expected: TurnStatus = TurnStatus.RUNNING,
+    prefolded: tuple[int, list[tuple[MessageKind, JSON]]] | None = None,
 ) -> bool:
     """Fold ``turn``'s journal into its session and end it, inside the caller's transaction.
 
     ``extra`` events are appended after the journal (a notice, synthetic tool results). Returns
     False, having changed nothing, when the turn is no longer in ``expected`` status.
+
+    ``prefolded`` is ``(events, messages)`` from the process that recorded the turn and folded it
+    as it went. It is used only when the journal holds exactly those ``events`` (seqs 1 to
+    ``events``): then the journal need not be read back. Otherwise it is folded here.
     """
     current = tx.get_turn(turn.token)
     if current is None or current.status is not expected:
         return False
     now = time.time()
+    if (
+        prefolded is not None
+        and not extra
+        and status is TurnStatus.COMPLETED
+        and tx.journal_size(turn.token) == (prefolded[0], prefolded[0])
+    ):
+        tx.insert_messages(
+            [
+                Message(turn.session_id, turn.token, i, kind, data)
+                for i, (kind, data) in enumerate(prefolded[1])
+            ]
+        )
+        tx.move_journal_to_run_events(turn.token, turn.session_id)
+        _end(tx, turn, status, detail, prefolded[0], now, expected)
+        return True
     entries = tx.journal(turn.token)
     events = [parse(entry, keep_unreadable=keep_unreadable) for entry in entries]
     last_seq = entries[-1].seq if entries else 0
@@ -218,12 +241,24 @@ def commit_turn(
         [e for e, entry in zip(timeline, entries, strict=False) if e.kind != entry.kind]
     )
     tx.insert_run_events(timeline[len(entries) :])
+    _end(tx, turn, status, detail, len(entries), now, expected)
+    return True
+
+
+def _end(
+    tx: Tx,
+    turn: Turn,
+    status: TurnStatus,
+    detail: str | None,
+    count: int,
+    now: float,
+    expected: TurnStatus,
+) -> None:
     if status is not TurnStatus.INTERRUPTED:
         tx.delete_step_checkpoints(turn.token)
-    tx.end_turn(turn.token, status, now, detail, len(entries), expected=expected)
+    tx.end_turn(turn.token, status, now, detail, count, expected=expected)
     tx.set_head(turn.session_id, turn.token, now)
     clear_requests(tx, turn.session_id, turn.token, now)
-    return True
 
 
 def clear_requests(tx: Tx, session_id: str, token: str, now: float) -> None:
@@ -267,6 +302,9 @@ class RunningTurn:
         self._workspace = workspace
         self._checkpoints = checkpoints
         self.turn = turn
+        # Folds as it records; dropped (the commit folds the journal instead) after a rewind or
+        # when recording resumed a journal this object did not see from the start.
+        self._folder: Folder | None = Folder(turn.prompt) if next_seq == 1 else None
         self._seq = next_seq - 1
         self._ended = False
 
@@ -302,6 +340,13 @@ class RunningTurn:
         if kind == EventKind.STEP_CHECKPOINT:
             _validate_step(update)
         payload = encode(update, f"the {kind} event")
+        if self._folder is not None:
+            if kind == EventKind.REWIND:
+                self._folder = None
+            elif is_text_chunk(kind, update):
+                self._folder.add_text(kind, str(update["content"].get("text", "")))
+            else:
+                self._folder.add(json.loads(payload))  # a copy the caller cannot change
         self._seq += 1
         entry = JournalEntry(self.turn.token, self._seq, kind, payload, time.time())
         faults.point("turn.record.before")
@@ -429,7 +474,10 @@ class RunningTurn:
             )
         faults.point("turn.end.before")
         with self._store.atomic() as tx:
-            if not commit_turn(tx, self.turn, status, detail=detail, extra=extra):
+            prefolded = (self._seq, self._folder.messages()) if self._folder else None
+            if not commit_turn(
+                tx, self.turn, status, detail=detail, extra=extra, prefolded=prefolded
+            ):
                 raise TurnNotRunning(
                     f"turn {self.turn.number} ({self.turn.token}) is no longer running: another "
                     "process recovered it; `turnback show` shows what was kept"
