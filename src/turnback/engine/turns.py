@@ -82,10 +82,14 @@ def is_boundary(kind: str, event: JSON) -> bool:
     return kind == EventKind.TOOL_CALL_UPDATE and event.get("status") in ("completed", "failed")
 
 
+#: Built once: json.dumps with options builds an encoder per call, a third of its cost.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def encode(value: Any, what: str) -> str:
     """JSON text of an event or prompt, refused with a clear error before anything is written."""
     try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as error:
         raise InvalidEvent(
             f"{what} is not JSON-serialisable ({error}); nothing was written. "
