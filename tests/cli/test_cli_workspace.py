@@ -82,3 +82,23 @@ def test_gc(home: Path, session_id: str) -> None:
     assert data["checkpoints_released"] == 1 and data["refs_removed"] >= 1
     assert "freed" in ok(home, "gc")
     assert run(home, "gc", "--keep", "-1").returncode == 2
+
+
+def test_progress_shows_only_on_a_terminal_after_a_moment(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from turnback.cli import Progress
+
+    quiet = Progress()
+    quiet.enabled = False  # stderr is not a terminal
+    quiet("gc", 1, 3)
+    slow = Progress(delay=0.0)
+    slow.enabled = True
+    slow("capture", 1, 3)
+    slow("capture", 3, 3)
+    quick = Progress(delay=60.0)
+    quick.enabled = True
+    quick("capture", 1, 3)  # within the moment: nothing shown
+    err = capsys.readouterr().err
+    assert "capture: 1/3" in err and "capture: 3/3" in err
+    assert "gc" not in err and err.count("capture: 1/3") == 1
