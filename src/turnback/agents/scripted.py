@@ -26,6 +26,9 @@ Script language::
     exit CODE            exit at once with status CODE
     fail MESSAGE         end the prompt with a JSON-RPC error carrying MESSAGE
 
+A text block whose ``_meta.turnback.context`` is set -- the conversation so far, which turnback
+puts ahead of a prompt after it opened a fresh agent session -- is context, not script: skipped.
+
 TEXT may use the escapes ``\\n``, ``\\t`` and ``\\\\``. PATHs are single words, relative to the
 session's directory, and must stay inside it. File commands act directly on disk, as a shell
 command would; each is reported as a ``tool_call`` (kind edit, delete or move; status in_progress)
@@ -243,6 +246,12 @@ def _state_dir(cwd: Path) -> Path:
     if not ignore.exists():
         ignore.write_text("*\n", encoding="utf-8")
     return state
+
+
+def _is_context(block: TextContentBlock) -> bool:
+    """A block turnback puts ahead of a prompt (the conversation so far): context, not script."""
+    meta = block.field_meta or {}
+    return isinstance(meta.get("turnback"), dict) and "context" in meta["turnback"]
 
 
 def _error(message: str, **data: Any) -> acp.RequestError:
@@ -685,7 +694,11 @@ class ScriptedAgent:
         session = self._session(session_id)
         if session.running is not None:
             raise _error(f"session {session_id} is already running a prompt")
-        script = "\n".join(block.text for block in prompt if isinstance(block, TextContentBlock))
+        script = "\n".join(
+            block.text
+            for block in prompt
+            if isinstance(block, TextContentBlock) and not _is_context(block)
+        )
         try:
             commands = parse_script(script)
         except ScriptError as exc:
