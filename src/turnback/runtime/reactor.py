@@ -107,9 +107,15 @@ Event = TurnRequested | CheckpointSaved | TurnEnded | RevertRequested | Notice
 class Reactor:
     """Handles :data:`Event` values one at a time, in order (see the module docstring)."""
 
-    def __init__(self, session: Session, engine: EngineThread) -> None:
+    def __init__(
+        self,
+        session: Session,
+        engine: EngineThread,
+        on_notice: Callable[[Notice], None] | None = None,
+    ) -> None:
         self.session = session
         self.engine = engine
+        self._on_notice = on_notice  # told of every activity after it is added (a relay)
         self._queue: asyncio.Queue[tuple[Event, asyncio.Future[Any] | None]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
 
@@ -175,6 +181,11 @@ class Reactor:
             return await self.engine.run(self._revert, event)
         if event.code:
             await self.activity(event.level, event.code, event.message, event.data, event.turn)
+            if self._on_notice is not None:
+                try:
+                    self._on_notice(event)
+                except Exception as error:  # a relay's failure is not the runtime's
+                    log.warning("the relay failed on activity %s: %s", event.code, error)
         return None
 
     async def _end(self, event: TurnEnded) -> Turn:

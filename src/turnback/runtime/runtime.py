@@ -39,8 +39,12 @@ from acp.schema import (
     CancelElicitationResponse,
     DeclineElicitationResponse,
     DeniedOutcome,
+    LoadSessionResponse,
+    NewSessionResponse,
     PermissionOption,
+    PromptResponse,
     RequestPermissionResponse,
+    ResumeSessionResponse,
     ToolCallUpdate,
 )
 
@@ -65,6 +69,7 @@ from turnback.runtime.reactor import (
     TurnEnded,
     TurnRequested,
 )
+from turnback.runtime.relay import Relay
 from turnback.runtime.rollback import (
     AgentRollback,
     RollbackUnavailable,
@@ -148,6 +153,7 @@ class AgentRuntime:
         on_input: InputCallback | None = None,
         policy: ResumePolicy | None = None,
         stderr: int | None = asyncio.subprocess.DEVNULL,
+        relay: Relay | None = None,
     ) -> None:
         self.tb = tb
         self.session = session
@@ -157,9 +163,13 @@ class AgentRuntime:
         self._on_permission = on_permission
         self._on_input = on_input
         self._stderr = stderr
+        self._relay = relay
         self._engine = EngineThread()
-        self._reactor = Reactor(session, self._engine)
+        self._reactor = Reactor(
+            session, self._engine, on_notice=relay.activity if relay is not None else None
+        )
         self._sidecar: Sidecar | None = None
+        self._reopening = False  # the agent replays its session's history: not news to a relay
         self._generation = 0
         self._agent_session: str | None = None
         self._context_pending = False
@@ -171,8 +181,15 @@ class AgentRuntime:
         self._inputs: deque[tuple[str, RunningTurn]] = deque()
         self._frame_reports = 0
         self._cancelling = False
+        self._prompt_meta: dict[str, Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self.features = AgentFeatures()
+        #: the agent's answer when its session was last opened (new, loaded or resumed)
+        self.session_response: (
+            NewSessionResponse | LoadSessionResponse | ResumeSessionResponse | None
+        ) = None
+        #: how the agent answered the last prompt sent to it: its response, or its error
+        self.last_response: PromptResponse | acp.RequestError | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -188,6 +205,7 @@ class AgentRuntime:
         on_input: InputCallback | None = None,
         policy: ResumePolicy | None = None,
         stderr: int | None = asyncio.subprocess.DEVNULL,
+        relay: Relay | None = None,
     ) -> AgentRuntime:
         """Spawn the agent, initialize it and open (or load) its session for ``session``.
 
@@ -202,6 +220,7 @@ class AgentRuntime:
             on_input=on_input,
             policy=policy,
             stderr=stderr,
+            relay=relay,
         )
         runtime._loop = asyncio.get_running_loop()
         runtime._reactor.start()
@@ -236,6 +255,29 @@ class AgentRuntime:
         return self._agent_session
 
     @property
+    def initialize_response(self) -> Any:
+        """The agent's answer to ``initialize`` (an ``InitializeResponse``), while it runs."""
+        return self._sidecar.initialize_response if self._sidecar is not None else None
+
+    async def request(self, method: str, params: Any) -> Any:
+        """Send any request to the agent as it is (a relay forwarding its client's methods);
+        starts the agent if it had exited. Returns the raw result; an error answer raises
+        ``acp.RequestError``."""
+        await self._ensure_agent()
+        assert self._sidecar is not None
+        try:
+            return await self._sidecar.request(method, params)
+        except (ConnectionError, OSError) as error:
+            raise AgentDied(f"{self._death(self._sidecar)}: {error}", None) from error
+
+    async def notify(self, method: str, params: Any) -> None:
+        """Send any notification to the agent as it is, if it runs."""
+        sidecar = self._sidecar
+        if sidecar is not None and sidecar.alive:
+            with contextlib.suppress(ConnectionError, OSError, AgentDied):
+                await sidecar.notify(method, params)
+
+    @property
     def rollback(self) -> AgentRollback:
         """The ConversationRollback to give ``Session.revert``."""
         assert self._loop is not None
@@ -243,10 +285,16 @@ class AgentRuntime:
 
     # -- turns -------------------------------------------------------------------------------
 
-    async def prompt(self, prompt: str | list[dict[str, Any]]) -> Turn:
-        """Run one turn: begin it, send the prompt, record what the agent does, end it."""
+    async def prompt(
+        self, prompt: str | list[dict[str, Any]], *, meta: Mapping[str, Any] | None = None
+    ) -> Turn:
+        """Run one turn: begin it, send the prompt, record what the agent does, end it.
+
+        ``meta`` goes to the agent as the prompt's ``_meta`` (with turnback's own key added on a
+        resume); how the agent answered is in :attr:`last_response`."""
         await self._ensure_agent()
         turn: RunningTurn = await self._reactor.submit(TurnRequested(prompt))
+        self._prompt_meta = dict(meta or {})
         return await self._drive(turn, prompt, None, set())
 
     async def cancel(self) -> None:
@@ -313,6 +361,7 @@ class AgentRuntime:
             turn.token,
         )
         paths = {c.store_path for c in checkpoints if c.store_path}
+        self._prompt_meta = {}
         return await self._drive(turn, interrupted.prompt, checkpoint, paths)
 
     async def revert(
@@ -352,6 +401,7 @@ class AgentRuntime:
         store_paths: set[str],
     ) -> Turn:
         self._current, self._store_paths, self._cancelling = turn, store_paths, False
+        self.last_response = None
         attempt = 0
         try:
             while True:
@@ -369,6 +419,7 @@ class AgentRuntime:
                     await asyncio.sleep(self.policy.delay(attempt))
                     continue
                 except acp.RequestError as error:
+                    self.last_response = error
                     detail = f"the agent failed the prompt: {_describe(error)}"
                     return await self._end(turn, TurnStatus.FAILED, detail)
                 if attempt:
@@ -403,7 +454,7 @@ class AgentRuntime:
         if sidecar is None or not sidecar.alive or self._agent_session is None:
             raise AgentDied(f"agent {' '.join(self.command)!r} is not running", None)
         blocks = await self._prompt_blocks(prompt)
-        meta: dict[str, Any] = {}
+        meta: dict[str, Any] = dict(self._prompt_meta)
         if resume is not None:
             meta["turnback"] = {"resume": _resume_meta(resume)}
         self._live = turn
@@ -430,6 +481,7 @@ class AgentRuntime:
             raise
         finally:
             self._live = None
+        self.last_response = response
         if self._context_pending:
             self._context_pending, self._context = False, None
             await self._remember_session("continued", context_pending=False)
@@ -543,6 +595,7 @@ class AgentRuntime:
             watch=self._watch,
             malformed=self._malformed,
             stderr=self._stderr,
+            initialize=self._relay.initialize if self._relay is not None else None,
         )
         self.features = await sidecar.open(self.policy.initialize_timeout)
         self._sidecar = sidecar
@@ -563,13 +616,20 @@ class AgentRuntime:
         cwd = str(self.session.workspace)
         previous = self._agent_session or await self._engine.run(self._last_agent_session)
         conn = sidecar.conn
+        servers = list(self._relay.mcp_servers) if self._relay is not None else []
         if previous is not None and (self.features.load_session or self.features.resume_session):
+            self._reopening = True
             try:
+                opened: LoadSessionResponse | ResumeSessionResponse | None
                 if self.features.load_session:
-                    await conn.load_session(cwd=cwd, session_id=previous)
+                    opened = await conn.load_session(
+                        cwd=cwd, session_id=previous, mcp_servers=servers
+                    )
                     how = "loaded"
                 else:
-                    await conn.resume_session(cwd=cwd, session_id=previous)
+                    opened = await conn.resume_session(
+                        cwd=cwd, session_id=previous, mcp_servers=servers
+                    )
                     how = "resumed"
             except acp.RequestError as error:
                 await self._notice(
@@ -581,11 +641,15 @@ class AgentRuntime:
                 )
             else:
                 self._agent_session = previous
+                self.session_response = opened
                 await self._remember_session(how, context_pending=self._context_pending)
                 return
+            finally:
+                self._reopening = False
         messages = await self._engine.run(self.session.messages)
         meta: dict[str, Any] = {"transcript": transcript_json(messages)} if messages else {}
-        response = await conn.new_session(cwd=cwd, turnback=meta)
+        response = await conn.new_session(cwd=cwd, mcp_servers=servers, turnback=meta)
+        self.session_response = response
         self._agent_session = response.session_id
         self._context_pending = bool(messages)
         await self._remember_session("new", context_pending=self._context_pending)
@@ -626,6 +690,9 @@ class AgentRuntime:
             context: Any = acp.resource_block(resource)
         else:
             context = acp.text_block(text)
+        # Marked, so an agent that reads its prompt as instructions (the scripted agent) can
+        # tell turnback's context from what the user asked.
+        context.field_meta = {"turnback": {"context": "transcript"}}
         return [context, *blocks]
 
     # -- conversation rollback (called through AgentRollback) -------------------------------
@@ -690,26 +757,59 @@ class AgentRuntime:
                 return
         if not self.policy.fresh_session_rollback:
             raise RollbackUnavailable("the agent could not roll back and fresh sessions are off")
-        response = await sidecar.conn.new_session(
-            cwd=str(self.session.workspace),
-            turnback={"transcript": transcript_json(transcript)},
-        )
-        self._agent_session = response.session_id
-        self._context_pending, self._context = bool(transcript), list(transcript)
+        session_id = await self._fresh_session(sidecar, transcript)
         self._reactor.post(
             Notice(
                 ActivityLevel.INFO,
                 "agent.rolled_back",
-                f"a fresh agent session {response.session_id} replaces the rolled-back one; "
+                f"a fresh agent session {session_id} replaces the rolled-back one; "
                 f"the {len(transcript)} messages that remain go ahead of the next prompt",
                 {"turns": turns, "how": "fresh-session", "messages": len(transcript)},
             )
         )
-        # The engine thread is inside the revert that called us: write from another thread.
+
+    async def undo_revert(self) -> Revert:
+        """Undo the session's last revert through the engine. An agent cannot roll its own
+        conversation forward again, so when the revert had rolled the conversation back, a
+        fresh agent session is given the whole restored transcript ahead of the next prompt."""
+        if self._current is not None:
+            raise RollbackUnavailable(
+                f"turn {self._current.number} is running; wait for it to end or cancel it "
+                "before undoing a revert"
+            )
+        undone: Revert = await self._engine.run(self.session.undo_revert)
+        if undone.conversation:
+            await self._ensure_agent()
+            assert self._sidecar is not None
+            transcript = await self._engine.run(self.session.messages)
+            session_id = await self._fresh_session(self._sidecar, transcript)
+            await self._notice(
+                ActivityLevel.INFO,
+                "agent.rolled_forward",
+                f"the revert was undone: a fresh agent session {session_id} is given the "
+                f"{len(transcript)} messages of the restored conversation ahead of the next prompt",
+                {"revert": undone.id, "messages": len(transcript)},
+            )
+        return undone
+
+    async def _fresh_session(self, sidecar: Sidecar, transcript: list[Message]) -> str:
+        """Replace the agent's session by a new one that gets ``transcript`` (persisted, so a
+        restart before the next prompt still delivers it)."""
+        servers = list(self._relay.mcp_servers) if self._relay is not None else []
+        response = await sidecar.conn.new_session(
+            cwd=str(self.session.workspace),
+            mcp_servers=servers,
+            turnback={"transcript": transcript_json(transcript)},
+        )
+        self.session_response = response
+        self._agent_session = response.session_id
+        self._context_pending, self._context = bool(transcript), list(transcript)
+        # From a revert the engine thread is busy inside it: write from another thread.
         await asyncio.to_thread(
             self.session.set_agent_state, self._agent_state(self._context_pending)
         )
         self._reactor.post(self._session_notice("new", self._context_pending))
+        return response.session_id
 
     def _session_notice(self, how: str, context_pending: bool) -> Notice:
         """A line for people saying which agent session serves this one (the runtime reads it
@@ -734,11 +834,12 @@ class AgentRuntime:
 
     # -- the wire, in order ------------------------------------------------------------------
 
-    def _watch(self, frame: Frame) -> None:
-        """Called for every frame from the agent, in wire order, before the SDK handles it."""
+    def _watch(self, frame: Frame) -> bool:
+        """Called for every frame from the agent, in wire order, before the SDK handles it.
+        Returns whether a relay took the frame (the SDK then never sees it)."""
         method = frame.get("method")
         if method is None:
-            return  # a response to one of our requests
+            return False  # a response to one of our requests
         params = frame.get("params")
         if not isinstance(params, dict):
             params = {}
@@ -746,15 +847,15 @@ class AgentRuntime:
             turn = self._live
             if turn is not None and params.get("sessionId") == self._agent_session:
                 self._record(turn, params.get("update"))
-            return
-        if method == CHECKPOINT_METHOD:
+        elif method == CHECKPOINT_METHOD:
             self._checkpoint(params)
         elif method == "session/request_permission" and "id" in frame:
             self._permission_requested(frame["id"], params)
         elif method == "elicitation/create" and "id" in frame:
             self._input_requested(frame["id"], params)
-        elif not isinstance(method, str) or (
-            method not in CLIENT_METHODS and method not in _KNOWN_EXTENSIONS
+        elif self._relay is None and (
+            not isinstance(method, str)
+            or (method not in CLIENT_METHODS and method not in _KNOWN_EXTENSIONS)
         ):
             self._report_frame(
                 "agent.method.unknown",
@@ -765,6 +866,21 @@ class AgentRuntime:
                 else f"the agent sent an unknown notification {str(method)[:100]!r}; ignored",
                 {"method": str(method)[:200]},
             )
+        if self._relay is None:
+            return False
+        return self._relay.agent_frame(frame, self._reopening, self._replier(self._generation))
+
+    def _replier(self, generation: int) -> Callable[[Frame], Awaitable[None]]:
+        """Answers to the agent process of ``generation``; dropped once it has been replaced."""
+
+        async def reply(frame: Frame) -> None:
+            sidecar = self._sidecar
+            if generation != self._generation or sidecar is None or not sidecar.alive:
+                return
+            with contextlib.suppress(ConnectionError, OSError, AgentDied):
+                await sidecar.send_frame(frame)
+
+        return reply
 
     def _record(self, turn: RunningTurn, update: Any) -> bool:
         try:

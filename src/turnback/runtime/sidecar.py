@@ -12,6 +12,9 @@ Some facts about the SDK (``agent-client-protocol`` 0.12) that the runtime depen
 * When the agent dies, requests in flight fail with ``ConnectionError`` once its stdout reaches
   EOF; with no request in flight nothing signals it, so :attr:`Sidecar.exited` watches the process.
 * The SDK starts the agent with a trimmed environment; callers pass what the agent needs.
+* ``ClientSideConnection`` only has typed methods; a relay forwarding arbitrary methods uses the
+  SDK's JSON-RPC ``Connection`` underneath it (:meth:`Sidecar.request`, :meth:`Sidecar.notify`),
+  and answers requests it took itself by writing the response frame (:meth:`Sidecar.send_frame`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any, cast
 
 import acp
 from acp._transport import NdjsonTransport
+from acp.connection import Connection
 from acp.core import ClientSideConnection
 from acp.schema import ClientCapabilities, Implementation, InitializeResponse
 from acp.task import MessageSender, TaskSupervisor
@@ -36,6 +40,7 @@ from turnback.errors import TurnbackError
 CLIENT_METHODS = frozenset(acp.CLIENT_METHODS.values())
 
 Frame = dict[str, Any]
+_CLIENT_INFO = {"name": "turnback", "title": "turnback", "version": "1"}
 
 
 class AgentError(TurnbackError):
@@ -88,13 +93,14 @@ class AgentFeatures:
 class _WatchedFrames(NdjsonTransport):
     """The SDK's newline-delimited JSON transport, with every incoming frame shown to ``watch``
     in wire order (synchronously, so nothing can reorder them), and bad frames shown to
-    ``malformed`` instead of being dropped silently or killing the connection."""
+    ``malformed`` instead of being dropped silently or killing the connection. A frame for which
+    ``watch`` returns true has been taken by the watcher: the SDK never sees it."""
 
     def __init__(
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        watch: Callable[[Frame], None],
+        watch: Callable[[Frame], bool | None],
         malformed: Callable[[bytes, str], None],
     ) -> None:
         self._supervisor = TaskSupervisor(source="turnback.runtime.sidecar")
@@ -118,7 +124,8 @@ class _WatchedFrames(NdjsonTransport):
             if not isinstance(message, dict):
                 self._malformed(line, f"a JSON {type(message).__name__}, not an object")
                 continue
-            self._watch(message)
+            if self._watch(message):
+                continue
             return message
 
     async def close(self) -> None:
@@ -139,9 +146,10 @@ class Sidecar:
         cwd: Path,
         env: Mapping[str, str] | None,
         client: object,
-        watch: Callable[[Frame], None],
+        watch: Callable[[Frame], bool | None],
         malformed: Callable[[bytes, str], None],
         stderr: int | None = asyncio.subprocess.DEVNULL,
+        initialize: Mapping[str, Any] | None = None,
     ) -> None:
         if not command:
             raise AgentUnavailable("the agent command is empty; give the program and its arguments")
@@ -152,11 +160,15 @@ class Sidecar:
         self._watch = watch
         self._malformed = malformed
         self._stderr = stderr
+        self._initialize = dict(initialize or {})
+        self._transport: _WatchedFrames | None = None
         self._stack = contextlib.AsyncExitStack()
         self._process: asyncio.subprocess.Process | None = None
         self._conn: ClientSideConnection | None = None
         self.exited: asyncio.Future[int] | None = None
         self.features = AgentFeatures()
+        #: the agent's answer to ``initialize``, once open
+        self.initialize_response: InitializeResponse | None = None
 
     @property
     def described(self) -> str:
@@ -201,13 +213,19 @@ class Sidecar:
         self._process = process
         self.exited = asyncio.ensure_future(process.wait())
         transport = _WatchedFrames(reader, writer, self._watch, self._malformed)
+        self._transport = transport
         # The SDK's router calls only the methods the client has; the Client protocol lists all.
         self._conn = ClientSideConnection(cast(acp.Client, self._client), transport)
         self._stack.push_async_callback(self._conn.close)
+        params = self._initialize
+        meta = params.get("_meta")
         initialize = self._conn.initialize(
-            protocol_version=acp.PROTOCOL_VERSION,
-            client_capabilities=ClientCapabilities(),
-            client_info=Implementation(name="turnback", title="turnback", version="1"),
+            protocol_version=params.get("protocolVersion", acp.PROTOCOL_VERSION),
+            client_capabilities=ClientCapabilities.model_validate(
+                params.get("clientCapabilities") or {}
+            ),
+            client_info=Implementation.model_validate(params.get("clientInfo") or _CLIENT_INFO),
+            **(meta if isinstance(meta, dict) else {}),
         )
         try:
             response = await asyncio.wait_for(initialize, initialize_timeout)
@@ -230,8 +248,30 @@ class Sidecar:
             raise AgentUnavailable(
                 f"agent {self.described!r} refused initialize: {error}"
             ) from error
+        self.initialize_response = response
         self.features = AgentFeatures.from_initialize(response)
         return self.features
+
+    @property
+    def _rpc(self) -> Connection:
+        # The JSON-RPC connection under the typed one (see the module docstring).
+        rpc: Connection = getattr(self.conn, "_conn")  # noqa: B009
+        return rpc
+
+    async def request(self, method: str, params: Any) -> Any:
+        """Send any request to the agent as it is; returns the raw result (RequestError on an
+        error answer, ConnectionError once the agent has gone)."""
+        return await self._rpc.send_request(method, params)
+
+    async def notify(self, method: str, params: Any) -> None:
+        """Send any notification to the agent as it is."""
+        await self._rpc.send_notification(method, params)
+
+    async def send_frame(self, frame: Frame) -> None:
+        """Write one frame to the agent: the answer to a request a watcher took."""
+        if self._transport is None or self._conn is None:
+            raise AgentDied(f"agent {self.described!r} is not running", None)
+        await self._transport.send(frame)
 
     async def close(self) -> None:
         """Stop the agent (if it still runs) and its connection. Idempotent."""
