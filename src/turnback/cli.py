@@ -659,6 +659,36 @@ def doctor(state: Context, as_json: bool) -> None:
         sys.exit(1)
 
 
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option(
+    "--home",
+    "acp_home",
+    type=click.Path(file_okay=False),
+    help="turnback's home directory (default: the global --home, $TURNBACK_HOME, else the "
+    "platform data dir).",
+)
+@click.option(
+    "--max-frame",
+    type=click.IntRange(min=1024),
+    default=32 * 2**20,
+    show_default=True,
+    help="The largest JSON-RPC message accepted from the editor, in bytes.",
+)
+@click.argument("agent_command", nargs=-1, required=True, type=click.UNPROCESSED)
+@pass_state
+def acp(
+    state: Context, acp_home: str | None, max_frame: int, agent_command: tuple[str, ...]
+) -> None:
+    """Run AGENT_COMMAND behind an ACP proxy on stdin/stdout: every prompt a durable turn.
+
+    Configure the editor to start `turnback acp -- AGENT_COMMAND…` instead of the agent. Sessions
+    are listed, loaded, resumed and forked from turnback's store, and /checkpoints, /diff,
+    /rewind and /undo-rewind are answered by turnback."""
+    from turnback.acp import main as serve_acp
+
+    sys.exit(serve_acp(agent_command, home=acp_home or state.home, max_frame=max_frame))
+
+
 @cli.command()
 @click.option("--keep", is_flag=True, help="Keep the demo's home and workspace afterwards.")
 @click.option("--workspace", type=click.Path(file_okay=False), help="Run the demo in this folder.")

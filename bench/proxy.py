@@ -1,0 +1,278 @@
+"""Benchmark of the ACP proxy: an agent through ``turnback acp`` next to the same agent directly.
+
+    python bench/proxy.py              # the recorded run: 10,000 chunks, 1,000 timed updates
+    python bench/proxy.py --smoke      # 500 chunks, 100 timed updates: a few seconds
+    python bench/proxy.py --json
+
+One SDK client (what an editor does: keep each update) drives the same agent -- a small SDK agent
+in this file (``python bench/proxy.py --agent``) -- twice, over real pipes: (d) directly, and
+(p) through ``python -m turnback acp -- python bench/proxy.py --agent`` on a fresh home, where
+every prompt is a durable turn (begin, workspace checkpoints, journal, fold).
+
+Rows:
+
+(n)  latency of one streamed notification, agent to client: the agent stamps each update with
+     ``time.monotonic_ns()`` (one clock for every process on the machine) and sends them 1 ms
+     apart, so the figure is transit, not queueing; medians of (d) and (p), and (p) - (d).
+     goal: at most 1 ms added at the median
+(s)  time for the client to receive 10,000 streamed chunks in one prompt, sent as fast as the
+     agent can; (p) / (d).  goal: at most 1.25 x
+(r)  one prompt round trip (a prompt with one short reply): medians of (d) and (p), and the
+     difference -- for the proxy, a whole durable turn with its two workspace captures.
+
+Interleaved rounds; the best of each is kept (the least disturbed by the machine). Exit code 0
+(MISS is printed when a goal is missed), 1 when the benchmark itself went wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, cast
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+try:
+    import turnback
+except ImportError:  # run from a checkout without installing
+    sys.path.insert(0, str(SRC))
+    import turnback
+
+import acp  # noqa: E402
+from acp.schema import (  # noqa: E402  # noqa: E402
+    AgentCapabilities,
+    InitializeResponse,
+    NewSessionResponse,
+    PromptResponse,
+    TextContentBlock,
+)
+
+AGENT = (sys.executable, str(Path(__file__).resolve()), "--agent")
+NOTIFICATION_GOAL_MS = 1.0
+STREAM_GOAL = 1.25
+
+
+# -- the agent -----------------------------------------------------------------------------
+
+
+class BenchAgent:
+    """``stream N``: N chunks as fast as possible; ``timed N``: N stamped chunks 1 ms apart;
+    anything else: one short reply."""
+
+    def __init__(self) -> None:
+        self.client: Any = None
+
+    def on_connect(self, conn: Any) -> None:
+        self.client = conn
+
+    async def initialize(self, protocol_version: int, **_: Any) -> InitializeResponse:
+        return InitializeResponse(
+            protocol_version=protocol_version, agent_capabilities=AgentCapabilities()
+        )
+
+    async def new_session(self, cwd: str, **_: Any) -> NewSessionResponse:
+        return NewSessionResponse(session_id="bench")
+
+    async def prompt(self, prompt: list[Any], session_id: str, **_: Any) -> PromptResponse:
+        verb, _blank, count = "".join(
+            b.text for b in prompt if isinstance(b, TextContentBlock)
+        ).partition(" ")
+        if verb == "stream":
+            for index in range(int(count)):
+                await self.client.session_update(
+                    session_id=session_id, update=acp.update_agent_message_text(f"chunk {index}\n")
+                )
+        elif verb == "timed":
+            for _index in range(int(count)):
+                update = acp.update_agent_message_text("t")
+                update.field_meta = {"t": time.monotonic_ns()}
+                await self.client.session_update(session_id=session_id, update=update)
+                await asyncio.sleep(0.001)
+        else:
+            await self.client.session_update(
+                session_id=session_id, update=acp.update_agent_message_text("ok")
+            )
+        return PromptResponse(stop_reason="end_turn")
+
+    async def cancel(self, session_id: str, **_: Any) -> None:
+        return None
+
+
+async def serve_agent() -> None:
+    reader, writer = await acp.stdio_streams()
+    await acp.run_agent(cast(acp.Agent, BenchAgent()), writer, reader)
+
+
+# -- the client ----------------------------------------------------------------------------
+
+
+class Client:
+    def __init__(self) -> None:
+        self.updates = 0
+        self.latencies: list[float] = []
+
+    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
+        self.updates += 1
+        meta = update.field_meta
+        if meta and "t" in meta:
+            self.latencies.append((time.monotonic_ns() - meta["t"]) / 1e6)
+
+
+async def measure(
+    command: list[str], cwd: Path, env: dict[str, str], sizes: dict[str, int]
+) -> dict[str, Any]:
+    client = Client()
+    async with acp.spawn_agent_process(
+        cast(acp.Client, client), command[0], *command[1:], cwd=cwd, env=env
+    ) as (conn, _):
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        session = (await conn.new_session(cwd=str(cwd), mcp_servers=[])).session_id
+
+        async def ask(text: str) -> float:
+            started = time.perf_counter()
+            await conn.prompt(session_id=session, prompt=[acp.text_block(text)])
+            return time.perf_counter() - started
+
+        await ask("warm up")
+        trips = [await ask("hello") for _ in range(sizes["prompts"])]
+        client.updates = 0
+        stream = await ask(f"stream {sizes['chunks']}")
+        if client.updates != sizes["chunks"]:
+            raise RuntimeError(f"{client.updates} of {sizes['chunks']} chunks arrived")
+        await ask(f"timed {sizes['timed']}")
+        if len(client.latencies) != sizes["timed"]:
+            raise RuntimeError(f"{len(client.latencies)} of {sizes['timed']} timed updates arrived")
+    return {
+        "trip": statistics.median(trips) * 1000,
+        "stream": stream,
+        "notification": statistics.median(client.latencies),
+    }
+
+
+async def bench(sizes: dict[str, int], rounds: int, scratch: Path) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNBACK_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
+    best: dict[str, dict[str, float]] = {}
+    for round_ in range(rounds):
+        for side in ("d", "p"):
+            work = scratch / f"{side}{round_}"
+            work.mkdir()
+            command = list(AGENT)
+            if side == "p":
+                home = scratch / f"home{round_}"
+                command = [
+                    sys.executable,
+                    "-m",
+                    "turnback",
+                    "--home",
+                    str(home),
+                    "acp",
+                    "--",
+                    *AGENT,
+                ]
+            result = await measure(command, work, env, sizes)
+            kept = best.setdefault(side, result)
+            for key, value in result.items():
+                kept[key] = min(kept[key], value)
+    d, p = best["d"], best["p"]
+    added = p["notification"] - d["notification"]
+    ratio = p["stream"] / d["stream"]
+    rows = [
+        {
+            "id": "n",
+            "what": "notification latency, median (ms)",
+            "direct": d["notification"],
+            "proxy": p["notification"],
+            "value": added,
+            "goal": f"<= {NOTIFICATION_GOAL_MS} ms added",
+            "ok": added <= NOTIFICATION_GOAL_MS,
+        },
+        {
+            "id": "s",
+            "what": f"{sizes['chunks']:,} streamed chunks (s)",
+            "direct": d["stream"],
+            "proxy": p["stream"],
+            "value": ratio,
+            "goal": f"<= {STREAM_GOAL} x",
+            "ok": ratio <= STREAM_GOAL,
+        },
+        {
+            "id": "r",
+            "what": "prompt round trip, median (ms)",
+            "direct": d["trip"],
+            "proxy": p["trip"],
+            "value": p["trip"] - d["trip"],
+            "goal": "-",
+            "ok": True,
+        },
+    ]
+    return {"rows": rows, **sizes, "rounds": rounds}
+
+
+def table(report: dict[str, Any]) -> str:
+    lines = [
+        "| row | what | direct | through turnback acp | added / ratio | goal | |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    for row in report["rows"]:
+        value = f"{row['value']:.2f} x" if row["id"] == "s" else f"{row['value']:+.3f} ms"
+        if row["id"] == "r":
+            value = f"{row['value']:+.1f} ms"
+        verdict = "" if row["goal"] == "-" else ("PASS" if row["ok"] else "**MISS**")
+        lines.append(
+            f"| ({row['id']}) | {row['what']} | {row['direct']:.3f} | {row['proxy']:.3f} | "
+            f"{value} | {row['goal']} | {verdict} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agent", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true", help="a small, quick run (CI)")
+    parser.add_argument("--chunks", type=int, default=10_000)
+    parser.add_argument("--timed", type=int, default=1_000)
+    parser.add_argument("--prompts", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dir", type=Path, help="scratch directory (default: a temporary one)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    args = parser.parse_args()
+    if args.agent:
+        asyncio.run(serve_agent())
+        return 0
+    sizes = {"chunks": args.chunks, "timed": args.timed, "prompts": args.prompts}
+    rounds = args.rounds
+    if args.smoke:
+        sizes, rounds = {"chunks": 500, "timed": 100, "prompts": 3}, 1
+    scratch = Path(tempfile.mkdtemp(prefix="turnback-bench-proxy-", dir=args.dir))
+    try:
+        report = asyncio.run(bench(sizes, rounds, scratch))
+    except RuntimeError as error:
+        print(f"the benchmark went wrong: {error}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    now = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    print(
+        f"turnback {turnback.__version__} proxy benchmark, {now}, {platform.node()} "
+        f"({platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()})"
+    )
+    print(f"command: {' '.join(sys.argv)}\n")
+    print(table(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

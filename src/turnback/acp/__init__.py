@@ -1,0 +1,13 @@
+"""turnback.acp: the editor-facing ACP proxy, ``turnback acp -- AGENT_COMMAND…``.
+
+An editor that speaks the Agent Client Protocol starts ``turnback acp -- <agent command>`` instead
+of the agent. Every prompt becomes a durable, reviewable, reversible turnback turn; sessions can be
+listed, loaded, resumed and forked from turnback's store; and ``/checkpoints``, ``/diff``,
+``/rewind`` and ``/undo-rewind`` are answered by the proxy. Everything else is forwarded as it is.
+"""
+
+from __future__ import annotations
+
+from turnback.acp.proxy import DEFAULT_MAX_FRAME, Proxy, main, serve
+
+__all__ = ["DEFAULT_MAX_FRAME", "Proxy", "main", "serve"]

@@ -1,0 +1,151 @@
+"""The slash commands the proxy answers itself: ``/checkpoints``, ``/diff``, ``/rewind`` and
+``/undo-rewind``. They are offered to the editor in ``available_commands_update`` next to the
+agent's own commands, answered as agent text, and never reach the agent or the journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from turnback.errors import TurnbackError
+from turnback.model import FileChange, Turn
+from turnback.runtime import AgentRuntime
+
+COMMANDS: tuple[dict[str, Any], ...] = (
+    {
+        "name": "checkpoints",
+        "description": "turnback: list this session's turns with the files each changed (+/-)",
+    },
+    {
+        "name": "diff",
+        "description": "turnback: show what a turn changed (the last turn by default)",
+        "input": {"hint": "[turn]"},
+    },
+    {
+        "name": "rewind",
+        "description": "turnback: rewind to turn N (0: before the first): files, conversation or "
+        "both; keep-edits keeps your own edits",
+        "input": {"hint": "N [files|conversation|both] [keep-edits]"},
+    },
+    {
+        "name": "undo-rewind",
+        "description": "turnback: undo the last rewind",
+    },
+)
+NAMES = frozenset(command["name"] for command in COMMANDS)
+_SCOPES = {"files": (True, False), "conversation": (False, True), "both": (True, True)}
+_KINDS = {"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "type_changed": "T"}
+
+
+@dataclass(frozen=True, slots=True)
+class SlashCommand:
+    name: str
+    args: tuple[str, ...]
+
+
+def parse(prompt: Sequence[Any]) -> SlashCommand | None:
+    """The turnback command a prompt is, or None (a prompt for the agent, its own commands
+    included)."""
+    text = "".join(
+        str(block.get("text", ""))
+        for block in prompt
+        if isinstance(block, dict) and block.get("type") == "text"
+    ).strip()
+    if not text.startswith("/"):
+        return None
+    words = text[1:].split()
+    if not words or words[0] not in NAMES:
+        return None
+    return SlashCommand(words[0], tuple(words[1:]))
+
+
+async def run(command: SlashCommand, runtime: AgentRuntime) -> str:
+    """Carry out ``command`` on the runtime's session; returns what to tell the user."""
+    try:
+        if command.name == "checkpoints":
+            return await asyncio.to_thread(_checkpoints, runtime)
+        if command.name == "diff":
+            return await asyncio.to_thread(_diff, runtime, command.args)
+        if command.name == "rewind":
+            return await _rewind(runtime, command.args)
+        await runtime.undo_revert()
+        return "Undid the last rewind: files, turns and conversation are back as they were."
+    except TurnbackError as error:
+        return f"turnback could not do /{command.name}: {error}"
+
+
+def _conversation(runtime: AgentRuntime) -> list[Turn]:
+    turns = runtime.session.turns()
+    return sorted((t for t in turns if t.in_conversation), key=lambda t: t.number)
+
+
+def _changes(changes: Sequence[FileChange]) -> str:
+    if not changes:
+        return "no file changes"
+    return ", ".join(
+        f"{_KINDS.get(c.kind.value, '?')} {c.path}"
+        + (" (binary)" if c.binary else f" (+{c.additions} -{c.deletions})")
+        for c in changes
+    )
+
+
+def _checkpoints(runtime: AgentRuntime) -> str:
+    session = runtime.session
+    turns = _conversation(runtime)
+    lines = ["Checkpoints of this session:", "  0  before the first turn"]
+    for turn in turns:
+        diff = session.diff(turn.number)
+        files = _changes(diff.files) if diff.available else "files unavailable"
+        prompt = " ".join(turn.prompt_text.split())
+        prompt = prompt if len(prompt) <= 50 else prompt[:49] + "…"
+        lines.append(f"  {turn.number}  {turn.status.value}  {prompt!r}  {files}")
+        if diff.outside:
+            lines.append(f"      changed by hand before it: {_changes(diff.outside)}")
+    history = sum(1 for t in session.turns() if t.reverted_by is not None)
+    if history:
+        lines.append(f"({history} rewound turns are kept as history; /undo-rewind restores them)")
+    lines.append("/diff N shows a turn's changes; /rewind N goes back to after turn N.")
+    return "\n".join(lines)
+
+
+def _diff(runtime: AgentRuntime, args: tuple[str, ...]) -> str:
+    turns = _conversation(runtime)
+    if len(args) > 1 or (args and not args[0].isdigit()):
+        return "usage: /diff [N] -- N is a turn number from /checkpoints"
+    if not turns:
+        return "This session has no turns yet."
+    number = int(args[0]) if args else turns[-1].number
+    diff = runtime.session.diff(number, patch=True)
+    header = f"Turn {number}: {_changes(diff.files)}"
+    if not diff.patch:
+        return header
+    return f"{header}\n\n```diff\n{diff.patch.rstrip()}\n```"
+
+
+async def _rewind(runtime: AgentRuntime, args: tuple[str, ...]) -> str:
+    usage = "usage: /rewind N [files|conversation|both] [keep-edits]"
+    if not args or not args[0].isdigit():
+        return usage
+    rest = list(args[1:])
+    keep = "keep-edits" in rest
+    if keep:
+        rest.remove("keep-edits")
+    if len(rest) > 1 or (rest and rest[0] not in _SCOPES):
+        return usage
+    scope = rest[0] if rest else "both"
+    files, conversation = _SCOPES[scope]
+    number = int(args[0])
+    await runtime.revert(number, files=files, conversation=conversation, keep_user_edits=keep)
+    what = {
+        "files": "the files",
+        "conversation": "the conversation",
+        "both": "files and conversation",
+    }[scope]
+    kept = "; the edits you made by hand were kept" if keep else ""
+    return (
+        f"Rewound {what} to turn {number}{kept}. Later turns are kept as history; "
+        "/undo-rewind puts everything back."
+    )

@@ -1,0 +1,556 @@
+"""``turnback acp -- AGENT_COMMAND…``: an ACP agent towards the editor, an ACP client towards the
+real agent, with turnback's turns in between.
+
+How it is put together:
+
+* Towards the editor, the SDK's JSON-RPC ``Connection`` runs over :class:`EditorWire`, with
+  :meth:`Proxy.handle` as its one handler. Messages stay JSON: what the proxy does not handle
+  itself is forwarded as it came, so fields and ``_meta`` an SDK model does not know survive.
+* Towards the agent, each editor session is one turnback session run by one
+  :class:`~turnback.runtime.AgentRuntime` (its own agent process): every ``session/prompt`` is a
+  durable turn with workspace checkpoints, the agent is resumed when it dies mid-turn, and
+  permission requests are journaled before the editor is asked. The runtime's relay seam
+  (:class:`_SessionRelay`) forwards the agent's notifications and requests to the editor in wire
+  order, and tells the editor about a crash and the resume.
+* The editor-facing session id is the turnback session id, so ``session/list``, ``session/load``,
+  ``session/resume`` and ``session/fork`` are served from turnback's store whatever the agent
+  supports; ``initialize`` is answered by the agent (a *lobby* process, kept for
+  ``authenticate`` and methods that name no session) with these capabilities added.
+* ``/checkpoints``, ``/diff``, ``/rewind`` and ``/undo-rewind`` are answered here
+  (:mod:`turnback.acp.commands`).
+
+The proxy never leaves the editor waiting: every request gets an answer or an error that says
+what went wrong; stdin at end of file, SIGTERM or a closed stdout ends running turns as
+cancelled (their workspace captured) and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import acp
+from acp.connection import Connection
+from acp.schema import PromptResponse
+
+import turnback
+from turnback.acp import commands, transcript
+from turnback.acp.wire import EditorWire, open_stdio
+from turnback.engine.handle import Session, Turnback
+from turnback.errors import TurnbackError
+from turnback.model import TurnStatus
+from turnback.runtime import AgentError, AgentRuntime, PermissionRequest
+from turnback.runtime.reactor import Notice
+from turnback.runtime.relay import Reply
+from turnback.runtime.sidecar import Frame, Sidecar
+
+log = logging.getLogger("turnback.acp")
+
+DEFAULT_MAX_FRAME = 32 * 2**20
+SERVER_ERROR = -32000
+_SHUTDOWN_GRACE = 10.0
+_TAKEN_BY_RUNTIME = frozenset({"session/request_permission", "elicitation/create"})
+_SHOWN_ACTIVITIES = frozenset(
+    {"turn.resuming", "turn.resumed", "turn.resume.failed", "turn.resume.unavailable"}
+)
+_SESSION_METHODS = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
+
+
+def _error(message: str, **data: Any) -> acp.RequestError:
+    return acp.RequestError(SERVER_ERROR, message, {"details": message, **data} if data else None)
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    if model is None:
+        return {}
+    dumped: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return dumped
+
+
+@dataclass(slots=True)
+class _EditorSession:
+    """One editor-facing session: a turnback session and the runtime running its agent."""
+
+    session: Session
+    relay: _SessionRelay
+    runtime: AgentRuntime | None = None
+    prompting: asyncio.Task[Any] | None = None
+    agent_commands: list[Any] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return self.session.id
+
+
+class _SessionRelay:
+    """The runtime's :class:`~turnback.runtime.relay.Relay` for one editor session."""
+
+    def __init__(self, proxy: Proxy, session_id: str, mcp_servers: Sequence[Any]) -> None:
+        self._proxy = proxy
+        self._session_id = session_id
+        self._servers = list(mcp_servers)
+        self.editor: _EditorSession | None = None
+
+    @property
+    def initialize(self) -> Mapping[str, Any]:
+        return self._proxy.initialize_params
+
+    @property
+    def mcp_servers(self) -> Sequence[Any]:
+        return self._servers
+
+    def agent_frame(self, frame: Frame, replay: bool, reply: Reply) -> bool:
+        method = frame.get("method")
+        if method in _TAKEN_BY_RUNTIME:
+            return False
+        params = frame.get("params")
+        if isinstance(params, dict) and "sessionId" in params:
+            params = {**params, "sessionId": self._session_id}
+        if method == "session/update":
+            if not replay and isinstance(params, dict):
+                self._proxy.forward_update(self.editor, params)
+            return True
+        if method == "_turnback/checkpoint":
+            return True  # addressed to turnback, which has recorded it
+        if "id" in frame:
+            self._proxy.spawn(self._proxy.forward_request(frame, params, reply))
+        else:
+            self._proxy.forward_notification(str(method), params)
+        return True
+
+    def activity(self, notice: Notice) -> None:
+        if notice.code in _SHOWN_ACTIVITIES and notice.turn is not None:
+            text = notice.message + "."
+            if notice.code == "turn.resuming":
+                text = f"The agent stopped unexpectedly; {text}"
+            self._proxy.update(self._session_id, transcript.notice_chunk(text))
+
+    async def permission(self, request: PermissionRequest) -> str | None:
+        return await self._proxy.ask_permission(self._session_id, request)
+
+
+class Proxy:
+    """The editor-facing agent (see the module docstring). :func:`serve` runs one."""
+
+    def __init__(
+        self,
+        tb: Turnback,
+        command: Sequence[str],
+        wire: EditorWire,
+        *,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.tb = tb
+        self.command = tuple(command)
+        self.wire = wire
+        self.env = dict(os.environ if env is None else env)
+        self.conn: Connection | None = None
+        self.initialize_params: dict[str, Any] = {}
+        self._lobby: Sidecar | None = None
+        self._sessions: dict[str, _EditorSession] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # -- the editor's methods ----------------------------------------------------------------
+
+    async def handle(self, method: str, params: Any, is_notification: bool) -> Any:
+        """The editor-side connection's handler: every method and notification comes here."""
+        params = params if isinstance(params, dict) else {}
+        try:
+            if is_notification:
+                await self._notification(method, params)
+                return None
+            return await self._request(method, params)
+        except acp.RequestError:
+            raise
+        except TurnbackError as error:
+            raise _error(str(error), error=type(error).__name__) from error
+        except (ConnectionError, OSError) as error:
+            raise _error(f"the agent {self._described} went away: {error}") from error
+
+    async def _request(self, method: str, params: dict[str, Any]) -> Any:
+        if method == "initialize":
+            return await self._initialize(params)
+        if method == "session/list":
+            return await asyncio.to_thread(self._list, params)
+        if method in _SESSION_METHODS:
+            return await self._open(method, params)
+        if method == "session/prompt":
+            return await self._prompt(params)
+        if method == "session/close":
+            await self._close_session(self._editor_session(params))
+            return {}
+        editor = self._sessions.get(str(params.get("sessionId")))
+        if editor is not None and editor.runtime is not None:
+            return await editor.runtime.request(method, self._to_agent(editor, params))
+        if "sessionId" in params and not method.startswith("_"):
+            self._editor_session(params)  # raises: the session is not open here
+        if method.startswith("_") or method in acp.AGENT_METHODS.values():
+            return await (await self._lobby_agent()).request(method, params)
+        raise acp.RequestError(
+            -32601,
+            f"Method not found: {method!r} is not an ACP method; turnback acp forwards ACP "
+            "methods and '_'-prefixed extensions to the agent",
+            {"method": method},
+        )
+
+    async def _notification(self, method: str, params: dict[str, Any]) -> None:
+        editor = self._sessions.get(str(params.get("sessionId")))
+        if method == "session/cancel":
+            if editor is not None and editor.runtime is not None:
+                await editor.runtime.cancel()
+            return
+        if editor is not None and editor.runtime is not None:
+            await editor.runtime.notify(method, self._to_agent(editor, params))
+        elif self._lobby is not None and self._lobby.alive:
+            with contextlib.suppress(ConnectionError, OSError, AgentError):
+                await self._lobby.notify(method, params)
+
+    async def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+        self.initialize_params = dict(params)
+        lobby = await self._lobby_agent(restart=True)
+        response = _dump(lobby.initialize_response)
+        capabilities = response.setdefault("agentCapabilities", {})
+        capabilities["loadSession"] = True
+        sessions = capabilities.setdefault("sessionCapabilities", {})
+        for feature in ("list", "resume", "fork"):
+            sessions.setdefault(feature, {})
+        for holder in (capabilities, response):
+            meta = holder.get("_meta")
+            if isinstance(meta, dict):
+                meta.pop(
+                    "turnback", None
+                )  # the agent's extensions are turnback's, not the editor's
+                if not meta:
+                    del holder["_meta"]
+        response.setdefault("_meta", {})["turnback"] = {
+            "proxy": turnback.__version__,
+            "commands": sorted(commands.NAMES),
+        }
+        return response
+
+    async def _lobby_agent(self, *, restart: bool = False) -> Sidecar:
+        if self._lobby is not None and (restart or not self._lobby.alive):
+            await self._lobby.close()
+            self._lobby = None
+        if self._lobby is None:
+            lobby = Sidecar(
+                self.command,
+                cwd=Path.cwd(),
+                env=self.env,
+                client=object(),  # the SDK answers "method not found" to all it might ask
+                watch=lambda frame: "id" not in frame,  # notifications name no session here
+                malformed=lambda line, why: log.warning("the agent wrote %s: %r", why, line[:200]),
+                stderr=None,
+                initialize=self.initialize_params,
+            )
+            try:
+                await lobby.open(10.0)
+            except AgentError as error:
+                raise _error(
+                    f"turnback acp could not start the agent: {error}", command=list(self.command)
+                ) from error
+            self._lobby = lobby
+        return self._lobby
+
+    def _list(self, params: dict[str, Any]) -> dict[str, Any]:
+        cwd = params.get("cwd")
+        listed = []
+        for record in self.tb.sessions():
+            if cwd and Path(record.workspace) != Path(str(cwd)):
+                continue
+            title = record.title
+            turns = self.tb.session(record.id).turns()
+            if title is None and turns:
+                first = min(turns, key=lambda t: t.number)
+                title = " ".join(first.prompt_text.split())[:80] or None
+            info: dict[str, Any] = {
+                "sessionId": record.id,
+                "cwd": record.workspace,
+                "updatedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.updated_at)),
+                "_meta": {
+                    "turnback": {
+                        "turns": sum(t.in_conversation for t in turns),
+                        "agent": record.agent,
+                    }
+                },
+            }
+            if title:
+                info["title"] = title
+            listed.append(info)
+        return {"sessions": listed}
+
+    async def _open(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """session/new, load, resume and fork: a turnback session with its agent running."""
+        cwd = params.get("cwd")
+        if not isinstance(cwd, str) or not Path(cwd).is_absolute() or not Path(cwd).is_dir():
+            raise acp.RequestError.invalid_params(
+                {"details": f"cwd {cwd!r} must be the absolute path of a directory"}
+            )
+        servers = params.get("mcpServers") or []
+        agent = " ".join(self.command)
+        if method == "session/new":
+            session = await asyncio.to_thread(self.tb.create_session, cwd, None, agent)
+        else:
+            source = await asyncio.to_thread(self._stored, params.get("sessionId"))
+            if method == "session/fork":
+                session = await asyncio.to_thread(transcript.fork, self.tb, source, cwd, agent)
+            else:
+                session = source
+        editor = self._sessions.get(session.id)
+        if editor is None or editor.runtime is None:
+            editor = await self._start(session, servers)
+        if method == "session/load":
+            messages = await asyncio.to_thread(session.messages)
+            for update in transcript.replay(messages):
+                self.update(session.id, update)
+        runtime = editor.runtime
+        assert runtime is not None
+        response = _dump(runtime.session_response)
+        response.pop("sessionId", None)
+        if method in ("session/new", "session/fork"):
+            response["sessionId"] = session.id
+        # After the response is written (it is written as soon as this returns, before the loop
+        # runs anything else): the editor knows the session when the commands arrive.
+        asyncio.get_running_loop().call_soon(self._announce_commands, editor)
+        return response
+
+    def _stored(self, session_id: Any) -> Session:
+        if not isinstance(session_id, str) or not session_id:
+            raise acp.RequestError.invalid_params({"details": "sessionId is required"})
+        return self.tb.session(session_id)
+
+    async def _start(self, session: Session, servers: Sequence[Any]) -> _EditorSession:
+        relay = _SessionRelay(self, session.id, servers)
+        editor = _EditorSession(session, relay)
+        relay.editor = editor
+        self._sessions[session.id] = editor
+        try:
+            editor.runtime = await AgentRuntime.start(
+                self.tb,
+                session,
+                self.command,
+                env=self.env,
+                on_permission=relay.permission,
+                stderr=None,
+                relay=relay,
+            )
+        except BaseException:
+            del self._sessions[session.id]
+            raise
+        return editor
+
+    async def _prompt(self, params: dict[str, Any]) -> Any:
+        editor = self._editor_session(params)
+        runtime = editor.runtime
+        assert runtime is not None
+        blocks = params.get("prompt")
+        if not isinstance(blocks, list):
+            raise acp.RequestError.invalid_params({"details": "prompt must be a list of blocks"})
+        command = commands.parse(blocks)
+        if command is not None:
+            text = await commands.run(command, runtime)
+            self.update(editor.id, transcript.notice_chunk(text, "command"))
+            return {"stopReason": "end_turn"}
+        meta = params.get("_meta")
+        editor.prompting = asyncio.current_task()
+        try:
+            turn = await runtime.prompt(blocks, meta=meta if isinstance(meta, dict) else None)
+        finally:
+            editor.prompting = None
+        answer = runtime.last_response
+        if isinstance(answer, acp.RequestError):
+            raise answer
+        if isinstance(answer, PromptResponse) and turn.status is not TurnStatus.CANCELLED:
+            return _dump(answer)
+        if turn.status is TurnStatus.CANCELLED:
+            return {"stopReason": "cancelled"}
+        message = f"turn {turn.number} failed: {turn.detail}"
+        self.update(editor.id, transcript.notice_chunk(message, "error"))
+        raise _error(message, turn=turn.token)
+
+    def _editor_session(self, params: dict[str, Any]) -> _EditorSession:
+        session_id = params.get("sessionId")
+        editor = self._sessions.get(str(session_id))
+        if editor is None or editor.runtime is None:
+            raise acp.RequestError.invalid_params(
+                {
+                    "details": f"session {session_id!r} is not open in this turnback acp; open it "
+                    "with session/new, session/load or session/resume first",
+                    "sessionId": session_id,
+                }
+            )
+        return editor
+
+    def _to_agent(self, editor: _EditorSession, params: dict[str, Any]) -> dict[str, Any]:
+        runtime = editor.runtime
+        if "sessionId" in params and runtime is not None and runtime.agent_session_id:
+            return {**params, "sessionId": runtime.agent_session_id}
+        return params
+
+    async def _close_session(self, editor: _EditorSession) -> None:
+        self._sessions.pop(editor.id, None)
+        if editor.prompting is not None:
+            editor.prompting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(asyncio.shield(editor.prompting), _SHUTDOWN_GRACE)
+        if editor.runtime is not None:
+            await editor.runtime.close()
+
+    # -- towards the editor ------------------------------------------------------------------
+
+    def update(self, session_id: str, update: dict[str, Any]) -> None:
+        """Send the editor one ``session/update`` now, in order with everything else."""
+        params = {"sessionId": session_id, "update": update}
+        self.wire.post({"jsonrpc": "2.0", "method": "session/update", "params": params})
+
+    def forward_update(self, editor: _EditorSession | None, params: dict[str, Any]) -> None:
+        update = params.get("update")
+        if (
+            editor is not None
+            and isinstance(update, dict)
+            and update.get("sessionUpdate") == "available_commands_update"
+        ):
+            offered = update.get("availableCommands")
+            editor.agent_commands = list(offered) if isinstance(offered, list) else []
+            params = {**params, "update": {**update, "availableCommands": self._commands(editor)}}
+        self.wire.post({"jsonrpc": "2.0", "method": "session/update", "params": params})
+
+    def forward_notification(self, method: str, params: Any) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self.wire.post(message)
+
+    async def forward_request(self, frame: Frame, params: Any, reply: Reply) -> None:
+        """An agent's request the runtime does not answer (files, terminals, extensions): ask
+        the editor and give the agent its answer."""
+        answer: dict[str, Any] = {"jsonrpc": "2.0", "id": frame["id"]}
+        try:
+            assert self.conn is not None
+            answer["result"] = await self.conn.send_request(str(frame["method"]), params)
+        except acp.RequestError as error:
+            answer["error"] = error.to_error_obj()
+        except (ConnectionError, OSError) as error:
+            answer["error"] = {"code": -32603, "message": f"the editor went away: {error}"}
+        await reply(answer)
+
+    async def ask_permission(self, session_id: str, request: PermissionRequest) -> str | None:
+        """The runtime's permission callback: the request is journaled; ask the editor."""
+        if self.conn is None:
+            return None
+        params = {
+            "sessionId": session_id,
+            "toolCall": request.tool_call,
+            "options": request.options,
+        }
+        try:
+            result = await self.conn.send_request("session/request_permission", params)
+        except (acp.RequestError, ConnectionError, OSError) as error:
+            log.warning("the editor did not answer a permission request: %s", error)
+            return None
+        outcome = result.get("outcome") if isinstance(result, dict) else None
+        if isinstance(outcome, dict) and outcome.get("outcome") == "selected":
+            choice = outcome.get("optionId")
+            return choice if isinstance(choice, str) else None
+        return None
+
+    def _commands(self, editor: _EditorSession) -> list[Any]:
+        ours = [dict(command) for command in commands.COMMANDS]
+        theirs = [
+            c
+            for c in editor.agent_commands
+            if not (isinstance(c, dict) and c.get("name") in commands.NAMES)
+        ]
+        return ours + theirs
+
+    def _announce_commands(self, editor: _EditorSession) -> None:
+        update = {
+            "sessionUpdate": "available_commands_update",
+            "availableCommands": self._commands(editor),
+        }
+        self.update(editor.id, update)
+
+    def spawn(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @property
+    def _described(self) -> str:
+        return repr(" ".join(self.command))
+
+    # -- the end -----------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """End running turns as cancelled (captured by the engine), stop every agent."""
+        editors = list(self._sessions.values())
+        await asyncio.gather(
+            *(self._close_session(editor) for editor in editors), return_exceptions=True
+        )
+        for task in list(self._tasks):
+            task.cancel()
+        if self._lobby is not None:
+            await self._lobby.close()
+            self._lobby = None
+
+
+async def serve(
+    command: Sequence[str],
+    *,
+    home: str | os.PathLike[str] | None = None,
+    max_frame: int = DEFAULT_MAX_FRAME,
+) -> int:
+    """Run the proxy on this process's stdin and stdout until the editor goes away or SIGTERM;
+    returns the exit status."""
+    if not command:
+        print("turnback acp: give the agent command after --", file=sys.stderr)
+        return 2
+    if shutil.which(command[0]) is None:
+        print(
+            f"turnback acp: the agent command {command[0]!r} was not found; every request will "
+            "be answered with an error",
+            file=sys.stderr,
+        )
+    reader, writer = await open_stdio(max_frame)
+    wire = EditorWire(reader, writer, max_frame)
+    tb = await asyncio.to_thread(turnback.open, home)
+    try:
+        await asyncio.to_thread(tb.recover)  # turns a killed proxy left running
+        proxy = Proxy(tb, command, wire)
+        conn = Connection(proxy.handle, wire)
+        proxy.conn = conn
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, stop.set)
+        gone = asyncio.ensure_future(wire.gone.wait())
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({gone, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        gone.cancel()
+        stopped.cancel()
+        try:
+            await asyncio.wait_for(proxy.close(), _SHUTDOWN_GRACE * 2)
+        except TimeoutError:
+            log.warning("turnback acp: stopping the agents took too long; exiting anyway")
+        await conn.close()
+        await wire.close()
+    finally:
+        await asyncio.to_thread(tb.close)
+    return 0
+
+
+def main(
+    command: Sequence[str], *, home: str | None = None, max_frame: int = DEFAULT_MAX_FRAME
+) -> int:
+    return asyncio.run(serve(command, home=home, max_frame=max_frame))

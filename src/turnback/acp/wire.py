@@ -1,0 +1,231 @@
+"""The editor's side of the wire: newline-delimited JSON-RPC on the proxy's stdin and stdout.
+
+:class:`EditorWire` is a transport for the SDK's JSON-RPC ``Connection`` (``send``, ``receive``,
+``close``) with three differences from the SDK's own stdio transport, each because a proxy must
+never leave the editor waiting:
+
+* A line that is not JSON, not an object, or not a JSON-RPC message is answered at once with a
+  JSON-RPC error (``-32700`` parse error, ``-32600`` invalid request) instead of being logged and
+  dropped -- the SDK drops it silently, and a non-object even stops its receive loop.
+* A frame longer than ``max_frame`` bytes is skipped without being held in memory and answered
+  with ``-32600`` naming the limit; the id is read from the frame's first bytes (JSON-RPC clients
+  write it before the params), so the editor's request fails instead of hanging.
+* Writes are synchronous and in call order (:meth:`EditorWire.post`): the agent's notifications
+  are forwarded from the frame watch, which cannot await, and must stay in order with the
+  responses and requests the SDK sends through :meth:`EditorWire.send`.
+
+When the editor goes away -- stdin at end of file, or stdout closed -- :attr:`EditorWire.gone` is
+set; the proxy then ends the running turns and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import sys
+import threading
+from typing import Any, Protocol
+
+log = logging.getLogger("turnback.acp")
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+_ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
+_HEAD = 4096
+
+
+class Output(Protocol):
+    """Where the editor reads from: an ``asyncio.StreamWriter``, or :class:`_FileOutput`."""
+
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+
+class _FileOutput:
+    """Standard output that is a regular file, not a pipe (asyncio cannot watch those)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+
+    async def drain(self) -> None:
+        return None
+
+    def is_closing(self) -> bool:
+        return False
+
+
+async def open_stdio(limit: int) -> tuple[asyncio.StreamReader, Output]:
+    """This process's stdin and stdout for the wire; a regular file works as well as a pipe."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=limit)
+    try:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    except ValueError:
+
+        def feed() -> None:
+            try:
+                while data := os.read(sys.stdin.fileno(), 1 << 16):
+                    loop.call_soon_threadsafe(reader.feed_data, data)
+            finally:
+                loop.call_soon_threadsafe(reader.feed_eof)
+
+        threading.Thread(target=feed, name="turnback-acp-stdin", daemon=True).start()
+    output: Output
+    try:
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, sys.stdout
+        )
+        output = asyncio.StreamWriter(transport, protocol, None, loop)
+    except ValueError:
+        output = _FileOutput(sys.stdout.fileno())
+    return reader, output
+
+
+class EditorWire:
+    """The SDK ``Transport`` over the editor's stdio (see the module docstring)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: Output, max_frame: int) -> None:
+        self._reader = reader
+        self._writer = writer
+        self.max_frame = max_frame
+        self.gone = asyncio.Event()
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def post(self, message: dict[str, Any]) -> None:
+        """Write one message now, after everything written before it."""
+        if self._writer.is_closing():
+            self.gone.set()
+            return
+        data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
+        try:
+            self._writer.write(data + b"\n")
+        except (ConnectionError, RuntimeError) as error:
+            log.warning("the editor's stdout is closed (%s)", error)
+            self.gone.set()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.post(message)
+        try:
+            await self._writer.drain()
+        except ConnectionError as error:
+            self.gone.set()
+            raise ConnectionError(f"the editor went away: {error}") from error
+
+    def error(self, rpc_id: Any, code: int, message: str, data: Any = None) -> None:
+        error: dict[str, Any] = {"code": code, "message": message}
+        if data is not None:
+            error["data"] = data
+        self.post({"jsonrpc": "2.0", "id": rpc_id, "error": error})
+
+    # -- reading -----------------------------------------------------------------------------
+
+    async def receive(self) -> dict[str, Any] | None:
+        while True:
+            line = await self._read_line()
+            if line is None:
+                self.gone.set()
+                return None
+            line = line.strip()
+            if not line:
+                continue
+            message = self._check(line)
+            if message is not None:
+                return message
+
+    def _check(self, line: bytes) -> dict[str, Any] | None:
+        """The message a line holds, or None after answering why it is not one."""
+        try:
+            message = json.loads(line)
+        except ValueError as error:
+            self.error(
+                None,
+                PARSE_ERROR,
+                f"Parse error: turnback acp received a line that is not JSON ({error})",
+                {"line": line[:200].decode(errors="replace")},
+            )
+            return None
+        if not isinstance(message, dict):
+            kind = "a batch (array)" if isinstance(message, list) else type(message).__name__
+            self.error(
+                None,
+                INVALID_REQUEST,
+                f"Invalid request: a JSON-RPC message must be an object, not {kind}; "
+                "batches are not part of ACP",
+            )
+            return None
+        method = message.get("method")
+        if "method" in message and not isinstance(method, str):
+            self.error(
+                message.get("id"), INVALID_REQUEST, "Invalid request: 'method' must be a string"
+            )
+            return None
+        if method is None and ("id" not in message or not ({"result", "error"} & message.keys())):
+            self.error(
+                message.get("id"),
+                INVALID_REQUEST,
+                "Invalid request: a message needs a 'method' (a request or notification) or an "
+                "'id' with a 'result' or an 'error' (a response)",
+            )
+            return None
+        params = message.get("params")
+        if method is not None and params is not None and not isinstance(params, dict):
+            self.error(
+                message.get("id"),
+                -32602,
+                f"Invalid params: the params of {method!r} must be an object",
+            )
+            return None
+        return message
+
+    async def _read_line(self) -> bytes | None:
+        """One line; None at end of file. An over-long line is answered and skipped."""
+        try:
+            return await self._reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as partial:
+            return partial.partial or None  # a last line without a newline still counts
+        except asyncio.LimitOverrunError as overrun:
+            head = await self._reader.read(min(overrun.consumed, _HEAD))
+            size = len(head) + await self._skip_line()
+            found = _ID.search(head)
+            rpc_id = json.loads(found[1]) if found else None
+            self.error(
+                rpc_id,
+                INVALID_REQUEST,
+                f"Invalid request: a message of {size} bytes or more is over turnback acp's "
+                f"limit of {self.max_frame} bytes (turnback acp --max-frame raises it); it was "
+                "skipped",
+                {"limit": self.max_frame, "size": size},
+            )
+            return b""
+
+    async def _skip_line(self) -> int:
+        """Discard the rest of the current line without holding it; returns its size."""
+        skipped = 0
+        while True:
+            try:
+                rest = await self._reader.readuntil(b"\n")
+            except asyncio.LimitOverrunError as overrun:
+                skipped += len(await self._reader.read(overrun.consumed))
+            except asyncio.IncompleteReadError as partial:
+                return skipped + len(partial.partial)
+            else:
+                return skipped + len(rest)
+
+    async def close(self) -> None:
+        try:
+            if not self._writer.is_closing():
+                await self._writer.drain()
+        except ConnectionError:
+            pass

@@ -1,0 +1,142 @@
+"""The acp suite's shared pieces: an editor built on the official SDK that drives `turnback acp`
+(or an agent directly) over real pipes, and records everything it is sent."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import acp
+from acp.core import ClientSideConnection
+from acp.schema import (
+    AllowedOutcome,
+    ClientCapabilities,
+    DeniedOutcome,
+    FileSystemCapabilities,
+    PermissionOption,
+    ReadTextFileResponse,
+    RequestPermissionResponse,
+    ToolCallUpdate,
+    WriteTextFileResponse,
+)
+
+T = TypeVar("T")
+SCRIPTED = (sys.executable, "-m", "turnback.agents.scripted")
+CAPABILITIES = ClientCapabilities(
+    fs=FileSystemCapabilities(read_text_file=True, write_text_file=True)
+)
+
+
+def run(scenario: Awaitable[T], timeout: float = 40) -> T:
+    async def bounded() -> T:
+        return await asyncio.wait_for(scenario, timeout)
+
+    return asyncio.run(bounded())
+
+
+def dump(model: Any) -> dict[str, Any]:
+    result: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return result
+
+
+class Editor:
+    """An ACP client as an editor is one: records updates, answers permissions from a list,
+    keeps files it is asked to write, records extension traffic."""
+
+    def __init__(self, answers: Sequence[str | None] = ()) -> None:
+        self.updates: list[tuple[str, dict[str, Any]]] = []
+        self.permissions: list[dict[str, Any]] = []
+        self.answers = list(answers)
+        self.files: dict[str, str] = {}
+        self.extensions: list[tuple[str, dict[str, Any]]] = []
+
+    async def session_update(self, session_id: str, update: Any, **meta: Any) -> None:
+        self.updates.append((session_id, dump(update)))
+
+    async def request_permission(
+        self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption], **_: Any
+    ) -> RequestPermissionResponse:
+        self.permissions.append(
+            {"toolCall": dump(tool_call), "options": [dump(o) for o in options]}
+        )
+        choice = self.answers.pop(0) if self.answers else None
+        if choice is None:
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        return RequestPermissionResponse(
+            outcome=AllowedOutcome(outcome="selected", option_id=choice)
+        )
+
+    async def write_text_file(
+        self, content: str, path: str, session_id: str, **_: Any
+    ) -> WriteTextFileResponse:
+        self.files[path] = content
+        return WriteTextFileResponse()
+
+    async def read_text_file(self, path: str, session_id: str, **_: Any) -> ReadTextFileResponse:
+        return ReadTextFileResponse(content=self.files.get(path, ""))
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.extensions.append((method, params))
+        return {"echo": params}
+
+    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
+        self.extensions.append((method, params))
+
+    # -- reading what arrived --------------------------------------------------------------
+
+    def of(self, session_id: str, kind: str | None = None) -> list[dict[str, Any]]:
+        return [
+            u
+            for s, u in self.updates
+            if s == session_id and (kind is None or u.get("sessionUpdate") == kind)
+        ]
+
+    def text(self, session_id: str, kind: str = "agent_message_chunk") -> str:
+        return "".join(u["content"].get("text", "") for u in self.of(session_id, kind))
+
+    def clear(self) -> None:
+        self.updates.clear()
+
+
+def proxy_command(home: Path, agent: Sequence[str], *options: str) -> list[str]:
+    return [sys.executable, "-m", "turnback", "--home", str(home), "acp", *options, "--", *agent]
+
+
+@asynccontextmanager
+async def connect(
+    editor: Editor, command: Sequence[str], cwd: Path, env: dict[str, str] | None = None
+) -> AsyncIterator[tuple[ClientSideConnection, asyncio.subprocess.Process]]:
+    """Spawn ``command`` (the proxy, or an agent) and connect the editor to it."""
+    environment = {**os.environ, **(env or {})}
+    async with acp.spawn_agent_process(
+        cast(acp.Client, editor),
+        command[0],
+        *command[1:],
+        env=environment,
+        cwd=cwd,
+        transport_kwargs={"stderr": None},
+    ) as (conn, process):
+        yield conn, process
+
+
+async def start(conn: ClientSideConnection, cwd: Path) -> str:
+    await conn.initialize(protocol_version=acp.PROTOCOL_VERSION, client_capabilities=CAPABILITIES)
+    return (await conn.new_session(cwd=str(cwd), mcp_servers=[])).session_id
+
+
+async def prompt(conn: ClientSideConnection, session_id: str, text: str, **meta: Any) -> str:
+    response = await conn.prompt(session_id=session_id, prompt=[acp.text_block(text)], **meta)
+    return str(response.stop_reason)
+
+
+async def wait_for(predicate: Any, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("timed out waiting for the condition")
+        await asyncio.sleep(0.02)
