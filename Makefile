@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/journal.py
 	$(BIN)/python bench/snapshots.py
 	$(BIN)/python bench/runtime.py
+	$(BIN)/python bench/proxy.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
