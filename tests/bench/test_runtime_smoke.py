@@ -3,28 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "runtime.py"
-
-
-def run_bench(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNBACK_")}
-    return subprocess.run(
-        [sys.executable, str(BENCH), "--smoke", "--dir", str(tmp_path), *extra],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+from .smoke import run_bench
 
 
 def test_smoke_run_prints_the_table(tmp_path: Path) -> None:
-    done = run_bench(tmp_path)
+    done = run_bench("runtime", tmp_path)
 
     assert done.returncode == 0, done.stderr
     for row in ("(a)", "(t)", "(t/a)", "(o)"):
@@ -35,7 +20,7 @@ def test_smoke_run_prints_the_table(tmp_path: Path) -> None:
 
 
 def test_smoke_run_as_json(tmp_path: Path) -> None:
-    done = run_bench(tmp_path, "--json")
+    done = run_bench("runtime", tmp_path, "--json")
 
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
