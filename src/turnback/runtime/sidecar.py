@@ -215,7 +215,10 @@ class Sidecar:
         transport = _WatchedFrames(reader, writer, self._watch, self._malformed)
         self._transport = transport
         # The SDK's router calls only the methods the client has; the Client protocol lists all.
-        self._conn = ClientSideConnection(cast(acp.Client, self._client), transport)
+        # User-input requests (elicitation) are in the SDK's unstable part of the protocol.
+        self._conn = ClientSideConnection(
+            cast(acp.Client, self._client), transport, use_unstable_protocol=True
+        )
         self._stack.push_async_callback(self._conn.close)
         params = self._initialize
         meta = params.get("_meta")
