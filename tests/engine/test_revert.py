@@ -305,3 +305,24 @@ def test_a_git_workspace_is_left_exactly_as_it_was(tb: turnback.Turnback, tmp_pa
     }
     assert after == dot_git, "turnback changed the user's .git"
     assert (repo / "tracked.py").read_text() == "v2\n"
+
+
+def test_fork_copies_the_conversation_in_one_go(
+    tb: turnback.Turnback, session: turnback.Session, workspace: Path, tmp_path: Path
+) -> None:
+    run_turns(session, workspace)
+    session.revert(2, files=False)  # turn three is reverted history: not part of the copy
+    fork = session.fork()
+    turns = fork.turns()
+    assert [t.number for t in turns] == [1, 2] and fork.record.head == turns[-1].token
+    assert [t.parent for t in turns] == [None, turns[0].token]
+    assert [(m.kind, m.data) for m in fork.messages()] == [
+        (m.kind, m.data) for m in session.messages()
+    ]
+    assert [f.path for f in fork.diff(2).files] == ["a.py", "b.py"]
+    assert fork.diff(2, patch=True).patch == session.diff(2, patch=True).patch
+    elsewhere = session.fork(tmp_path / "other")
+    assert not elsewhere.diff(2).available  # another workspace: no checkpoints of its own
+    with fork.turn("continue in the fork") as turn:
+        say(turn, "forked")
+    assert fork.get_turn(3).token == turn.token and len(session.turns()) == 3

@@ -303,7 +303,7 @@ class Proxy:
         else:
             source = await asyncio.to_thread(self._stored, params.get("sessionId"))
             if method == "session/fork":
-                session = await asyncio.to_thread(transcript.fork, self.tb, source, cwd, agent)
+                session = await asyncio.to_thread(source.fork, cwd, agent=agent)
             else:
                 session = source
         editor = self._sessions.get(session.id)

@@ -1,15 +1,12 @@
-"""A session's stored conversation as ACP ``session/update`` payloads, for ``session/load`` and
-``session/fork``.
+"""A session's stored conversation as ACP ``session/update`` payloads, for ``session/load``.
 
 The conversation turnback keeps is the folded form of each turn's events (chunks joined, tool
 call updates merged, the last plan). Replaying it gives the editor the same conversation in
 fewer notifications; turnback's own notices (an interrupted turn's recovery notice, an error)
 become agent text marked ``_meta.turnback.notice``, since an editor knows no turnback kinds.
 
-A fork copies the source's conversation turn by turn into a new session, through the public
-turn API: each turn begins with the source turn's prompt, records its folded messages as events
-and ends as the source turn ended. Folding those events again gives the same messages, so the
-fork's transcript is the source's and its turn numbers match.
+A fork (``session/fork``) is the engine's ``Session.fork``: the conversation's rows copied in one
+transaction.
 """
 
 from __future__ import annotations
@@ -17,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from turnback.engine.handle import Session, Turnback
-from turnback.model import EventKind, Message, MessageKind, TurnStatus
+from turnback.model import EventKind, Message, MessageKind
 
 _CHUNKS = {
     MessageKind.USER: EventKind.USER_MESSAGE_CHUNK.value,
@@ -63,25 +59,3 @@ def _events(message: Message) -> Iterator[dict[str, Any]]:
         yield {"sessionUpdate": EventKind.ERROR.value, **data}
     else:
         yield dict(data)  # an update kind turnback keeps verbatim
-
-
-def fork(tb: Turnback, source: Session, workspace: str, agent: str | None) -> Session:
-    """A new session in ``workspace`` whose conversation is a copy of ``source``'s."""
-    record = source.record
-    title = f"fork of {record.title or source.id[:12]}"
-    target = tb.create_session(workspace=workspace, title=title, agent=agent)
-    turns = sorted((t for t in source.turns() if t.in_conversation), key=lambda t: t.number)
-    for turn in turns:
-        messages = source.turn_messages(turn.token)
-        running = target.turn(turn.prompt)
-        for message in messages[1:]:  # the first is the prompt, which the turn begins with
-            for event in _events(message):
-                running.record(event, sync=False)
-        detail = f"as turn {turn.number} of session {source.id[:12]} ended: {turn.detail or ''}"
-        if turn.status is TurnStatus.COMPLETED:
-            running.complete()
-        elif turn.status is TurnStatus.FAILED:
-            running.fail(detail.rstrip(": "))
-        else:
-            running.cancel(f"{turn.status.value} {detail}".rstrip(": "))
-    return target

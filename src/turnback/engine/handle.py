@@ -217,6 +217,80 @@ class Session:
     def workspace(self) -> Path:
         return Path(self.record.workspace)
 
+    def fork(
+        self,
+        workspace: str | os.PathLike[str] | None = None,
+        title: str | None = None,
+        agent: str | None = None,
+    ) -> Session:
+        """A new session whose conversation is a copy of this one's, in one transaction.
+
+        Each turn of the conversation is copied (new tokens, the same numbers, statuses and
+        timeline; reverted and set-aside turns are not), with its file changes. In the same
+        workspace the copies name the same workspace checkpoints; in another they have none."""
+        now = time.time()
+        with self._tb.store.atomic() as tx:
+            source = tx.get_session(self.id)
+            if source is None:
+                raise SessionNotFound(f"session {self.id} no longer exists")
+            place = str(Path(workspace).expanduser().resolve()) if workspace else source.workspace
+            same = place == source.workspace
+            fork = SessionRecord(
+                id=uuid.uuid4().hex,
+                workspace=place,
+                title=title or f"fork of {source.title or source.id[:12]}",
+                agent=agent if agent is not None else source.agent,
+                head=None,
+                status="open",
+                pending_requests=(),
+                created_at=now,
+                updated_at=now,
+            )
+            tx.insert_session(fork)
+            parent: str | None = None
+            turns = sorted(
+                (t for t in tx.session_turns(self.id) if t.in_conversation), key=lambda t: t.number
+            )
+            for turn in turns:
+                token = uuid.uuid4().hex
+                tx.insert_turn(
+                    dataclasses.replace(
+                        turn,
+                        token=token,
+                        session_id=fork.id,
+                        parent=parent,
+                        owner_id=None,
+                        begin_checkpoint=turn.begin_checkpoint if same else None,
+                        end_checkpoint=turn.end_checkpoint if same else None,
+                    )
+                )
+                tx.insert_messages(
+                    [
+                        dataclasses.replace(m, session_id=fork.id, turn=token)
+                        for m in tx.turn_messages(turn.token)
+                    ]
+                )
+                tx.insert_run_events(
+                    [
+                        dataclasses.replace(e, session_id=fork.id, turn=token)
+                        for e in tx.run_events(turn.token)
+                    ]
+                )
+                for scope in ("before", "turn"):
+                    tx.insert_file_changes(token, scope, tx.file_changes(turn.token, scope))
+                parent = token
+            tx.set_head(fork.id, parent, now)
+            tx.insert_activity(
+                fork.id,
+                None,
+                ActivityLevel.INFO,
+                "session.forked",
+                f"forked from session {self.id[:12]} with {len(turns)} turn(s)",
+                {"source": self.id, "turns": len(turns)},
+                now,
+            )
+        return Session(self._tb, fork.id)
+
     def set_agent_state(self, state: dict[str, object]) -> None:
         """Remember what the runtime needs of the agent behind this session (its own session
         id, say): kept on the session record, read back as ``record.agent_state``."""
