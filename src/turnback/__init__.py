@@ -17,6 +17,9 @@ from turnback.engine.handle import Session, Turnback
 from turnback.engine.revert import ConversationRollback
 from turnback.engine.turns import RunningTurn
 from turnback.errors import (
+    AgentDied,
+    AgentError,
+    AgentUnavailable,
     AmbiguousId,
     CheckpointUnavailable,
     GitFailed,
@@ -25,7 +28,9 @@ from turnback.errors import (
     InvalidId,
     NothingToRevert,
     NotSetAside,
+    ResumeUnavailable,
     RevertConflict,
+    RollbackUnavailable,
     SchemaTooNew,
     SessionNotFound,
     StoreCorrupt,
@@ -96,6 +101,9 @@ def open(
 __all__ = [
     "Activity",
     "ActivityLevel",
+    "AgentDied",
+    "AgentError",
+    "AgentUnavailable",
     "AmbiguousId",
     "ChangeKind",
     "CheckpointUnavailable",
@@ -114,9 +122,11 @@ __all__ = [
     "NotSetAside",
     "NothingToRevert",
     "RecoveryReport",
+    "ResumeUnavailable",
     "Revert",
     "RevertConflict",
     "RevertState",
+    "RollbackUnavailable",
     "RunEvent",
     "RunningTurn",
     "SchemaTooNew",

@@ -106,3 +106,29 @@ class RevertConflict(WorkspaceError):
     def __init__(self, message: str, paths: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.paths = paths
+
+
+class AgentError(TurnbackError):
+    """Something about the agent process or its protocol went wrong."""
+
+
+class AgentUnavailable(AgentError):
+    """The agent could not be started, or did not answer ``initialize`` in time."""
+
+
+class AgentDied(AgentError):
+    """The agent process exited (or closed its output) while the runtime needed it."""
+
+    def __init__(self, message: str, returncode: int | None) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+
+
+class ResumeUnavailable(AgentError):
+    """There is no interrupted turn to resume, or nothing to resume it from."""
+
+
+class RollbackUnavailable(AgentError):
+    """The agent's conversation cannot be rolled back, so the revert was refused."""
+
+    exit_code = 3

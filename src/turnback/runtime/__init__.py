@@ -20,16 +20,18 @@ died (:meth:`AgentRuntime.resume`), and rolls the agent's conversation back for 
 
 from __future__ import annotations
 
-from turnback.runtime.reactor import EngineThread, Reactor
-from turnback.runtime.rollback import AgentRollback, ConversationRollback, RollbackUnavailable
-from turnback.runtime.runtime import (
-    AgentRuntime,
-    InputRequest,
-    PermissionRequest,
-    ResumePolicy,
+from turnback.engine.revert import ConversationRollback
+from turnback.errors import (
+    AgentDied,
+    AgentError,
+    AgentUnavailable,
     ResumeUnavailable,
+    RollbackUnavailable,
 )
-from turnback.runtime.sidecar import AgentDied, AgentError, AgentFeatures, AgentUnavailable
+from turnback.runtime.reactor import EngineThread, Reactor
+from turnback.runtime.rollback import AgentRollback
+from turnback.runtime.runtime import AgentRuntime, InputRequest, PermissionRequest, ResumePolicy
+from turnback.runtime.sidecar import AgentFeatures
 
 __all__ = [
     "AgentDied",

@@ -19,27 +19,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from turnback.errors import RollbackUnavailable
 from turnback.model import Message, MessageKind
-from turnback.runtime.sidecar import AgentError
 
 if TYPE_CHECKING:
     from turnback.runtime.runtime import AgentRuntime
-
-
-class RollbackUnavailable(AgentError):
-    """The agent's conversation cannot be rolled back, so the revert was refused."""
-
-    exit_code = 3
-
-
-class ConversationRollback(Protocol):
-    """What ``Session.revert`` needs to roll back the agent's side of the conversation."""
-
-    def check(self, turns: int) -> None: ...
-
-    def apply(self, turns: int, transcript: list[Message]) -> None: ...
 
 
 class AgentRollback:

@@ -50,7 +50,15 @@ from acp.schema import (
 
 from turnback.engine.handle import Session, Turnback
 from turnback.engine.turns import RunningTurn
-from turnback.errors import InvalidEvent, TurnNotRunning
+from turnback.errors import (
+    AgentDied,
+    AgentError,
+    AgentUnavailable,
+    InvalidEvent,
+    ResumeUnavailable,
+    RollbackUnavailable,
+    TurnNotRunning,
+)
 from turnback.model import (
     ActivityLevel,
     EventKind,
@@ -70,21 +78,8 @@ from turnback.runtime.reactor import (
     TurnRequested,
 )
 from turnback.runtime.relay import Relay
-from turnback.runtime.rollback import (
-    AgentRollback,
-    RollbackUnavailable,
-    render_transcript,
-    transcript_json,
-)
-from turnback.runtime.sidecar import (
-    CLIENT_METHODS,
-    AgentDied,
-    AgentError,
-    AgentFeatures,
-    AgentUnavailable,
-    Frame,
-    Sidecar,
-)
+from turnback.runtime.rollback import AgentRollback, render_transcript, transcript_json
+from turnback.runtime.sidecar import CLIENT_METHODS, AgentFeatures, Frame, Sidecar
 
 log = logging.getLogger("turnback.runtime")
 
@@ -92,10 +87,6 @@ CHECKPOINT_METHOD = "_turnback/checkpoint"
 ROLLBACK_METHOD = "turnback/rollback"  # the SDK adds the leading underscore
 _KNOWN_EXTENSIONS = frozenset({CHECKPOINT_METHOD})
 _MAX_FRAME_REPORTS = 20
-
-
-class ResumeUnavailable(AgentError):
-    """There is no interrupted turn to resume, or nothing to resume it from."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,29 +34,13 @@ from acp.core import ClientSideConnection
 from acp.schema import ClientCapabilities, Implementation, InitializeResponse
 from acp.task import MessageSender, TaskSupervisor
 
-from turnback.errors import TurnbackError
+from turnback.errors import AgentDied, AgentUnavailable
 
 #: The methods an agent may call on a client; anything else (not ``_``-prefixed) is unknown.
 CLIENT_METHODS = frozenset(acp.CLIENT_METHODS.values())
 
 Frame = dict[str, Any]
 _CLIENT_INFO = {"name": "turnback", "title": "turnback", "version": "1"}
-
-
-class AgentError(TurnbackError):
-    """Something about the agent process or its protocol went wrong."""
-
-
-class AgentUnavailable(AgentError):
-    """The agent could not be started, or did not answer ``initialize`` in time."""
-
-
-class AgentDied(AgentError):
-    """The agent process exited (or closed its output) while the runtime needed it."""
-
-    def __init__(self, message: str, returncode: int | None) -> None:
-        super().__init__(message)
-        self.returncode = returncode
 
 
 @dataclass(frozen=True, slots=True)
