@@ -4,7 +4,8 @@ application's callback, journaled with their answers."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import sys
+from pathlib import Path
 from typing import Any
 
 import turnback
@@ -12,50 +13,14 @@ from tests.runtime.harness import run, text_of
 from turnback.model import EventKind, TurnStatus
 from turnback.runtime import AgentRuntime, InputRequest
 
-ASKING_AGENT = """
-    import asyncio, json, os, uuid
-    import acp
-    from acp.schema import (
-        ElicitationFormSessionMode, ElicitationSchema, InitializeResponse, NewSessionResponse,
-        PromptResponse,
-    )
-
-    class Asking:
-        def on_connect(self, conn):
-            self.conn = conn
-
-        async def initialize(self, protocol_version, **_):
-            return InitializeResponse(protocol_version=protocol_version)
-
-        async def new_session(self, cwd, **_):
-            return NewSessionResponse(session_id=uuid.uuid4().hex)
-
-        async def prompt(self, prompt, session_id, **_):
-            schema = ElicitationSchema(properties={"name": {"type": "string"}})
-            answer = await self.conn.create_elicitation(
-                "Who is this for?",
-                ElicitationFormSessionMode(session_id=session_id, requested_schema=schema),
-            )
-            said = json.dumps(answer.model_dump(mode="json", exclude_none=True))
-            await self.conn.session_update(
-                session_id=session_id, update=acp.update_agent_message_text(said)
-            )
-            return PromptResponse(stop_reason="end_turn")
-
-    async def main():
-        reader, writer = await acp.stdio_streams()
-        await acp.run_agent(Asking(), writer, reader)
-
-    asyncio.run(main())
-"""
+ASKING_AGENT = (sys.executable, str(Path(__file__).with_name("asking_agent.py")))
 
 
 def test_an_input_request_is_pending_answered_and_journaled(
     tb: turnback.Turnback,
     session: turnback.Session,
-    write_agent: Callable[[str, str], tuple[str, ...]],
 ) -> None:
-    command = write_agent("asking_agent", ASKING_AGENT)
+    command = ASKING_AGENT
     seen: list[tuple[InputRequest, Any]] = []
 
     def answer(request: InputRequest) -> dict[str, Any]:

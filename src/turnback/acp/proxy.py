@@ -49,7 +49,7 @@ from turnback.acp.wire import EditorWire, open_stdio
 from turnback.engine.handle import Session, Turnback
 from turnback.errors import TurnbackError
 from turnback.model import TurnStatus
-from turnback.runtime import AgentError, AgentRuntime, PermissionRequest
+from turnback.runtime import AgentError, AgentRuntime, InputRequest, PermissionRequest
 from turnback.runtime.reactor import Notice
 from turnback.runtime.relay import Reply
 from turnback.runtime.sidecar import Frame, Sidecar
@@ -137,6 +137,9 @@ class _SessionRelay:
 
     async def permission(self, request: PermissionRequest) -> str | None:
         return await self._proxy.ask_permission(self._session_id, request)
+
+    async def input(self, request: InputRequest) -> dict[str, Any] | None:
+        return await self._proxy.ask_input(self._session_id, request)
 
 
 class Proxy:
@@ -341,6 +344,7 @@ class Proxy:
                 self.command,
                 env=self.env,
                 on_permission=relay.permission,
+                on_input=relay.input,
                 stderr=None,
                 relay=relay,
             )
@@ -462,6 +466,25 @@ class Proxy:
         if isinstance(outcome, dict) and outcome.get("outcome") == "selected":
             choice = outcome.get("optionId")
             return choice if isinstance(choice, str) else None
+        return None
+
+    async def ask_input(self, session_id: str, request: InputRequest) -> dict[str, Any] | None:
+        """The runtime's input callback: the request is journaled; ask the editor (ACP
+        elicitation), in the editor's session. Declined unless the editor accepts."""
+        if self.conn is None:
+            return None
+        params = {**request.mode, "message": request.message}
+        params.setdefault("mode", "url" if "url" in params else "form")
+        if "sessionId" in params:
+            params["sessionId"] = session_id
+        try:
+            result = await self.conn.send_request("elicitation/create", params)
+        except (acp.RequestError, ConnectionError, OSError) as error:
+            log.warning("the editor did not answer an input request: %s", error)
+            return None
+        if isinstance(result, dict) and result.get("action") == "accept":
+            content = result.get("content")
+            return content if isinstance(content, dict) else {}
         return None
 
     def _commands(self, editor: _EditorSession) -> list[Any]:
