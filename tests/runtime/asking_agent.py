@@ -43,4 +43,5 @@ async def main():
     await acp.run_agent(Asking(), writer, reader)
 
 
-asyncio.run(main())
+if __name__ == "__main__":
+    asyncio.run(main())
