@@ -7,6 +7,7 @@ version), so they open it directly.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 import uuid
@@ -220,15 +221,6 @@ def test_turns_round_trip(store: Store) -> None:
         assert tx.session_turns(record.id) == [turn]
         assert tx.turns_with_status(TurnStatus.RUNNING) == [turn]
         assert tx.turns_with_status(TurnStatus.COMPLETED) == []
-        assert tx.find_turns(record.id, turn.token[:8]) == [turn]
-        assert tx.find_turns(record.id, "z") == []
-
-
-def test_find_turns_only_in_its_session(store: Store) -> None:
-    a, b = add_session(store), add_session(store)
-    turn = add_turn(store, a.id)
-    with store.read() as tx:
-        assert tx.find_turns(b.id, turn.token[:8]) == []
 
 
 def test_session_turns_in_order(store: Store) -> None:
@@ -352,16 +344,20 @@ def test_journal_rows_need_their_turn(store: Store) -> None:
         tx.append_journal([entry(uuid.uuid4().hex, 1)])
 
 
-def test_delete_journal(store: Store) -> None:
+def test_a_turns_journal_moves_into_its_timeline_verbatim(store: Store) -> None:
     record = add_session(store)
     a, b = add_turn(store, record.id), add_turn(store, record.id, status=TurnStatus.SET_ASIDE)
     with store.atomic() as tx:
         tx.append_journal([entry(a.token, 1), entry(a.token, 2), entry(b.token, 1)])
+        kept = tx.journal(a.token)
     with store.atomic() as tx:
-        assert tx.delete_journal(a.token) == 2
+        assert tx.move_journal_to_run_events(a.token, record.id) == 2
     with store.read() as tx:
         assert tx.journal(a.token) == []
         assert len(tx.journal(b.token)) == 1
+        moved = tx.run_events(a.token)
+    assert [(e.seq, e.kind, e.at) for e in moved] == [(k.seq, k.kind, k.at) for k in kept]
+    assert [json.dumps(e.event, separators=(",", ":")) for e in moved] == [k.payload for k in kept]
 
 
 def test_delete_orphan_journal_keeps_running_and_set_aside_turns(store: Store) -> None:

@@ -49,7 +49,6 @@ class Journal:
         self._wake = threading.Condition(self._mutex)
         self._pending = _Pending([], [])
         self._first_pending_at: float | None = None
-        self._failure: StoreError | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
         #: the longest a boundary append waited for its commit, in seconds (for benchmarks)
@@ -101,16 +100,14 @@ class Journal:
                     for _turn, after in pending.after:
                         after(tx)
                 faults.point("journal.flush.after")
-            except StoreError as error:
+            except StoreError:
                 with self._mutex:
                     # Keep them, in order, ahead of anything appended meanwhile.
                     self._pending = _Pending(
                         pending.entries + self._pending.entries, pending.after + self._pending.after
                     )
                     self._first_pending_at = self._first_pending_at or time.monotonic()
-                    self._failure = error
                 raise
-            self._failure = None
 
     def discard(self, turn: str) -> None:
         """Forget the unflushed entries of a turn that was removed or ended elsewhere."""
@@ -154,7 +151,3 @@ class Journal:
             except StoreError:
                 with self._mutex:
                     self._wake.wait(min(1.0, self.window * 10))  # back off; callers see the error
-
-    @property
-    def failure(self) -> StoreError | None:
-        return self._failure

@@ -399,14 +399,6 @@ class _SQLiteTx:
         row = self._one(f"SELECT {_TURN_COLUMNS} FROM turns WHERE token = ?", (token,))
         return _turn(row) if row else None
 
-    def find_turns(self, session_id: str, prefix: str, limit: int = 10) -> list[Turn]:
-        rows = self._all(
-            f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = ? AND substr(token, 1, ?) = ? "
-            "ORDER BY started_at LIMIT ?",
-            (session_id, len(prefix), prefix, limit),
-        )
-        return [_turn(row) for row in rows]
-
     def running_turn(self, session_id: str) -> Turn | None:
         row = self._one(
             f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = ? AND status = 'running'",
@@ -473,9 +465,6 @@ class _SQLiteTx:
         )
         assert row is not None
         return int(row[0]), int(row[1])
-
-    def delete_journal(self, token: str) -> int:
-        return self._c.execute("DELETE FROM journal WHERE turn = ?", (token,)).rowcount
 
     def delete_orphan_journal(self) -> int:
         return self._c.execute(
