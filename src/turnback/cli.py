@@ -457,20 +457,18 @@ def unrecovered(
 @json_option
 @pass_state
 def sweep(state: Context, as_json: bool) -> None:
-    """Remove what no turn can use any more: stale journal rows, step checkpoints, owners."""
+    """Remove what no turn can use any more: stale step checkpoints and dead owners."""
     report = state.tb.sweep()
     if as_json:
         _emit_json(
             {
-                "journal_rows": report.journal_rows,
                 "step_checkpoints": report.step_checkpoints,
                 "owners": report.owners,
             }
         )
         return
     click.echo(
-        f"removed {report.journal_rows} journal rows, {report.step_checkpoints} step "
-        f"checkpoints and {report.owners} dead owners"
+        f"removed {report.step_checkpoints} step checkpoints and {report.owners} dead owners"
     )
 
 

@@ -234,13 +234,12 @@ class RecoveryReport:
 
 @dataclass(frozen=True, slots=True)
 class SweepReport:
-    journal_rows: int = 0
     step_checkpoints: int = 0
     owners: int = 0
 
     @property
     def total(self) -> int:
-        return self.journal_rows + self.step_checkpoints + self.owners
+        return self.step_checkpoints + self.owners
 
 
 # -- workspace checkpoints ------------------------------------------------------------------

@@ -88,7 +88,7 @@ def set_aside(
     turn = abandoned_turn(session, [chunk("half"), chunk(" done")], prompt="crashed")
     conn = sqlite3.connect(home / "turnback.db")
     with conn:
-        conn.execute("UPDATE journal SET payload = '{' WHERE turn = ? AND seq = 2", (turn.token,))
+        conn.execute("UPDATE events SET payload = '{' WHERE turn = ? AND seq = 2", (turn.token,))
     conn.close()
     [aside] = tb.recover().set_aside
     return aside.turn
@@ -311,10 +311,12 @@ def test_activities_when_there_are_none(home: Path, session: turnback.Session) -
 def test_sweep(
     home: Path, tb: turnback.Turnback, session: turnback.Session, completed: turnback.Turn
 ) -> None:
-    with tb.store.atomic() as tx:  # a leftover journal row of an ended turn
-        tx.append_journal([turnback.model.JournalEntry(completed.token, 9, "x", "{}", 1.0)])
-    assert ok(home, "sweep").startswith("removed 1 journal rows, 0 step checkpoints and 0 ")
-    assert ok_json(home, "sweep") == {"journal_rows": 0, "step_checkpoints": 0, "owners": 0}
+    with tb.store.atomic() as tx:  # a leftover step checkpoint of an ended turn
+        tx.insert_step_checkpoint(
+            turnback.model.StepCheckpoint(completed.token, 1, "c", 1, None, None, 1.0)
+        )
+    assert ok(home, "sweep").startswith("removed 1 step checkpoints and 0 dead owners")
+    assert ok_json(home, "sweep") == {"step_checkpoints": 0, "owners": 0}
 
 
 # -- demo --------------------------------------------------------------------------------------

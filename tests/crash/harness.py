@@ -22,9 +22,8 @@ CHILD = Path(__file__).with_name("child.py")
 TABLES = (
     "sessions",
     "turns",
-    "journal",
+    "events",
     "messages",
-    "run_events",
     "step_checkpoints",
     "activities",
 )
@@ -113,9 +112,7 @@ def durable_ids(home: Path, token: str) -> list[str]:
     conn = sqlite3.connect(f"file:{home / 'turnback.db'}?mode=ro", uri=True)
     try:
         rows = conn.execute(
-            "SELECT seq, payload FROM journal WHERE turn = ? UNION ALL "
-            "SELECT seq, payload FROM run_events WHERE turn = ? ORDER BY 1",
-            (token, token),
+            "SELECT seq, payload FROM events WHERE turn = ? ORDER BY seq", (token,)
         ).fetchall()
     finally:
         conn.close()

@@ -112,7 +112,7 @@ def _dead_turn(home: Path, session_id: str, tmp_path: Path, *, corrupt: bool = F
         conn = sqlite3.connect(home / "turnback.db")
         with conn:
             conn.execute(
-                "UPDATE journal SET payload = '{not json' WHERE turn = ? AND seq = 4",
+                "UPDATE events SET payload = '{not json' WHERE turn = ? AND seq = 4",
                 (acks.begun,),
             )
         conn.close()
@@ -134,7 +134,7 @@ def _journal_rows(home: Path, token: str) -> list[tuple[Any, ...]]:
     conn = sqlite3.connect(f"file:{home / 'turnback.db'}?mode=ro", uri=True)
     try:
         return conn.execute(
-            "SELECT seq, kind, payload FROM journal WHERE turn = ? ORDER BY seq", (token,)
+            "SELECT seq, kind, payload FROM events WHERE turn = ? ORDER BY seq", (token,)
         ).fetchall()
     finally:
         conn.close()

@@ -39,7 +39,7 @@ def chunk(text: str) -> dict[str, Any]:
 def journal_count(home: Path) -> int:
     conn = sqlite3.connect(home / "turnback.db")
     try:
-        return int(conn.execute("SELECT count(*) FROM journal").fetchone()[0])
+        return int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
     finally:
         conn.close()
 

@@ -282,7 +282,7 @@ def other_home_reader(home: Path) -> Iterator[Callable[[str], int]]:
     def count(token: str) -> int:
         if not conns:
             conns.append(sqlite3.connect(home / "turnback.db"))
-        row = conns[0].execute("SELECT count(*) FROM journal WHERE turn = ?", (token,)).fetchone()
+        row = conns[0].execute("SELECT count(*) FROM events WHERE turn = ?", (token,)).fetchone()
         return int(row[0])
 
     yield count
@@ -593,7 +593,7 @@ def test_a_turn_whose_session_moved_on_is_set_aside(
 
     # every recovery reports it again, and changes nothing
     assert tb.recover().set_aside == (aside,)
-    assert tb.sweep().journal_rows == 0
+    assert tb.sweep().step_checkpoints == 0  # a set-aside turn keeps its steps
     assert len(journal(tb, running.token)) == 3
     # the session goes on without it
     with session.turn("third") as third:
@@ -642,7 +642,7 @@ def corrupt(home: Path, token: str, seq: int) -> None:
     conn = sqlite3.connect(home / "turnback.db")
     with conn:
         conn.execute(
-            "UPDATE journal SET payload = ? WHERE turn = ? AND seq = ?",
+            "UPDATE events SET payload = ? WHERE turn = ? AND seq = ?",
             ('{"sessionUpdate": "agent_mess', token, seq),
         )
     conn.close()
@@ -681,7 +681,7 @@ def test_discard_removes_a_set_aside_turn(
     assert session.unrecovered() == []
     assert session.turns() == []
     conn = sqlite3.connect(home / "turnback.db")
-    assert conn.execute("SELECT count(*) FROM journal").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 0
     conn.close()
     activity = session.activities()[-1]
     assert activity.code == "turn.discarded"
@@ -724,13 +724,12 @@ def test_sweep_counts_what_it_removes(
     crashed.kill()
     assert len(tb.recover().recovered) == 1
     live = child(tb.create_session(session.workspace), [chunk("y")])
-    with tb.store.atomic() as tx:  # leftovers no turn can use: rows of ended turns
-        tx.append_journal([JournalEntry(done.token, 1, "x", "{}", 1.0)])
+    with tb.store.atomic() as tx:  # a leftover no turn can use: a step of an ended turn
         tx.insert_step_checkpoint(StepCheckpoint(done.token, 1, "c", 1, None, None, 1.0))
 
     report = tb.sweep()
-    assert (report.journal_rows, report.step_checkpoints, report.owners) == (1, 1, 1)
-    assert report.total == 3
+    assert (report.step_checkpoints, report.owners) == (1, 1)
+    assert report.total == 2
     assert tb.sweep().total == 0
     with tb.store.read() as tx:
         assert tx.get_owner(current_owner().id) is not None  # this process: alive

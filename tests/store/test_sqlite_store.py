@@ -339,40 +339,39 @@ def test_journal_seq_is_unique_per_turn(store: Store) -> None:
         ]
 
 
-def test_journal_rows_need_their_turn(store: Store) -> None:
-    with pytest.raises(StoreError), store.atomic() as tx:
-        tx.append_journal([entry(uuid.uuid4().hex, 1)])
-
-
-def test_a_turns_journal_moves_into_its_timeline_verbatim(store: Store) -> None:
-    record = add_session(store)
-    a, b = add_turn(store, record.id), add_turn(store, record.id, status=TurnStatus.SET_ASIDE)
-    with store.atomic() as tx:
-        tx.append_journal([entry(a.token, 1), entry(a.token, 2), entry(b.token, 1)])
-        kept = tx.journal(a.token)
-    with store.atomic() as tx:
-        assert tx.move_journal_to_run_events(a.token, record.id) == 2
-    with store.read() as tx:
-        assert tx.journal(a.token) == []
-        assert len(tx.journal(b.token)) == 1
-        moved = tx.run_events(a.token)
-    assert [(e.seq, e.kind, e.at) for e in moved] == [(k.seq, k.kind, k.at) for k in kept]
-    assert [json.dumps(e.event, separators=(",", ":")) for e in moved] == [k.payload for k in kept]
-
-
-def test_delete_orphan_journal_keeps_running_and_set_aside_turns(store: Store) -> None:
+def test_only_a_running_turns_journal_grows(store: Store) -> None:
+    """Entries of a turn that ended elsewhere (or never existed) are dropped, not written into
+    what is now its run timeline; the running turn's entries in the same batch are kept."""
     record = add_session(store)
     running = add_turn(store, record.id)
-    aside = add_turn(store, record.id, status=TurnStatus.SET_ASIDE)
-    ended = [add_turn(store, record.id, status=s) for s in TurnStatus if s.ended]
+    others = [add_turn(store, record.id, status=s) for s in TurnStatus if s is not s.RUNNING]
     with store.atomic() as tx:
-        tx.append_journal([entry(t.token, 1) for t in [running, aside, *ended]])
-    with store.atomic() as tx:
-        assert tx.delete_orphan_journal() == len(ended)
-        assert tx.delete_orphan_journal() == 0
+        batch = [entry(t.token, 1) for t in [running, *others]] + [entry(uuid.uuid4().hex, 1)]
+        assert tx.append_journal(batch) == len(others) + 1
+        assert tx.append_journal([]) == 0
     with store.read() as tx:
-        assert len(tx.journal(running.token)) == 1
-        assert len(tx.journal(aside.token)) == 1
+        assert tx.journal(running.token) == [batch[0]]
+        assert all(tx.journal(t.token) == [] for t in others)
+
+
+def test_an_ended_turns_journal_is_its_timeline_verbatim(store: Store) -> None:
+    record = add_session(store)
+    turn = add_turn(store, record.id)
+    with store.atomic() as tx:
+        tx.append_journal([entry(turn.token, 1), entry(turn.token, 2)])
+        kept = tx.journal(turn.token)
+    with store.atomic() as tx:
+        assert tx.end_turn(
+            turn.token, TurnStatus.COMPLETED, 2.0, None, 2, expected=TurnStatus.RUNNING
+        )
+    with store.read() as tx:
+        timeline = tx.run_events(turn.token)
+    assert [(e.session_id, e.seq, e.kind, e.at) for e in timeline] == [
+        (record.id, k.seq, k.kind, k.at) for k in kept
+    ]
+    assert [json.dumps(e.event, separators=(",", ":")) for e in timeline] == [
+        k.payload for k in kept
+    ]
 
 
 # -- the committed conversation ----------------------------------------------------------------
@@ -595,7 +594,7 @@ def test_reopening_is_a_no_op(db: Path) -> None:
     record = add_session(store)
     store.close()
     before = schema(db)
-    assert {"sessions", "turns", "journal", "messages", "run_events"} <= {n for n, _ in before}
+    assert {"sessions", "turns", "events", "messages"} <= {n for n, _ in before}
     assert "turns_one_running" in {n for n, _ in before}
 
     store = sqlite_store(db)
@@ -721,3 +720,54 @@ def test_a_database_of_the_first_release_is_upgraded_with_its_data(tmp_path: Pat
             assert tx.get_session("ab").agent_state == {"agentSessionId": "x"}  # type: ignore[union-attr]
     finally:
         store.close()
+
+
+def test_an_upgrade_keeps_every_turns_events_in_place(tmp_path: Path) -> None:
+    """Schema 4 keeps a turn's events in one table: the journal rows of running and set-aside
+    turns and the timelines of ended ones come across; journal rows of ended turns (garbage a
+    sweep would have removed) do not."""
+    path = tmp_path / "v3.db"
+    conn = sqlite3.connect(path)
+    for migration in MIGRATIONS[:3]:
+        conn.executescript(migration)
+    conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+    conn.execute("PRAGMA user_version=3")
+    conn.execute(
+        "INSERT INTO sessions (id, workspace, created_at, updated_at) VALUES ('s', '/w', 1, 2)"
+    )
+    for number, (token, status) in enumerate(
+        [("done", "completed"), ("aside", "set_aside"), ("live", "running")], start=1
+    ):
+        conn.execute(
+            "INSERT INTO turns (token, session_id, number, status, prompt, started_at) "
+            "VALUES (?, 's', ?, ?, '\"hi\"', 1)",
+            (token, number, status),
+        )
+    conn.executemany(
+        "INSERT INTO journal (turn, seq, kind, payload, at) VALUES (?, ?, 'k', ?, 1)",
+        [
+            ("aside", 1, '{"a":1}'),
+            ("live", 1, '{"l":1}'),
+            ("live", 2, '{"l":2}'),
+            ("done", 9, "{}"),
+        ],
+    )
+    conn.execute(
+        "INSERT INTO run_events (session_id, turn, seq, kind, payload, at) "
+        "VALUES ('s', 'done', 1, 'k', '{\"d\":1}', 1)"
+    )
+    conn.commit()
+    conn.close()
+
+    store = open_store(f"sqlite:///{path}")
+    try:
+        with store.read() as tx:
+            assert [e.payload for e in tx.journal("live")] == ['{"l":1}', '{"l":2}']
+            assert [e.payload for e in tx.journal("aside")] == ['{"a":1}']
+            assert [(e.session_id, e.seq, e.event) for e in tx.run_events("done")] == [
+                ("s", 1, {"d": 1})
+            ]
+    finally:
+        store.close()
+    assert pragma(path, "user_version") == SCHEMA_VERSION
+    assert {"journal", "run_events"}.isdisjoint(name for name, _ in schema(path))

@@ -2,11 +2,11 @@
 
 Why recovery is exactly-once and idempotent: each interrupted turn is settled by one transaction
 that first re-reads the turn and acts only if it is still ``running`` (``commit_turn``'s
-``expected`` status). Inside it the turn is either applied -- journal folded into the session,
-journal removed, head moved, status ``interrupted`` -- or set aside -- status ``set_aside``, journal
-kept. Killing recovery anywhere leaves each turn either settled or untouched; running it again
-finds settled turns no longer ``running`` and leaves them be. Two recoverers serialise on the
-write lock and the second finds nothing to do.
+``expected`` status). Inside it the turn is either applied -- journal folded into the session
+(its rows then being the turn's run timeline), head moved, status ``interrupted`` -- or set
+aside -- status ``set_aside``, journal kept. Killing recovery anywhere leaves each turn either
+settled or untouched; running it again finds settled turns no longer ``running`` and leaves them
+be. Two recoverers serialise on the write lock and the second finds nothing to do.
 
 Invariant 5: a turn whose owner is alive is only read. Invariant 6: a turn is applied only if the
 session's head is still its parent (fast-forward); anything else, including a journal that cannot
@@ -257,17 +257,16 @@ def _require_set_aside(tx: Tx, turn: Turn) -> Turn:
 
 
 def sweep(store: Store) -> SweepReport:
-    """Remove what no turn can ever use: journal rows and step checkpoints of turns that have
-    ended or gone, and owners that are dead and named by no running turn."""
+    """Remove what no turn can ever use: step checkpoints of turns that have ended or gone, and
+    owners that are dead and named by no running turn."""
     me = current_owner().id
     with store.read() as tx:
         stale: list[Owner] = [
             owner for owner in tx.unreferenced_owners() if owner.id != me and not is_alive(owner)
         ]
     with store.atomic() as tx:
-        journal_rows = tx.delete_orphan_journal()
         steps = tx.delete_orphan_step_checkpoints()
         # A dead owner cannot begin a turn, so none of these became referenced meanwhile.
         for owner in stale:
             tx.delete_owner(owner.id)
-    return SweepReport(journal_rows=journal_rows, step_checkpoints=steps, owners=len(stale))
+    return SweepReport(step_checkpoints=steps, owners=len(stale))

@@ -6,12 +6,14 @@ can only reach the agent once both are durable. The check that no other turn is 
 insert share that transaction (``BEGIN IMMEDIATE``), and the database holds a unique index on the
 running turn of a session besides (invariant 8).
 
-Invariant 2, one transaction to commit: ``commit_turn`` folds the journal into messages and run
-events, removes the journal rows, sets the turn's status and moves the session's head inside one
-transaction. A crash before its COMMIT leaves the turn running with its journal (recovery applies
-it); a crash after leaves it committed with no journal. There is no state in between, so no event
-is replayed twice and none is lost. ``commit_turn`` only commits a turn that is still ``running``
-(or ``set_aside``, for an explicit apply): whoever commits first wins, the other sees it has gone.
+Invariant 2, one transaction to commit: ``commit_turn`` folds the journal into messages, sets the
+turn's status and moves the session's head inside one transaction. The journal's rows stay where
+they are and, the turn having ended, are its run timeline from then on: the turn's status alone
+says which they are. A crash before its COMMIT leaves the turn running with its journal (recovery
+applies it); a crash after leaves it committed, with a timeline and no journal. There is no state
+in between, so no event is replayed twice and none is lost. ``commit_turn`` only commits a turn
+that is still ``running`` (or ``set_aside``, for an explicit apply): whoever commits first wins,
+the other sees it has gone.
 """
 
 from __future__ import annotations
@@ -203,7 +205,6 @@ def commit_turn(
                 for i, (kind, data) in enumerate(prefolded[1])
             ]
         )
-        tx.move_journal_to_run_events(turn.token, turn.session_id)
         _end(tx, turn, status, detail, prefolded[0], now, expected)
         return True
     entries = tx.journal(turn.token)
@@ -240,7 +241,6 @@ def commit_turn(
     )
     # The journal's rows become the run timeline as they are; only rows that had to be wrapped
     # (unreadable ones, on an explicit apply) are rewritten, and the extra events added.
-    tx.move_journal_to_run_events(turn.token, turn.session_id)
     tx.replace_run_events(
         [e for e, entry in zip(timeline, entries, strict=False) if e.kind != entry.kind]
     )

@@ -2,7 +2,7 @@
 
 The database's ``user_version`` is the number of migrations applied. A migration is never edited
 once released: a change to the schema is a new entry at the end. The constraints that carry
-invariants (one running turn per session, journal rows owned by their turn) are plain SQL that a
+invariants (one running turn per session, events owned by their turn) are plain SQL that a
 PostgreSQL backend declares the same way in its own migrations.
 """
 
@@ -146,6 +146,27 @@ MIGRATIONS: tuple[str, ...] = (
     # 3: what the runtime must remember of the agent behind a session (its own session id, …)
     """
     ALTER TABLE sessions ADD COLUMN agent_state TEXT NOT NULL DEFAULT '{}';
+    """,
+    # 4: one table for a turn's events. They are its journal while it runs or is set aside and
+    # its run timeline once it has ended, in place: ending a turn no longer copies every event
+    # into a second table and deletes it from the first (three writes of each event become
+    # one). Journal rows of turns that had already ended were garbage and are not carried over.
+    """
+    CREATE TABLE events (
+        turn    TEXT NOT NULL REFERENCES turns(token) ON DELETE CASCADE,
+        seq     INTEGER NOT NULL,
+        kind    TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        at      REAL NOT NULL,
+        PRIMARY KEY (turn, seq)
+    );
+    INSERT INTO events (turn, seq, kind, payload, at)
+        SELECT turn, seq, kind, payload, at FROM run_events;
+    INSERT INTO events (turn, seq, kind, payload, at)
+        SELECT turn, seq, kind, payload, at FROM journal
+        WHERE turn IN (SELECT token FROM turns WHERE status IN ('running', 'set_aside'));
+    DROP TABLE journal;
+    DROP TABLE run_events;
     """,
 )
 

@@ -52,7 +52,9 @@ def _dumps(value: Any) -> str:
 
 
 _ENDED = tuple(status.value for status in TurnStatus if status.ended)
+#: A turn's events are its journal while it runs or is set aside, its run timeline once ended.
 _KEEPS_JOURNAL = (TurnStatus.RUNNING.value, TurnStatus.SET_ASIDE.value)
+_HAS_JOURNAL = "(SELECT status FROM turns WHERE token = events.turn) IN (?, ?)"
 _KEEPS_STEPS = (*_KEEPS_JOURNAL, TurnStatus.INTERRUPTED.value)
 
 
@@ -445,33 +447,40 @@ class _SQLiteTx:
     def delete_turn(self, token: str) -> None:
         self._c.execute("DELETE FROM turns WHERE token = ?", (token,))
 
-    # journal
+    # a turn's events: its journal while it runs or is set aside, its run timeline once ended
 
-    def append_journal(self, entries: Sequence[JournalEntry]) -> None:
+    def append_journal(self, entries: Sequence[JournalEntry]) -> int:
+        if not entries:
+            return 0
+        tokens = sorted({e.turn for e in entries})
+        running = {
+            row[0]
+            for row in self._all(
+                f"SELECT token FROM turns WHERE status = ? AND token IN ({_marks(tokens)})",
+                (TurnStatus.RUNNING.value, *tokens),
+            )
+        }
+        kept = [(e.turn, e.seq, e.kind, e.payload, e.at) for e in entries if e.turn in running]
         self._c.executemany(
-            "INSERT INTO journal (turn, seq, kind, payload, at) VALUES (?, ?, ?, ?, ?)",
-            [(e.turn, e.seq, e.kind, e.payload, e.at) for e in entries],
+            "INSERT INTO events (turn, seq, kind, payload, at) VALUES (?, ?, ?, ?, ?)", kept
         )
+        return len(entries) - len(kept)
 
     def journal(self, token: str) -> list[JournalEntry]:
         rows = self._all(
-            "SELECT turn, seq, kind, payload, at FROM journal WHERE turn = ? ORDER BY seq", (token,)
+            "SELECT turn, seq, kind, payload, at FROM events WHERE turn = ? "
+            f"AND {_HAS_JOURNAL} ORDER BY seq",
+            (token, *_KEEPS_JOURNAL),
         )
         return [JournalEntry(*row) for row in rows]
 
     def journal_size(self, token: str) -> tuple[int, int]:
         row = self._one(
-            "SELECT count(*), coalesce(max(seq), 0) FROM journal WHERE turn = ?", (token,)
+            f"SELECT count(*), coalesce(max(seq), 0) FROM events WHERE turn = ? AND {_HAS_JOURNAL}",
+            (token, *_KEEPS_JOURNAL),
         )
         assert row is not None
         return int(row[0]), int(row[1])
-
-    def delete_orphan_journal(self) -> int:
-        return self._c.execute(
-            "DELETE FROM journal WHERE turn NOT IN "
-            f"(SELECT token FROM turns WHERE status IN ({_marks(_KEEPS_JOURNAL)}))",
-            _KEEPS_JOURNAL,
-        ).rowcount
 
     # committed conversation
 
@@ -500,33 +509,22 @@ class _SQLiteTx:
 
     def insert_run_events(self, events: Sequence[RunEvent]) -> None:
         self._c.executemany(
-            "INSERT INTO run_events (session_id, turn, seq, kind, payload, at) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            [(e.session_id, e.turn, e.seq, e.kind, _dumps(e.event), e.at) for e in events],
+            "INSERT INTO events (turn, seq, kind, payload, at) VALUES (?, ?, ?, ?, ?)",
+            [(e.turn, e.seq, e.kind, _dumps(e.event), e.at) for e in events],
         )
-
-    def move_journal_to_run_events(self, token: str, session_id: str) -> int:
-        """Copy a turn's journal into its run timeline as it is (no JSON round trip) and remove
-        the journal rows."""
-        moved = self._c.execute(
-            "INSERT INTO run_events (session_id, turn, seq, kind, payload, at) "
-            "SELECT ?, turn, seq, kind, payload, at FROM journal WHERE turn = ?",
-            (session_id, token),
-        ).rowcount
-        self._c.execute("DELETE FROM journal WHERE turn = ?", (token,))
-        return moved
 
     def replace_run_events(self, events: Sequence[RunEvent]) -> None:
         self._c.executemany(
-            "UPDATE run_events SET kind = ?, payload = ? WHERE turn = ? AND seq = ?",
+            "UPDATE events SET kind = ?, payload = ? WHERE turn = ? AND seq = ?",
             [(e.kind, _dumps(e.event), e.turn, e.seq) for e in events],
         )
 
     def run_events(self, token: str) -> list[RunEvent]:
         rows = self._all(
-            "SELECT session_id, turn, seq, kind, payload, at FROM run_events WHERE turn = ? "
-            "ORDER BY seq",
-            (token,),
+            "SELECT t.session_id, e.turn, e.seq, e.kind, e.payload, e.at "
+            "FROM events e JOIN turns t ON t.token = e.turn "
+            "WHERE e.turn = ? AND t.status NOT IN (?, ?) ORDER BY e.seq",
+            (token, *_KEEPS_JOURNAL),
         )
         return [RunEvent(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5]) for r in rows]
 
