@@ -838,6 +838,10 @@ class AgentRuntime:
             turn = self._live
             if turn is not None and params.get("sessionId") == self._agent_session:
                 self._record(turn, params.get("update"))
+            if self._relay is None and "id" not in frame:
+                # Recorded, and nobody else wants it: the SDK would build its models from it
+                # only to call a handler that does nothing (a third of a chunk's cost).
+                return True
         elif method == CHECKPOINT_METHOD:
             self._checkpoint(params)
         elif method == "session/request_permission" and "id" in frame:
