@@ -66,9 +66,11 @@ class Journal:
                 self._pending.after.append((entry.turn, after))
             if self._first_pending_at is None:
                 self._first_pending_at = time.monotonic()
-            if self.mode is Durability.BATCHED:
-                self._start_flusher()
-                self._wake.notify()
+                if self.mode is Durability.BATCHED:
+                    # The flusher sleeps until this first entry is due; waking it for each
+                    # later one would only cost a thread switch per event.
+                    self._start_flusher()
+                    self._wake.notify()
             if self.mode is Durability.TURN or not wait:
                 return
             if (
