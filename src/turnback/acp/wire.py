@@ -10,9 +10,10 @@ never leave the editor waiting:
 * A frame longer than ``max_frame`` bytes is skipped without being held in memory and answered
   with ``-32600`` naming the limit; the id is read from the frame's first bytes (JSON-RPC clients
   write it before the params), so the editor's request fails instead of hanging.
-* Writes are synchronous and in call order (:meth:`EditorWire.post`): the agent's notifications
-  are forwarded from the frame watch, which cannot await, and must stay in order with the
-  responses and requests the SDK sends through :meth:`EditorWire.send`.
+* Writes are posted synchronously and go out in call order (:meth:`EditorWire.post`): the
+  agent's notifications are forwarded from the frame watch, which cannot await, and must stay in
+  order with the responses and requests the SDK sends through :meth:`EditorWire.send`. What is
+  posted in one pass of the event loop goes out in one write.
 
 When the editor goes away -- stdin at end of file, or stdout closed -- :attr:`EditorWire.gone` is
 set; the proxy then ends the running turns and exits.
@@ -100,23 +101,41 @@ class EditorWire:
         self._writer = writer
         self.max_frame = max_frame
         self.gone = asyncio.Event()
+        self._pending: list[bytes] = []  # posted, not yet written: one write per loop pass
 
     # -- writing -----------------------------------------------------------------------------
 
     def post(self, message: dict[str, Any]) -> None:
-        """Write one message now, after everything written before it."""
+        """Write one message, after everything posted before it."""
+        self.post_line(json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode())
+
+    def post_line(self, line: bytes) -> None:
+        """Write one message that is already JSON text (no newline), after everything posted
+        before it. Messages posted in one pass of the event loop go out in one write: an agent's
+        burst of updates costs one system call (and one wake-up of the editor), not one each."""
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self._pending.append(line)
+        self._pending.append(b"\n")
+
+    def flush(self) -> None:
+        """Write what was posted now."""
+        if not self._pending:
+            return
+        data = b"".join(self._pending)
+        self._pending.clear()
         if self._writer.is_closing():
             self.gone.set()
             return
-        data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
         try:
-            self._writer.write(data + b"\n")
+            self._writer.write(data)
         except (ConnectionError, RuntimeError) as error:
             log.warning("the editor's stdout is closed (%s)", error)
             self.gone.set()
 
     async def send(self, message: dict[str, Any]) -> None:
         self.post(message)
+        self.flush()
         try:
             await self._writer.drain()
         except ConnectionError as error:
@@ -224,6 +243,7 @@ class EditorWire:
                 return skipped + len(rest)
 
     async def close(self) -> None:
+        self.flush()
         try:
             if not self._writer.is_closing():
                 await self._writer.drain()
