@@ -17,9 +17,9 @@ updates (``stream N``) in one prompt, over real pipes, driven by
 Both time one prompt on an agent that is already running, initialized and past a first short
 prompt (spawning the agent and importing the SDK cost the same on both sides; a workspace's first
 turn also creates its checkpoint repository, once). Every turn's own costs -- the baseline and end
-workspace checkpoints, the commit -- are inside the timed prompt. The best round of each is reported (the least disturbed by
-the machine). The exit code is 0 when the goal is missed (MISS is printed), 1 when the benchmark
-itself went wrong (the turn did not record every chunk).
+workspace checkpoints, the commit -- are inside the timed prompt. The best round of each is
+reported (the least disturbed by the machine). The exit code is 0 when the goal is missed (MISS
+is printed), 1 when the benchmark itself went wrong (the turn did not record every chunk).
 """
 
 from __future__ import annotations

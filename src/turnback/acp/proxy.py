@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -64,6 +65,13 @@ _SHOWN_ACTIVITIES = frozenset(
     {"turn.resuming", "turn.resumed", "turn.resume.failed", "turn.resume.unavailable"}
 )
 _SESSION_METHODS = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
+#: How the ACP SDKs write a session/update: forwarded as written, with only the session id
+#: replaced, when a line starts with this and the session id, and names no other sessionId.
+_UPDATE_HEAD = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
+
+
+def _head(session_id: str) -> bytes:
+    return _UPDATE_HEAD + json.dumps(session_id, ensure_ascii=False).encode() + b","
 
 
 def _error(message: str, **data: Any) -> acp.RequestError:
@@ -100,6 +108,9 @@ class _SessionRelay:
         self._session_id = session_id
         self._servers = list(mcp_servers)
         self.editor: _EditorSession | None = None
+        self._editor_head = _head(session_id)
+        self._agent_id: Any = None  # the agent's session id _agent_head was made for
+        self._agent_head = b""
 
     @property
     def initialize(self) -> Mapping[str, Any]:
@@ -109,11 +120,21 @@ class _SessionRelay:
     def mcp_servers(self) -> Sequence[Any]:
         return self._servers
 
-    def agent_frame(self, frame: Frame, replay: bool, reply: Reply) -> bool:
+    def agent_frame(self, frame: Frame, replay: bool, reply: Reply, line: bytes) -> bool:
         method = frame.get("method")
         if method in _TAKEN_BY_RUNTIME:
             return False
         params = frame.get("params")
+        if (
+            method == "session/update"
+            and not replay
+            and "id" not in frame
+            and isinstance(params, dict)
+        ):
+            rewritten = self._rewritten(line, params)
+            if rewritten is not None:
+                self._proxy.wire.post_line(rewritten)
+                return True
         if isinstance(params, dict) and "sessionId" in params:
             params = {**params, "sessionId": self._session_id}
         if method == "session/update":
@@ -127,6 +148,23 @@ class _SessionRelay:
         else:
             self._proxy.forward_notification(str(method), params)
         return True
+
+    def _rewritten(self, line: bytes, params: dict[str, Any]) -> bytes | None:
+        """The agent's ``session/update`` line as the editor gets it -- the session id replaced
+        in the text -- when it is in the SDKs' compact form and needs nothing else changed; None
+        when the message must be re-encoded."""
+        agent_id = params.get("sessionId")
+        if agent_id != self._agent_id:
+            if not isinstance(agent_id, str):
+                return None
+            self._agent_id, self._agent_head = agent_id, _head(agent_id)
+        head = self._agent_head
+        if not line.startswith(head) or line.count(b'"sessionId"') != 1:
+            return None
+        update = params.get("update")
+        if isinstance(update, dict) and update.get("sessionUpdate") == "available_commands_update":
+            return None  # turnback's commands are added to the agent's
+        return self._editor_head + line[len(head) :]
 
     def activity(self, notice: Notice) -> None:
         if notice.code in _SHOWN_ACTIVITIES and notice.turn is not None:
@@ -251,7 +289,7 @@ class Proxy:
                 cwd=Path.cwd(),
                 env=self.env,
                 client=object(),  # the SDK answers "method not found" to all it might ask
-                watch=lambda frame: "id" not in frame,  # notifications name no session here
+                watch=lambda frame, _line: "id" not in frame,  # notifications name no session here
                 malformed=lambda line, why: log.warning("the agent wrote %s: %r", why, line[:200]),
                 stderr=None,
                 initialize=self.initialize_params,

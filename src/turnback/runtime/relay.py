@@ -8,8 +8,9 @@ hand it what it would otherwise keep or drop:
   agent process the runtime starts, so the agent sees what the editor can do (files, terminals);
 * ``mcp_servers``: given to the agent's ``session/new``, ``session/load`` and ``session/resume``;
 * :meth:`Relay.agent_frame`: every frame from the agent, in wire order, right after the runtime
-  has recorded it. ``replay`` is true while the runtime reopens the agent's session after a
-  restart, when the agent replays history the editor has already seen. Returning true *takes* the
+  has recorded it, with the line the agent wrote (so a relay can forward it as written).
+  ``replay`` is true while the runtime reopens the agent's session after a restart, when the
+  agent replays history the editor has already seen. Returning true *takes* the
   frame: the SDK never dispatches it, and for a request the relay answers the agent through
   ``reply`` (bound to the agent process that asked; a reply to one that has since been replaced
   is dropped). Permission and elicitation requests are not the relay's to take: the runtime
@@ -38,7 +39,7 @@ class Relay(Protocol):
     @property
     def mcp_servers(self) -> Sequence[Any]: ...
 
-    def agent_frame(self, frame: Frame, replay: bool, reply: Reply) -> bool: ...
+    def agent_frame(self, frame: Frame, replay: bool, reply: Reply, line: bytes) -> bool: ...
 
     def activity(self, notice: Notice) -> None: ...
 

@@ -162,6 +162,7 @@ class AgentRuntime:
         self._sidecar: Sidecar | None = None
         self._reopening = False  # the agent replays its session's history: not news to a relay
         self._generation = 0
+        self._reply = self._replier(0)  # answers to the current agent process
         self._agent_session: str | None = None
         self._context_pending = False
         self._context: list[Message] | None = None  # the transcript a rollback left, if given
@@ -577,6 +578,7 @@ class AgentRuntime:
                 {"returncode": returncode},
             )
         self._generation += 1
+        self._reply = self._replier(self._generation)
         self._frame_reports = 0
         sidecar = Sidecar(
             self.command,
@@ -825,7 +827,7 @@ class AgentRuntime:
 
     # -- the wire, in order ------------------------------------------------------------------
 
-    def _watch(self, frame: Frame) -> bool:
+    def _watch(self, frame: Frame, line: bytes) -> bool:
         """Called for every frame from the agent, in wire order, before the SDK handles it.
         Returns whether a relay took the frame (the SDK then never sees it)."""
         method = frame.get("method")
@@ -863,7 +865,7 @@ class AgentRuntime:
             )
         if self._relay is None:
             return False
-        return self._relay.agent_frame(frame, self._reopening, self._replier(self._generation))
+        return self._relay.agent_frame(frame, self._reopening, self._reply, line)
 
     def _replier(self, generation: int) -> Callable[[Frame], Awaitable[None]]:
         """Answers to the agent process of ``generation``; dropped once it has been replaced."""
