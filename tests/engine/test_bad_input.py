@@ -36,6 +36,15 @@ def chunk(text: str) -> dict[str, Any]:
     return {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
 
 
+def deeply_nested(depth: int) -> list[Any]:
+    outer: list[Any] = []
+    inner = outer
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]
+    return outer
+
+
 def journal_count(home: Path) -> int:
     conn = sqlite3.connect(home / "turnback.db")
     try:
@@ -124,7 +133,12 @@ class Opaque:
     pass
 
 
+ITSELF: dict[str, Any] = {"sessionUpdate": "plan"}
+ITSELF["entries"] = [ITSELF]
+
 BAD_EVENTS = {
+    "a dict that contains itself": ITSELF,
+    "nested too deeply to encode": {"sessionUpdate": "plan", "entries": deeply_nested(100_000)},
     "not JSON-serialisable": {"sessionUpdate": "agent_message_chunk", "content": Opaque()},
     "a set": {"sessionUpdate": "plan", "entries": {1, 2}},
     "bytes": {"sessionUpdate": "agent_message_chunk", "content": b"raw"},

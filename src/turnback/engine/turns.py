@@ -76,6 +76,9 @@ _REQUESTS = {
     EventKind.INPUT_REQUESTED.value: "input",
 }
 _ANSWERS = frozenset({EventKind.PERMISSION_ANSWERED.value, EventKind.INPUT_ANSWERED.value})
+_SIDE_EFFECTS = frozenset(
+    {EventKind.REWIND.value, EventKind.STEP_CHECKPOINT.value, *_REQUESTS, *_ANSWERS}
+)
 
 
 def is_boundary(kind: str, event: JSON) -> bool:
@@ -88,10 +91,41 @@ def is_boundary(kind: str, event: JSON) -> bool:
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def _unserialisable(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _c_encoder() -> Callable[[object, int], Any] | None:
+    """``_ENCODER``'s C encoder, built once: ``JSONEncoder.encode`` builds one per call, 40 % of
+    the cost of encoding an update. Without the circular-reference check, whose state would be
+    shared between threads: a value that contains itself ends in RecursionError instead."""
+    try:
+        from _json import encode_basestring, make_encoder
+    except ImportError:  # not CPython: JSONEncoder.encode does
+        return None
+    return make_encoder(
+        None, _unserialisable, encode_basestring, None, ":", ",", False, False, False
+    )
+
+
+_ITERENCODE = _c_encoder()
+
+
+def _encode(value: Any) -> str:
+    if _ITERENCODE is None or isinstance(value, str):
+        return _ENCODER.encode(value)
+    return "".join(_ITERENCODE(value, 0))
+
+
 def encode(value: Any, what: str) -> str:
     """JSON text of an event or prompt, refused with a clear error before anything is written."""
     try:
-        text = _ENCODER.encode(value)
+        text = _encode(value)
+    except RecursionError as error:
+        raise InvalidEvent(
+            f"{what} is not JSON-serialisable (it contains itself, or is nested too deeply: "
+            f"{error}); nothing was written"
+        ) from error
     except (TypeError, ValueError) as error:
         raise InvalidEvent(
             f"{what} is not JSON-serialisable ({error}); nothing was written. "
@@ -413,6 +447,8 @@ class RunningTurn:
 
     def _side_effect(self, kind: str, update: JSON, entry: JournalEntry) -> After | None:
         """Rows that must commit in the same transaction as this event, if any."""
+        if kind not in _SIDE_EFFECTS:
+            return None
         token, session_id = self.turn.token, self.turn.session_id
         if kind == EventKind.REWIND:
             to_seq = int(update.get("toSeq", 0))
