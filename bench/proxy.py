@@ -5,9 +5,11 @@
     python bench/proxy.py --json
 
 One SDK client (what an editor does: keep each update) drives the same agent -- a small SDK agent
-in this file (``python bench/proxy.py --agent``) -- twice, over real pipes: (d) directly, and
-(p) through ``python -m turnback acp -- python bench/proxy.py --agent`` on a fresh home, where
-every prompt is a durable turn (begin, workspace checkpoints, journal, fold).
+in this file (``python bench/proxy.py --agent``) -- over real pipes: (d) directly, (p) through
+``python -m turnback acp -- python bench/proxy.py --agent`` on a fresh home, where every prompt is
+a durable turn (begin, workspace checkpoints, journal, fold), and (c) through a process that only
+copies bytes both ways (``python bench/proxy.py --copy -- AGENT``): the least any process between
+client and agent costs on this machine, since client, agent and that process share its cores.
 
 Rows:
 
@@ -17,6 +19,8 @@ Rows:
      goal: at most 1 ms added at the median
 (s)  time for the client to receive 10,000 streamed chunks in one prompt, sent as fast as the
      agent can; (p) / (d).  goal: at most 1.25 x
+(c)  the same stream through the byte-copying process; (c) / (d). No goal: it is the floor that
+     (s) cannot go below on the machine the benchmark runs on.
 (r)  one prompt round trip (a prompt with one short reply): medians of (d) and (p), and the
      difference -- for the proxy, a whole durable turn with its two workspace captures.
 
@@ -34,8 +38,10 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -112,6 +118,23 @@ async def serve_agent() -> None:
     await acp.run_agent(cast(acp.Agent, BenchAgent()), writer, reader)
 
 
+def serve_copy(command: list[str]) -> int:
+    """Run ``command`` and copy bytes between it and this process's stdio, nothing else."""
+    agent = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert agent.stdin is not None and agent.stdout is not None
+
+    def pump(source: int, target: int) -> None:
+        while data := os.read(source, 1 << 16):
+            view = memoryview(data)
+            while view:
+                view = view[os.write(target, view) :]
+        os.close(target)
+
+    threading.Thread(target=pump, args=(0, agent.stdin.fileno()), daemon=True).start()
+    pump(agent.stdout.fileno(), 1)
+    return agent.wait()
+
+
 # -- the client ----------------------------------------------------------------------------
 
 
@@ -163,10 +186,12 @@ async def bench(sizes: dict[str, int], rounds: int, scratch: Path) -> dict[str, 
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
     best: dict[str, dict[str, float]] = {}
     for round_ in range(rounds):
-        for side in ("d", "p"):
+        for side in ("d", "p", "c"):
             work = scratch / f"{side}{round_}"
             work.mkdir()
             command = list(AGENT)
+            if side == "c":
+                command = [sys.executable, str(Path(__file__).resolve()), "--copy", "--", *AGENT]
             if side == "p":
                 home = scratch / f"home{round_}"
                 command = [
@@ -183,7 +208,7 @@ async def bench(sizes: dict[str, int], rounds: int, scratch: Path) -> dict[str, 
             kept = best.setdefault(side, result)
             for key, value in result.items():
                 kept[key] = min(kept[key], value)
-    d, p = best["d"], best["p"]
+    d, p, c = best["d"], best["p"], best["c"]
     added = p["notification"] - d["notification"]
     ratio = p["stream"] / d["stream"]
     rows = [
@@ -206,6 +231,15 @@ async def bench(sizes: dict[str, int], rounds: int, scratch: Path) -> dict[str, 
             "ok": ratio <= STREAM_GOAL,
         },
         {
+            "id": "c",
+            "what": "the same stream through a byte-copying process (s)",
+            "direct": d["stream"],
+            "proxy": c["stream"],
+            "value": c["stream"] / d["stream"],
+            "goal": "-",
+            "ok": True,
+        },
+        {
             "id": "r",
             "what": "prompt round trip, median (ms)",
             "direct": d["trip"],
@@ -220,11 +254,11 @@ async def bench(sizes: dict[str, int], rounds: int, scratch: Path) -> dict[str, 
 
 def table(report: dict[str, Any]) -> str:
     lines = [
-        "| row | what | direct | through turnback acp | added / ratio | goal | |",
+        "| row | what | direct | through turnback acp ((c): the copier) | added / ratio | goal | |",
         "|---|---|---:|---:|---:|---|---|",
     ]
     for row in report["rows"]:
-        value = f"{row['value']:.2f} x" if row["id"] == "s" else f"{row['value']:+.3f} ms"
+        value = f"{row['value']:.2f} x" if row["id"] in "sc" else f"{row['value']:+.3f} ms"
         if row["id"] == "r":
             value = f"{row['value']:+.1f} ms"
         verdict = "" if row["goal"] == "-" else ("PASS" if row["ok"] else "**MISS**")
@@ -238,6 +272,8 @@ def table(report: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agent", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--copy", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("command", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--smoke", action="store_true", help="a small, quick run (CI)")
     parser.add_argument("--chunks", type=int, default=10_000)
     parser.add_argument("--timed", type=int, default=1_000)
@@ -249,6 +285,8 @@ def main() -> int:
     if args.agent:
         asyncio.run(serve_agent())
         return 0
+    if args.copy:
+        return serve_copy(args.command)
     sizes = {"chunks": args.chunks, "timed": args.timed, "prompts": args.prompts}
     rounds = args.rounds
     if args.smoke:

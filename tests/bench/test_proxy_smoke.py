@@ -12,7 +12,7 @@ def test_smoke_run_prints_the_table_and_cleans_up(tmp_path: Path) -> None:
     done = run_bench("proxy", tmp_path)
 
     assert done.returncode == 0, done.stderr
-    for row in ("(n)", "(s)", "(r)"):
+    for row in ("(n)", "(s)", "(c)", "(r)"):
         assert f"| {row} |" in done.stdout, f"row {row} missing from:\n{done.stdout}"
     for row in ("(n)", "(s)"):
         line = next(line for line in done.stdout.splitlines() if line.startswith(f"| {row} |"))
@@ -25,6 +25,6 @@ def test_smoke_run_as_json(tmp_path: Path) -> None:
 
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert [row["id"] for row in report["rows"]] == ["n", "s", "r"]
+    assert [row["id"] for row in report["rows"]] == ["n", "s", "c", "r"]
     assert report["chunks"] == 500
     assert all(row["direct"] > 0 and row["proxy"] > 0 for row in report["rows"])
