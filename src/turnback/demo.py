@@ -166,8 +166,9 @@ async def _scenario(home: Path, work: Path, echo: Callable[[str], None], keep: b
         async with await AgentRuntime.start(tb, session, AGENT, policy=policy) as rt:
             resumed = await rt.resume()
         echo(
-            f"4. Turn {resumed.number} resumed the interrupted turn from its step checkpoint and "
-            f"{resumed.status.value}: the rename was not done twice."
+            f"4. Turn {resumed.number} went on from its step checkpoint and "
+            f"{resumed.status.value}, in its own place: the rename was not done twice, and what "
+            "it said after the checkpoint shows once."
         )
         hint(f"log {short}")
 
@@ -190,7 +191,7 @@ async def _scenario(home: Path, work: Path, echo: Callable[[str], None], keep: b
         echo(
             "7. Reverted files and conversation to turn 1, keeping your edit: the agent's later "
             f"changes are undone (test_greet.py removed: {gone}), your hand edit is still there "
-            f"({kept}); turns 2-4 are kept as reverted history."
+            f"({kept}); the later turns are kept as reverted history."
         )
 
         session.undo_revert()

@@ -95,6 +95,9 @@ def main() -> None:
         )
     elif scenario == "undo":
         tb.session(args["session"]).undo_revert()
+    elif scenario == "reopen":
+        with tb.session(args["session"]).reopen(args["turn"]) as turn:
+            turn.record(event(99)[0])
     elif scenario == "apply":
         tb.session(args["session"]).apply(args["turn"])
     elif scenario == "discard":

@@ -130,6 +130,39 @@ def test_killed_while_recovering(home: Path, session_id: str, tmp_path: Path, po
     check_stream(home, session_id, acks, mode="strict", events=EVENTS, steps=False)
 
 
+@pytest.mark.parametrize("point", ["turn.reopen.before", "turn.reopen.inside", "turn.reopen.after"])
+def test_killed_while_reopening_an_interrupted_turn(
+    home: Path, session_id: str, tmp_path: Path, point: str
+) -> None:
+    """Killed before its commit, a reopen changed nothing. Killed after it, the turn runs with a
+    dead owner and recovery interrupts it again: the conversation keeps what came before its
+    last step checkpoint, the events after it stay in the timeline, nothing shows twice."""
+    args = _stream_args(tmp_path, session_id, mode="strict", steps=True)
+    run_child(home, "stream", args, fault="turn.record.after@9")  # e1-e6, step 7, e8, e9
+    acks = Acks.read(tmp_path / "ack.jsonl")
+    with turnback.open(home) as tb:
+        [interrupted] = tb.recover().recovered
+    before = dump(home)
+
+    run_child(home, "reopen", {"session": session_id, "turn": acks.begun}, fault=point)
+    if point != "turn.reopen.after":
+        assert dump(home) == before, "a reopen killed before its commit changed the state"
+    settle_and_check(home, session_id)
+    with turnback.open(home) as tb:
+        session = tb.session(session_id)
+        turn = session.get_turn(interrupted.token)
+        assert turn.status is turnback.TurnStatus.INTERRUPTED
+        assert turn.number == interrupted.number
+        texts = [m.text for m in session.turn_messages(turn.token)]
+        events = session.run_events(turn.token)
+    said = "".join(texts)
+    assert "chunk 6 " in said
+    assert ("chunk 8 " in said) is (point != "turn.reopen.after"), said
+    assert len(texts) == len(set(texts)), f"a message shows twice: {texts}"
+    timeline = [e.event.get("_meta", {}).get("crash") for e in events]
+    assert [t for t in timeline if t] == ["e1", "e2", "e3", "e4", "e5", "e6", "e8", "e9"]
+
+
 def _journal_rows(home: Path, token: str) -> list[tuple[Any, ...]]:
     conn = sqlite3.connect(f"file:{home / 'turnback.db'}?mode=ro", uri=True)
     try:
@@ -252,6 +285,7 @@ def test_every_declared_fault_point_is_killed_at() -> None:
     planned = (
         {case[0] for case in STREAM_CASES}
         | {"recover.turn.before", "recover.apply.inside", "recover.turn.after"}
+        | {"turn.reopen.before", "turn.reopen.inside", "turn.reopen.after"}
         | {"recover.set_aside.inside"}
         | {f"{a}.{s}" for a in ("apply", "discard") for s in ("before", "inside", "after")}
         | WORKSPACE_PLANNED

@@ -78,16 +78,18 @@ def test_orchestrator_killed_mid_turn_then_recover_and_resume_finish_it(
 
     turn = run(scenario())
     assert turn.status is TurnStatus.COMPLETED
-    assert turn.number == interrupted.number + 1
+    assert (turn.token, turn.number) == (interrupted.token, interrupted.number)  # the same turn
+    assert [t.token for t in session.turns()] == [turn.token]
+    assert session.record.head == turn.token
     assert (workspace / "a.txt").read_text() == "one\ntwo\n"
-    first = session.turn_messages(interrupted.number)
-    assert text_of(first) == "before\n"
-    second = session.turn_messages(turn.number)
-    notices = [m.text for m in second if m.kind is MessageKind.NOTICE]
-    assert notices == [f"Continues interrupted turn {interrupted.number} from step 3."]
-    assert text_of(second) == "permission go: allowed\nafter\n"
-    assert [m.data.get("title") for m in second if m.kind is MessageKind.TOOL_CALL] == [
-        "append a.txt"
+    messages = session.turn_messages(turn.token)
+    notices = [m.text for m in messages if m.kind is MessageKind.NOTICE]
+    assert notices == ["Continued from step 3 after the process running it stopped."]
+    # what came before the checkpoint once, what the agent did again after it once
+    assert text_of(messages) == "before\npermission go: allowed\nafter\n"
+    assert [m.data.get("title") for m in messages if m.kind is MessageKind.TOOL_CALL] == [
+        "write a.txt",
+        "append a.txt",
     ]
     assert session.record.pending_requests == ()
     codes = [a.code for a in session.activities()]

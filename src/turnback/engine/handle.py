@@ -16,7 +16,7 @@ from turnback.engine import recovery, revert
 from turnback.engine.checkpoints import WorkspaceCheckpoints, collect_garbage
 from turnback.engine.journal import Journal
 from turnback.engine.owners import is_alive
-from turnback.engine.turns import RunningTurn, begin, encode, validate_prompt
+from turnback.engine.turns import RunningTurn, begin, encode, reopen, validate_prompt
 from turnback.errors import (
     AmbiguousId,
     CheckpointUnavailable,
@@ -319,6 +319,20 @@ class Session:
             turn,
             workspace=self.record.workspace,
             checkpoints=self._tb.checkpoints,
+        )
+
+    def reopen(self, ref: int | str) -> RunningTurn:
+        """Continue the interrupted turn ``ref`` (the session's head) from its last step
+        checkpoint: it is running again, under this process, and ends like any other turn. What
+        it recorded after that checkpoint leaves the conversation (see ``turns.reopen``)."""
+        turn, next_seq = reopen(self._tb.store, self.get_turn(ref).token)
+        return RunningTurn(
+            self._tb.store,
+            self._tb.journal,
+            turn,
+            workspace=self.record.workspace,
+            checkpoints=self._tb.checkpoints,
+            next_seq=next_seq,
         )
 
     def _begin(self, prompt: Any) -> Turn:

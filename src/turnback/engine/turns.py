@@ -37,7 +37,14 @@ from turnback.engine.fold import (
     unfinished_tool_calls,
 )
 from turnback.engine.owners import current_owner
-from turnback.errors import InvalidEvent, SessionNotFound, TurnInProgress, TurnNotRunning
+from turnback.errors import (
+    InvalidEvent,
+    ResumeUnavailable,
+    SessionNotFound,
+    TurnInProgress,
+    TurnNotFound,
+    TurnNotRunning,
+)
 from turnback.model import (
     JSON,
     EventKind,
@@ -201,6 +208,69 @@ def begin(
         faults.point("turn.begin.inside")
     faults.point("turn.begin.after")
     return turn
+
+
+def reopen(store: Store, token: str) -> tuple[Turn, int]:
+    """Continue an interrupted turn from its last step checkpoint (from its beginning if it has
+    none), in one transaction: the reverse of recovery's apply, then a rewind. Returns the turn,
+    running again under this process, and the seq its next event takes.
+
+    Only the session's head can be reopened, and only while nothing runs: its parent becomes the
+    head again and the turn is running from it, so invariants 6 and 8 hold as for a new turn. Its
+    events stay where they are -- its journal again, now that it runs -- and its folded messages
+    and end-of-turn file changes go, to be folded and captured again when it ends. The rewind
+    appended in the same transaction makes what it recorded after the checkpoint (recovery's
+    notice and cancelled tool calls included) leave the conversation, as after an agent crash,
+    so the agent doing it again shows it once. A crash after the commit leaves a running turn
+    with a dead owner, which recovery settles again like any other."""
+    owner = current_owner()
+    now = time.time()
+    faults.point("turn.reopen.before")
+    with store.atomic() as tx:
+        turn = tx.get_turn(token)
+        session = tx.get_session(turn.session_id) if turn else None
+        if turn is None or session is None:
+            raise TurnNotFound(f"no turn {token}; `turnback log SESSION` lists a session's turns")
+        if turn.status is not TurnStatus.INTERRUPTED or session.head != token or turn.reverted_by:
+            raise ResumeUnavailable(
+                f"turn {turn.number} ({turn.token}) cannot be continued: only an interrupted "
+                f"turn at its session's head can, and it is {turn.status.value}"
+                + ("" if session.head == token else ", not the head")
+                + (", reverted" if turn.reverted_by else "")
+            )
+        running = tx.running_turn(turn.session_id)
+        if running is not None:
+            raise TurnInProgress(
+                f"session {turn.session_id[:12]} has turn {running.number} running; "
+                "wait for it to end before continuing an interrupted turn",
+                running.token,
+            )
+        tx.upsert_owner(owner)
+        assert tx.reopen_turn(token, owner.id)
+        tx.set_head(turn.session_id, turn.parent, now)
+        _, last = tx.journal_size(token)
+        steps = tx.step_checkpoints(token)
+        event = rewind_event(steps[-1] if steps else None)
+        tx.append_journal(
+            [JournalEntry(token, last + 1, EventKind.REWIND.value, encode(event, "a rewind"), now)]
+        )
+        tx.delete_step_checkpoints(token, after_seq=event["toSeq"])
+        faults.point("turn.reopen.inside")
+        reopened = tx.get_turn(token)
+    faults.point("turn.reopen.after")
+    assert reopened is not None
+    return reopened, last + 2
+
+
+def rewind_event(checkpoint: StepCheckpoint | None) -> JSON:
+    """The event that voids what a running turn recorded after ``checkpoint`` (None: all)."""
+    event: JSON = {
+        "sessionUpdate": EventKind.REWIND.value,
+        "toSeq": checkpoint.journal_seq if checkpoint else 0,
+    }
+    if checkpoint is not None:
+        event.update(step=checkpoint.step, checkpointId=checkpoint.checkpoint_id)
+    return event
 
 
 def commit_turn(
@@ -437,13 +507,7 @@ class RunningTurn:
         """Resume the turn from ``checkpoint`` (None: from its beginning): what was recorded after
         it leaves the conversation (kept in the run timeline), later step checkpoints are dropped
         and the turn's pending permission and input requests are cleared, in one transaction."""
-        event: JSON = {
-            "sessionUpdate": EventKind.REWIND.value,
-            "toSeq": checkpoint.journal_seq if checkpoint else 0,
-        }
-        if checkpoint is not None:
-            event.update(step=checkpoint.step, checkpointId=checkpoint.checkpoint_id)
-        return self.record(event)
+        return self.record(rewind_event(checkpoint))
 
     def _side_effect(self, kind: str, update: JSON, entry: JournalEntry) -> After | None:
         """Rows that must commit in the same transaction as this event, if any."""

@@ -62,6 +62,14 @@ class TurnRequested:
 
 
 @dataclass(frozen=True, slots=True)
+class ResumeRequested:
+    """Domain: run an interrupted turn again from its last step checkpoint (the engine reopens
+    it; its baseline is the one it began with)."""
+
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
 class CheckpointSaved:
     """Runtime: a step checkpoint was recorded (in wire order); make it durable."""
 
@@ -101,7 +109,7 @@ class Notice:
     turn: str | None = None
 
 
-Event = TurnRequested | CheckpointSaved | TurnEnded | RevertRequested | Notice
+Event = TurnRequested | ResumeRequested | CheckpointSaved | TurnEnded | RevertRequested | Notice
 
 
 class Reactor:
@@ -173,6 +181,8 @@ class Reactor:
     async def _handle(self, event: Event) -> Any:
         if isinstance(event, TurnRequested):
             return await self.engine.run(self.session.turn, event.prompt)
+        if isinstance(event, ResumeRequested):
+            return await self.engine.run(self.session.reopen, event.token)
         if isinstance(event, CheckpointSaved):
             return await self.engine.run(event.turn.sync)
         if isinstance(event, TurnEnded):

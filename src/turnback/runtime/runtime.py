@@ -73,6 +73,7 @@ from turnback.runtime.reactor import (
     EngineThread,
     Notice,
     Reactor,
+    ResumeRequested,
     RevertRequested,
     TurnEnded,
     TurnRequested,
@@ -302,15 +303,13 @@ class AgentRuntime:
 
     async def resume(self) -> Turn:
         """Continue the session's interrupted turn (``tb.recover()`` marked it so after the
-        orchestrating process died) from its last step checkpoint.
+        orchestrating process died) from its last step checkpoint, as after an agent crash.
 
-        The interrupted turn stays in the conversation as recovery left it: the prompt, what
-        was recorded up to the kill, and recovery's notice. A new turn follows with the same
-        prompt; it begins with a notice naming the turn and step it continues, and a copy of
-        that step checkpoint (so a crash in it can resume from there too), then has what the
-        agent does after that step. What the interrupted turn recorded after its last
-        checkpoint is done again by the agent and so shows in both turns; file effects are
-        not repeated (the agent's resume contract)."""
+        The turn runs again in its own place (``Session.reopen``): what it recorded after that
+        checkpoint, recovery's notice included, leaves the conversation and stays in the run
+        timeline; a notice says where it went on from; the agent, resumed there, does the rest
+        again, and its file effects are not repeated (the agent's resume contract). It ends
+        like any other turn, once."""
         turns = await self._engine.run(self.session.turns)
         conversation = [t for t in turns if t.in_conversation]
         if not conversation or conversation[-1].status is not TurnStatus.INTERRUPTED:
@@ -330,26 +329,22 @@ class AgentRuntime:
             await self._notice(ActivityLevel.ERROR, "turn.resume.unavailable", message, {})
             raise ResumeUnavailable(message)
         await self._ensure_agent()
-        turn: RunningTurn = await self._reactor.submit(TurnRequested(interrupted.prompt))
+        turn: RunningTurn = await self._reactor.submit(ResumeRequested(interrupted.token))
         where = f"step {checkpoint.step}" if checkpoint else "its beginning"
-        text = f"Continues interrupted turn {interrupted.number} from {where}."
         turn.record(
             {
                 "sessionUpdate": EventKind.NOTICE.value,
-                "text": text,
-                "continues": interrupted.token,
+                "text": f"Continued from {where} after the process running it stopped.",
                 "step": checkpoint.step if checkpoint else None,
             },
             sync=False,
         )
-        if checkpoint is not None:
-            turn.record(_step_event(checkpoint), sync=False)
         await self._engine.run(turn.sync)
         await self._notice(
             ActivityLevel.INFO,
             "turn.continued",
-            f"turn {turn.number} continues interrupted turn {interrupted.number} from {where}",
-            {"interrupted": interrupted.token, "step": checkpoint.step if checkpoint else None},
+            f"interrupted turn {turn.number} continues from {where}",
+            {"step": checkpoint.step if checkpoint else None},
             turn.token,
         )
         paths = {c.store_path for c in checkpoints if c.store_path}
@@ -1102,20 +1097,6 @@ def _resume_meta(checkpoint: StepCheckpoint) -> dict[str, Any]:
     if checkpoint.state is not None:
         meta["state"] = checkpoint.state
     return meta
-
-
-def _step_event(checkpoint: StepCheckpoint) -> dict[str, Any]:
-    event: dict[str, Any] = {
-        "sessionUpdate": EventKind.STEP_CHECKPOINT.value,
-        "step": checkpoint.step,
-        "checkpointId": checkpoint.checkpoint_id,
-        "continued": True,
-    }
-    if checkpoint.state is not None:
-        event["state"] = checkpoint.state
-    if checkpoint.store_path is not None:
-        event["storePath"] = checkpoint.store_path
-    return event
 
 
 def _describe(error: acp.RequestError) -> str:

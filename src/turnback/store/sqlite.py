@@ -439,6 +439,18 @@ class _SQLiteTx:
         )
         return cursor.rowcount == 1
 
+    def reopen_turn(self, token: str, owner_id: str) -> bool:
+        cursor = self._c.execute(
+            "UPDATE turns SET status = ?, owner_id = ?, ended_at = NULL, detail = NULL, "
+            "event_count = 0, end_checkpoint = NULL WHERE token = ? AND status = ?",
+            (TurnStatus.RUNNING.value, owner_id, token, TurnStatus.INTERRUPTED.value),
+        )
+        if cursor.rowcount != 1:
+            return False
+        self._c.execute("DELETE FROM messages WHERE turn = ?", (token,))
+        self._c.execute("DELETE FROM file_changes WHERE turn = ? AND scope = 'turn'", (token,))
+        return True
+
     def reposition_turn(self, token: str, number: int, parent: str | None) -> None:
         self._c.execute(
             "UPDATE turns SET number = ?, parent = ? WHERE token = ?", (number, parent, token)
