@@ -126,6 +126,7 @@ def test_parse_script_counts_commands_as_steps_and_reads_heredocs() -> None:
         ("write a <<END\nno end", "no line 'END'"),
         ("sleep soon", "sleep needs a number"),
         ("delete .scripted-agent/sessions", "agent's own state"),
+        ("stop soon", "stop needs one of end_turn, max_tokens"),
     ],
 )
 def test_parse_script_rejects_bad_scripts(script: str, message: str) -> None:

@@ -67,16 +67,20 @@ def test_stop_reasons_end_the_turn_and_the_next_prompt_loads_the_same_agent_sess
             await rt.cancel()
             cancelled = await asyncio.wait_for(running, 5)
             denied = await rt.prompt("ask deploy\nsay never")  # no callback: cancelled
+            limited = await rt.prompt("say so far\nstop max_tokens\nsay never")
         async with await AgentRuntime.start(tb, session, SCRIPTED) as rt:
             done = await rt.prompt("say again")
-        return [failed, cancelled, denied, done]
+        return [failed, cancelled, denied, limited, done]
 
-    failed, cancelled, denied, done = run(scenario())
+    failed, cancelled, denied, limited, done = run(scenario())
     assert failed.status is TurnStatus.FAILED and "boom" in (failed.detail or "")
     assert cancelled.status is TurnStatus.CANCELLED
     assert text_of(session.turn_messages(cancelled.number)) == "going\n"
     assert denied.status is TurnStatus.CANCELLED
-    assert done.status is TurnStatus.COMPLETED
+    assert limited.status is TurnStatus.COMPLETED  # the agent answered, up to its limit
+    assert limited.detail == "the agent stopped early (max_tokens); what it did is kept"
+    assert text_of(session.turn_messages(limited.number)) == "so far\n"
+    assert done.status is TurnStatus.COMPLETED and done.detail is None
     sessions = [a.data for a in session.activities() if a.code == "agent.session"]
     assert [s["opened"] for s in sessions] == ["new", "loaded"]
     assert sessions[0]["agentSessionId"] == sessions[1]["agentSessionId"]

@@ -25,6 +25,8 @@ Script language::
                          this state directory, and do nothing on later runs (so a resume continues)
     exit CODE            exit at once with status CODE
     fail MESSAGE         end the prompt with a JSON-RPC error carrying MESSAGE
+    stop REASON          end the prompt here with stop reason REASON: end_turn, max_tokens,
+                         max_turn_requests or refusal
 
 A text block whose ``_meta.turnback.context`` is set -- the conversation so far, which turnback
 puts ahead of a prompt after it opened a fresh agent session -- is context, not script: skipped.
@@ -112,7 +114,8 @@ _FILE_VERBS = {"write": "edit", "append": "edit", "delete": "delete", "rename": 
 _TEXT_VERBS = {"say", "think", "ask", "fail"}
 _BARE_VERBS = {"checkpoint", "crash", "crash-once"}
 _NUMBER_VERBS = {"stream", "sleep", "exit"}
-VERBS = frozenset({*_FILE_VERBS, *_TEXT_VERBS, *_BARE_VERBS, *_NUMBER_VERBS})
+_STOP_REASONS = ("end_turn", "max_tokens", "max_turn_requests", "refusal")
+VERBS = frozenset({*_FILE_VERBS, *_TEXT_VERBS, *_BARE_VERBS, *_NUMBER_VERBS, "stop"})
 
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
@@ -190,6 +193,10 @@ def parse_script(script: str) -> list[Command]:
             commands.append(Command(step, line_no, verb))
         elif verb in _NUMBER_VERBS:
             commands.append(Command(step, line_no, verb, number=_number(verb, rest, line_no)))
+        elif verb == "stop":
+            if rest not in _STOP_REASONS:
+                raise ScriptError(line_no, f"stop needs one of {', '.join(_STOP_REASONS)}")
+            commands.append(Command(step, line_no, verb, text=rest))
         else:
             known = ", ".join(sorted(VERBS))
             raise ScriptError(line_no, f"unknown command {verb!r}; commands are: {known}")
@@ -286,6 +293,12 @@ class _Cancelled(Exception):
 
 class _Failed(Exception):
     pass
+
+
+class _Stopped(Exception):
+    def __init__(self, reason: StopReason) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,6 +474,8 @@ class _Turn:
             await self.agent.die(int(command.number))
         elif verb == "fail":
             raise _Failed(command.text)
+        elif verb == "stop":
+            raise _Stopped(cast(StopReason, command.text))
 
     async def _die_once(self, key: str) -> None:
         marker = self.session.state / "crash-once" / key
@@ -721,6 +736,8 @@ class ScriptedAgent:
             stop = "cancelled"
         except _Cancelled:
             stop = "cancelled"
+        except _Stopped as exc:
+            stop = exc.reason
         except _Failed as exc:
             failure = str(exc)
         finally:

@@ -554,8 +554,10 @@ class RunningTurn:
             return change_requests
         return None
 
-    def complete(self) -> Turn:
-        return self._end(TurnStatus.COMPLETED, None)
+    def complete(self, detail: str | None = None) -> Turn:
+        """End the turn completed; ``detail`` says how, where there is more to say than that
+        (an agent that stopped at its token limit, say)."""
+        return self._end(TurnStatus.COMPLETED, detail)
 
     def fail(self, error: BaseException | str) -> Turn:
         text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"

@@ -201,7 +201,7 @@ class Reactor:
     async def _end(self, event: TurnEnded) -> Turn:
         turn = event.turn
         if event.status is TurnStatus.COMPLETED:
-            ended = await self.engine.run(turn.complete)
+            ended = await self.engine.run(turn.complete, event.detail)
         elif event.status is TurnStatus.CANCELLED:
             ended = await self.engine.run(turn.cancel, event.detail or "cancelled")
         else:

@@ -9,8 +9,9 @@ Write order, and why (DESIGN.md invariants 1 and 3):
 3. Nothing is acknowledged to anyone before it is durable: a permission request is synced before
    the user is asked; the answer is synced before the agent receives it. Step checkpoints are
    synced promptly by the reactor (they are boundary events).
-4. The turn ends with the prompt's stop reason: ``end_turn`` completes it, ``cancelled`` cancels
-   it, an error or any other stop reason fails it.
+4. The turn ends with the prompt's stop reason: ``end_turn`` completes it, ``max_tokens``,
+   ``max_turn_requests`` and ``refusal`` complete it with a detail naming the reason,
+   ``cancelled`` cancels it, an error fails it.
 
 Resume after the agent dies mid-turn (the aryx seed, persisted): the latest step checkpoint is
 read from the store (never from memory), the turn is rewound to it in one transaction (what came
@@ -422,7 +423,10 @@ class AgentRuntime:
                     return await self._end(turn, TurnStatus.COMPLETED, None)
                 if stop == "cancelled":
                     return await self._end(turn, TurnStatus.CANCELLED, "cancelled by the agent")
-                return await self._end(turn, TurnStatus.FAILED, f"the agent stopped: {stop}")
+                # max_tokens, max_turn_requests, refusal: the agent answered, and said why it
+                # stopped where it did; what it did is the turn's, as with end_turn.
+                detail = f"the agent stopped early ({stop}); what it did is kept"
+                return await self._end(turn, TurnStatus.COMPLETED, detail)
         except asyncio.CancelledError:
             # The caller gave up on the turn: tell the agent, end the turn cancelled, propagate.
             await asyncio.shield(self._abandon(turn))
