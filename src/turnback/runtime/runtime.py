@@ -88,6 +88,9 @@ log = logging.getLogger("turnback.runtime")
 CHECKPOINT_METHOD = "_turnback/checkpoint"
 ROLLBACK_METHOD = "turnback/rollback"  # the SDK adds the leading underscore
 _KNOWN_EXTENSIONS = frozenset({CHECKPOINT_METHOD})
+#: Requests that change how the agent's session behaves from then on: the latest of each (of
+#: each config option) is sent again to an agent process started after the one that took it.
+_SETTINGS = frozenset({"session/set_mode", "session/set_config_option"})
 _MAX_FRAME_REPORTS = 20
 
 
@@ -167,6 +170,9 @@ class AgentRuntime:
         self._reply = self._replier(0)  # answers to the current agent process
         self._agent_session: str | None = None
         self._context_pending = False
+        # The latest of each settings request the agent accepted (mode, model, config option),
+        # without its sessionId: sent again to every agent process opened after this one.
+        self._settings: dict[str, dict[str, Any]] = {}
         self._context: list[Message] | None = None  # the transcript a rollback left, if given
         self._live: RunningTurn | None = None  # the turn frames are recorded into
         self._current: RunningTurn | None = None  # the turn being driven (also while restarting)
@@ -260,9 +266,16 @@ class AgentRuntime:
         await self._ensure_agent()
         assert self._sidecar is not None
         try:
-            return await self._sidecar.request(method, params)
+            result = await self._sidecar.request(method, params)
         except (ConnectionError, OSError) as error:
             raise AgentDied(f"{self._death(self._sidecar)}: {error}", None) from error
+        if method in _SETTINGS and isinstance(params, dict):
+            key = f"{method} {params.get('configId', '')}".rstrip()
+            self._settings[key] = {k: v for k, v in params.items() if k != "sessionId"}
+            await self._engine.run(
+                self.session.set_agent_state, self._agent_state(self._context_pending)
+            )
+        return result
 
     async def notify(self, method: str, params: Any) -> None:
         """Send any notification to the agent as it is, if it runs."""
@@ -593,6 +606,7 @@ class AgentRuntime:
         self._sidecar = sidecar
         try:
             await self._open_session(sidecar)
+            await self._restore_settings(sidecar)
         except (ConnectionError, OSError, acp.RequestError) as error:
             returncode = sidecar.returncode
             await sidecar.close()
@@ -646,11 +660,30 @@ class AgentRuntime:
         self._context_pending = bool(messages)
         await self._remember_session("new", context_pending=self._context_pending)
 
+    async def _restore_settings(self, sidecar: Sidecar) -> None:
+        """Give a newly started agent process the settings the user chose for the previous one
+        (a restart after a crash, or a later run of turnback), in the order they were made."""
+        for key, params in self._settings.items():
+            method = key.split(" ")[0]
+            try:
+                await sidecar.request(method, {**params, "sessionId": self._agent_session})
+            except acp.RequestError as error:
+                await self._notice(
+                    ActivityLevel.WARNING,
+                    "agent.setting.lost",
+                    f"the restarted agent refused {method} {params} ({_describe(error)}); "
+                    "choose that setting again",
+                    {"method": method, "params": params},
+                )
+
     def _last_agent_session(self) -> str | None:
         """The agent session this turnback session used last, if it ran the same command."""
         state = self.session.record.agent_state
         if state.get("command") != list(self.command):
             return None
+        settings = state.get("settings")
+        if isinstance(settings, dict):
+            self._settings = {str(k): v for k, v in settings.items() if isinstance(v, dict)}
         self._context_pending = bool(state.get("contextPending"))
         value = state.get("agentSessionId")
         return value if isinstance(value, str) else None
@@ -664,6 +697,7 @@ class AgentRuntime:
             "agentSessionId": self._agent_session,
             "command": list(self.command),
             "contextPending": context_pending,
+            "settings": self._settings,
         }
 
     async def _prompt_blocks(self, prompt: str | list[dict[str, Any]]) -> list[Any]:
