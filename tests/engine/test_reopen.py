@@ -125,3 +125,18 @@ def _kill_and_recover(
     conn.close()
     [recovered] = tb.recover().recovered
     return recovered
+
+
+def test_a_fork_of_an_interrupted_session_can_continue_it_too(
+    tb: turnback.Turnback, session: turnback.Session, abandoned_turn: AbandonTurn
+) -> None:
+    first = interrupted(tb, session, abandoned_turn)
+    fork = session.fork()
+    [copy] = fork.turns()
+    assert copy.status is TurnStatus.INTERRUPTED
+    with fork.reopen(copy.token) as turn:
+        checkpoint = turn.last_checkpoint()
+        assert checkpoint is not None and (checkpoint.step, checkpoint.checkpoint_id) == (1, "c1")
+        turn.record(chunk("the fork's way"))
+    assert [m.text for m in fork.turn_messages(copy.token)][1:] == ["before ", "the fork's way"]
+    assert session.get_turn(first.token).status is TurnStatus.INTERRUPTED  # the original stays

@@ -226,7 +226,8 @@ class Session:
         """A new session whose conversation is a copy of this one's, in one transaction.
 
         Each turn of the conversation is copied (new tokens, the same numbers, statuses and
-        timeline; reverted and set-aside turns are not), with its file changes. In the same
+        timeline; reverted and set-aside turns are not), with its file changes and step
+        checkpoints, so an interrupted head can be continued in the fork too. In the same
         workspace the copies name the same workspace checkpoints; in another they have none."""
         now = time.time()
         with self._tb.store.atomic() as tx:
@@ -278,6 +279,8 @@ class Session:
                 )
                 for scope in ("before", "turn"):
                     tx.insert_file_changes(token, scope, tx.file_changes(turn.token, scope))
+                for step in tx.step_checkpoints(turn.token):  # an interrupted turn's
+                    tx.insert_step_checkpoint(dataclasses.replace(step, turn=token))
                 parent = token
             tx.set_head(fork.id, parent, now)
             tx.insert_activity(
