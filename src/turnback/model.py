@@ -316,7 +316,8 @@ class TurnDiff:
 
 @dataclass(frozen=True, slots=True)
 class GcReport:
-    checkpoints_released: int = 0  # turn checkpoints no longer kept (older than ``keep``)
+    # turns' checkpoints no longer kept (older than ``keep``), and reverts' no longer undoable
+    checkpoints_released: int = 0
     refs_removed: int = 0
     bytes_freed: int = 0
     problems: tuple[str, ...] = ()  # workspaces that could not be pruned, and why

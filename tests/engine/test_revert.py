@@ -283,6 +283,28 @@ def test_gc_releases_old_checkpoints_and_frees_space(
     assert tb.gc(keep=1, older_than=0).checkpoints_released == 0
 
 
+def test_gc_releases_the_checkpoints_of_reverts_that_can_no_longer_be_undone(
+    tb: turnback.Turnback, session: turnback.Session, workspace: Path
+) -> None:
+    run_turns(session, workspace)
+    first = session.revert(1)
+    with session.turn("after the revert") as turn:  # undoing `first` would drop this turn
+        (workspace / "d.py").write_text("d\n")
+        say(turn, "new work")
+    before_second = files(workspace)
+    second = session.revert(1)
+
+    report = tb.gc(older_than=0)
+    assert report.checkpoints_released == 1  # first's; second can still be undone
+    with tb.store.read() as tx:
+        kept = {r.id: (r.target, r.undo_checkpoint) for r in tx.reverts(session.id)}
+    assert kept[first.id] == (None, None)
+    assert all(kept[second.id])
+    assert session.undo_revert().id == second.id  # its undo checkpoint survived the prune
+    assert files(workspace) == before_second
+    assert tb.gc(older_than=0).checkpoints_released == 1  # second, now undone
+
+
 def test_a_git_workspace_is_left_exactly_as_it_was(tb: turnback.Turnback, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()

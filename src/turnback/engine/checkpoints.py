@@ -20,7 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from turnback.errors import TurnbackError
-from turnback.model import ActivityLevel, FileChange, GcReport, TurnStatus, WorkspaceCheckpoint
+from turnback.model import (
+    ActivityLevel,
+    FileChange,
+    GcReport,
+    Revert,
+    RevertState,
+    TurnStatus,
+    WorkspaceCheckpoint,
+)
 from turnback.store import Store, Tx
 from turnback.workspace import CaptureBackoff, Snapshots
 
@@ -229,7 +237,8 @@ def collect_garbage(
     keep: int | None = None,
     older_than: float | None = None,
 ) -> GcReport:
-    """Release old turns' checkpoints (``keep``), then prune what no row names.
+    """Release old turns' checkpoints (``keep``) and those of reverts that can no longer be
+    undone, then prune what no row names.
 
     Rows stop naming a checkpoint (one transaction) before its ref is deleted: the reverse of
     invariant 4's order, so no row ever names a pruned checkpoint."""
@@ -257,6 +266,8 @@ def collect_garbage(
                     and (t.begin_checkpoint or t.end_checkpoint)
                 ]
             tx.release_checkpoints(released)
+        spent = [r.id for s in sessions for r in _spent_reverts(tx, s.id)]
+        tx.release_revert_checkpoints(spent)
         named = tx.checkpoint_commits()
     refs = freed = 0
     problems: list[str] = []
@@ -274,4 +285,21 @@ def collect_garbage(
         freed += bytes_freed
         if checkpoints.progress is not None:
             checkpoints.progress("gc", done, len(workspaces))
-    return GcReport(len(released), refs, freed, tuple(problems))
+    return GcReport(len(released) + len(spent), refs, freed, tuple(problems))
+
+
+def _spent_reverts(tx: Tx, session_id: str) -> list[Revert]:
+    """Reverts whose checkpoints nothing can use again: rolled back, undone, or committed with a
+    turn made after them. ``undo_revert`` refuses to drop such a turn, and one that a later
+    revert took out of the conversation comes back when that revert is undone, which must
+    happen first. One in progress is kept: recovery finishes or rolls it back with them."""
+    turns = [t for t in tx.session_turns(session_id) if t.status.ended]
+    ended = (RevertState.COMMITTED, RevertState.ROLLED_BACK, RevertState.UNDONE)
+    return [
+        r
+        for r in tx.reverts(session_id, ended)
+        if (r.target or r.undo_checkpoint)
+        and (
+            r.state is not RevertState.COMMITTED or any(t.started_at > r.created_at for t in turns)
+        )
+    ]

@@ -147,6 +147,10 @@ class Tx(Protocol):
         """Stop naming the turns' workspace checkpoints (gc may then prune them)."""
         ...
 
+    def release_revert_checkpoints(self, revert_ids: Sequence[int]) -> None:
+        """Stop naming the reverts' target and undo checkpoints (gc may then prune them)."""
+        ...
+
     def checkpoint_commits(self) -> set[str]:
         """Every workspace commit a row names: what gc must keep."""
         ...

@@ -651,6 +651,12 @@ class _SQLiteTx:
             [(t,) for t in tokens],
         )
 
+    def release_revert_checkpoints(self, revert_ids: Sequence[int]) -> None:
+        self._c.executemany(
+            "UPDATE reverts SET target = NULL, undo_checkpoint = NULL WHERE id = ?",
+            [(i,) for i in revert_ids],
+        )
+
     def set_checkpoint(self, token: str, which: str, commit: str | None) -> None:
         column = {"begin": "begin_checkpoint", "end": "end_checkpoint"}[which]
         self._c.execute(f"UPDATE turns SET {column} = ? WHERE token = ?", (commit, token))
