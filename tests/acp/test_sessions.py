@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import acp
 import pytest
 
 import turnback
@@ -22,6 +23,7 @@ from tests.acp.harness import (
     start,
     wait_for,
 )
+from turnback.acp.proxy import LIST_PAGE
 from turnback.model import TurnStatus
 
 
@@ -30,6 +32,29 @@ def workspace(tmp_path: Path) -> Path:
     path = tmp_path / "workspace"
     path.mkdir()
     return path
+
+
+def test_session_list_comes_in_pages_that_follow_on(home: Path, workspace: Path) -> None:
+    with turnback.open(home) as tb:
+        made = [tb.create_session(workspace, title=f"s{i}").id for i in range(LIST_PAGE + 3)]
+        tb.create_session(workspace.parent, title="elsewhere")
+
+    async def scenario() -> tuple[list[Any], list[Any], Any, str]:
+        async with connect(Editor(), proxy_command(home, SCRIPTED), workspace) as (conn, _):
+            await conn.initialize(protocol_version=1)
+            first = await conn.list_sessions(cwd=str(workspace))
+            assert first.next_cursor is not None
+            second = await conn.list_sessions(cwd=str(workspace), cursor=first.next_cursor)
+            with pytest.raises(acp.RequestError) as raised:
+                await conn.list_sessions(cwd=str(workspace), cursor="page 2, please")
+            return first.sessions, second.sessions, second.next_cursor, str(raised.value.data)
+
+    first, second, end, refused = run(scenario())
+    assert len(first) == LIST_PAGE and len(second) == 3 and end is None
+    listed = [s.session_id for s in first + second]
+    assert sorted(listed) == sorted(made)  # each once, none from elsewhere
+    assert listed[0] == made[-1]  # newest first
+    assert "not a cursor this proxy gave" in refused and "list again" in refused
 
 
 def test_list_load_resume_and_fork_come_from_turnbacks_store(home: Path, workspace: Path) -> None:

@@ -49,7 +49,7 @@ from turnback.acp import commands, transcript
 from turnback.acp.wire import EditorWire, open_stdio
 from turnback.engine.handle import Session, Turnback
 from turnback.errors import TurnbackError
-from turnback.model import TurnStatus
+from turnback.model import SessionRecord, TurnStatus
 from turnback.runtime import AgentError, AgentRuntime, InputRequest, PermissionRequest
 from turnback.runtime.reactor import Notice
 from turnback.runtime.relay import Reply
@@ -65,6 +65,8 @@ _SHOWN_ACTIVITIES = frozenset(
     {"turn.resuming", "turn.resumed", "turn.resume.failed", "turn.resume.unavailable"}
 )
 _SESSION_METHODS = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
+#: Sessions per session/list page.
+LIST_PAGE = 50
 #: How the ACP SDKs write a session/update: forwarded as written, with only the session id
 #: replaced, when a line starts with this and the session id, and names no other sessionId.
 _UPDATE_HEAD = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
@@ -72,6 +74,20 @@ _UPDATE_HEAD = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId
 
 def _head(session_id: str) -> bytes:
     return _UPDATE_HEAD + json.dumps(session_id, ensure_ascii=False).encode() + b","
+
+
+def _list_key(record: SessionRecord) -> tuple[float, str]:
+    return (-record.updated_at, record.id)
+
+
+def _read_cursor(cursor: Any) -> tuple[float, str]:
+    try:
+        newest, session_id = json.loads(cursor)
+        return (float(newest), str(session_id))
+    except (TypeError, ValueError) as error:
+        raise acp.RequestError.invalid_params(
+            {"cursor": cursor, "details": f"not a cursor this proxy gave ({error}); list again"}
+        ) from None
 
 
 def _error(message: str, **data: Any) -> acp.RequestError:
@@ -304,31 +320,44 @@ class Proxy:
         return self._lobby
 
     def _list(self, params: dict[str, Any]) -> dict[str, Any]:
+        """session/list from turnback's store, newest first, ``LIST_PAGE`` at a time. The cursor
+        names the last session listed, so a page follows on from it even if sessions were
+        added meanwhile."""
         cwd = params.get("cwd")
-        listed = []
-        for record in self.tb.sessions():
-            if cwd and Path(record.workspace) != Path(str(cwd)):
-                continue
-            title = record.title
-            turns = self.tb.session(record.id).turns()
-            if title is None and turns:
-                first = min(turns, key=lambda t: t.number)
-                title = " ".join(first.prompt_text.split())[:80] or None
-            info: dict[str, Any] = {
-                "sessionId": record.id,
-                "cwd": record.workspace,
-                "updatedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.updated_at)),
-                "_meta": {
-                    "turnback": {
-                        "turns": sum(t.in_conversation for t in turns),
-                        "agent": record.agent,
-                    }
-                },
-            }
-            if title:
-                info["title"] = title
-            listed.append(info)
-        return {"sessions": listed}
+        records = sorted(
+            (r for r in self.tb.sessions() if not cwd or Path(r.workspace) == Path(str(cwd))),
+            key=_list_key,
+        )
+        start = 0
+        if params.get("cursor") is not None:
+            after = _read_cursor(params["cursor"])
+            start = next((i for i, r in enumerate(records) if _list_key(r) > after), len(records))
+        page = records[start : start + LIST_PAGE]
+        result: dict[str, Any] = {"sessions": [self._listed(record) for record in page]}
+        if start + LIST_PAGE < len(records):
+            result["nextCursor"] = json.dumps(_list_key(page[-1]))
+        return result
+
+    def _listed(self, record: SessionRecord) -> dict[str, Any]:
+        title = record.title
+        turns = self.tb.session(record.id).turns()
+        if title is None and turns:
+            first = min(turns, key=lambda t: t.number)
+            title = " ".join(first.prompt_text.split())[:80] or None
+        info: dict[str, Any] = {
+            "sessionId": record.id,
+            "cwd": record.workspace,
+            "updatedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.updated_at)),
+            "_meta": {
+                "turnback": {
+                    "turns": sum(t.in_conversation for t in turns),
+                    "agent": record.agent,
+                }
+            },
+        }
+        if title:
+            info["title"] = title
+        return info
 
     async def _open(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """session/new, load, resume and fork: a turnback session with its agent running."""
