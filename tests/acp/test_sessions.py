@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,32 @@ def test_session_list_comes_in_pages_that_follow_on(home: Path, workspace: Path)
     assert sorted(listed) == sorted(made)  # each once, none from elsewhere
     assert listed[0] == made[-1]  # newest first
     assert "not a cursor this proxy gave" in refused and "list again" in refused
+
+
+AUTH_AGENT = (sys.executable, str(Path(__file__).with_name("auth_agent.py")))
+
+
+def test_each_sessions_agent_is_authenticated_as_the_editor_asked(
+    home: Path, workspace: Path
+) -> None:
+    """authenticate reaches the agent process that answered initialize; every session's own
+    agent process gets it too before its session opens (else it would refuse session/new)."""
+    editor = Editor()
+
+    async def scenario() -> tuple[Any, str, str]:
+        async with connect(editor, proxy_command(home, AUTH_AGENT), workspace) as (conn, _):
+            init = await conn.initialize(protocol_version=1)
+            with pytest.raises(acp.RequestError) as refused:
+                await conn.new_session(cwd=str(workspace), mcp_servers=[])
+            await conn.authenticate(method_id="token")
+            session_id = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            assert await prompt(conn, session_id, "hello") == "end_turn"
+            return init, f"{refused.value}", editor.text(session_id)
+
+    init, refused, said = run(scenario())
+    assert [m.id for m in init.auth_methods] == ["token"]
+    assert "uthentication required" in refused
+    assert said == "authenticated with token"
 
 
 def test_list_load_resume_and_fork_come_from_turnbacks_store(home: Path, workspace: Path) -> None:

@@ -15,7 +15,8 @@ How it is put together:
 * The editor-facing session id is the turnback session id, so ``session/list``, ``session/load``,
   ``session/resume`` and ``session/fork`` are served from turnback's store whatever the agent
   supports; ``initialize`` is answered by the agent (a *lobby* process, kept for
-  ``authenticate`` and methods that name no session) with these capabilities added.
+  ``authenticate`` and methods that name no session) with these capabilities added. An accepted
+  ``authenticate`` is sent again to each session's agent process before its session opens.
 * ``/checkpoints``, ``/diff``, ``/rewind`` and ``/undo-rewind`` are answered here
   (:mod:`turnback.acp.commands`).
 
@@ -136,6 +137,10 @@ class _SessionRelay:
     def mcp_servers(self) -> Sequence[Any]:
         return self._servers
 
+    @property
+    def authenticate(self) -> Mapping[str, Any] | None:
+        return self._proxy.authenticated
+
     def agent_frame(self, frame: Frame, replay: bool, reply: Reply, line: bytes) -> bool:
         method = frame.get("method")
         if method in _TAKEN_BY_RUNTIME:
@@ -213,6 +218,9 @@ class Proxy:
         self.env = dict(os.environ if env is None else env)
         self.conn: Connection | None = None
         self.initialize_params: dict[str, Any] = {}
+        #: The editor's last accepted ``authenticate``: every agent process started later gets
+        #: it too (in memory only: credentials are the agent's to keep).
+        self.authenticated: dict[str, Any] | None = None
         self._lobby: Sidecar | None = None
         self._sessions: dict[str, _EditorSession] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -239,6 +247,10 @@ class Proxy:
             return await self._initialize(params)
         if method == "session/list":
             return await asyncio.to_thread(self._list, params)
+        if method == "authenticate":
+            result = await (await self._lobby_agent()).request(method, params)
+            self.authenticated = dict(params)
+            return result
         if method in _SESSION_METHODS:
             return await self._open(method, params)
         if method == "session/prompt":
@@ -274,6 +286,7 @@ class Proxy:
 
     async def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         self.initialize_params = dict(params)
+        self.authenticated = None  # a new initialize is followed by its own authenticate
         lobby = await self._lobby_agent(restart=True)
         response = _dump(lobby.initialize_response)
         capabilities = response.setdefault("agentCapabilities", {})

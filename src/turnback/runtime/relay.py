@@ -7,6 +7,8 @@ hand it what it would otherwise keep or drop:
 * ``initialize``: the editor's ``clientCapabilities``, ``clientInfo`` and ``_meta``, sent to every
   agent process the runtime starts, so the agent sees what the editor can do (files, terminals);
 * ``mcp_servers``: given to the agent's ``session/new``, ``session/load`` and ``session/resume``;
+* ``authenticate``: the parameters of the ``authenticate`` the editor last made, if any, sent to
+  every agent process the runtime starts before it opens a session there;
 * :meth:`Relay.agent_frame`: every frame from the agent, in wire order, right after the runtime
   has recorded it, with the line the agent wrote (so a relay can forward it as written).
   ``replay`` is true while the runtime reopens the agent's session after a restart, when the
@@ -38,6 +40,9 @@ class Relay(Protocol):
 
     @property
     def mcp_servers(self) -> Sequence[Any]: ...
+
+    @property
+    def authenticate(self) -> Mapping[str, Any] | None: ...
 
     def agent_frame(self, frame: Frame, replay: bool, reply: Reply, line: bytes) -> bool: ...
 

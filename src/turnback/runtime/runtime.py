@@ -605,6 +605,8 @@ class AgentRuntime:
         self.features = await sidecar.open(self.policy.initialize_timeout)
         self._sidecar = sidecar
         try:
+            if self._relay is not None and self._relay.authenticate is not None:
+                await sidecar.request("authenticate", dict(self._relay.authenticate))
             await self._open_session(sidecar)
             await self._restore_settings(sidecar)
         except (ConnectionError, OSError, acp.RequestError) as error:
