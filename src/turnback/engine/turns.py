@@ -246,7 +246,8 @@ def reopen(store: Store, token: str) -> tuple[Turn, int]:
                 running.token,
             )
         tx.upsert_owner(owner)
-        assert tx.reopen_turn(token, owner.id)
+        changed = tx.reopen_turn(token, owner.id)
+        assert changed, "checked interrupted in this same transaction"
         tx.set_head(turn.session_id, turn.parent, now)
         _, last = tx.journal_size(token)
         steps = tx.step_checkpoints(token)
