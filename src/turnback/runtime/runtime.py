@@ -170,7 +170,7 @@ class AgentRuntime:
         self._reply = self._replier(0)  # answers to the current agent process
         self._agent_session: str | None = None
         self._context_pending = False
-        # The latest of each settings request the agent accepted (mode, model, config option),
+        # The latest of each settings request the agent accepted (a mode, each config option),
         # without its sessionId: sent again to every agent process opened after this one.
         self._settings: dict[str, dict[str, Any]] = {}
         self._context: list[Message] | None = None  # the transcript a rollback left, if given
@@ -673,8 +673,8 @@ class AgentRuntime:
                 await self._notice(
                     ActivityLevel.WARNING,
                     "agent.setting.lost",
-                    f"the restarted agent refused {method} {params} ({_describe(error)}); "
-                    "choose that setting again",
+                    f"the agent, started again, refused {method} {params} "
+                    f"({_describe(error)}); choose that setting again",
                     {"method": method, "params": params},
                 )
 
