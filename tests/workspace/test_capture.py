@@ -45,6 +45,38 @@ def test_capture_records_files_and_repeats_the_tree_when_nothing_changed(
     assert third.tree != first.tree
 
 
+def test_a_capture_of_an_unchanged_workspace_names_the_last_commit_again(
+    home: Path, tmp_path: Path, any_workspace: Path
+) -> None:
+    """Nothing changed since this object's last capture (status is empty and the shadow's HEAD
+    is still that commit): the new ref names the same commit, with no tree or commit written."""
+    log = tmp_path / "git.log"
+    wrapper = tmp_path / "logging-git"
+    real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True).stdout
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {real.strip()} "$@"\n')
+    wrapper.chmod(0o755)
+
+    def captured(snapshots: Snapshots, ref: str) -> tuple[str, str, str]:
+        log.write_text("")
+        checkpoint = snapshots.capture(any_workspace, ref)
+        return checkpoint.commit, checkpoint.tree, log.read_text()
+
+    snapshots = Snapshots(home, git=str(wrapper))
+    first, tree, _ = captured(snapshots, "t/0")
+    again, same_tree, ran = captured(snapshots, "t/1")
+    assert (again, same_tree) == (first, tree)
+    assert " status " in ran and " update-ref " in ran
+    assert " write-tree" not in ran and " commit-tree " not in ran
+    assert snapshots.exists(any_workspace, "t/0") and snapshots.exists(any_workspace, "t/1")
+
+    write(any_workspace, "src/app.py", "print('changed')\n")
+    changed, _, ran = captured(snapshots, "t/2")
+    assert changed != first and " commit-tree " in ran
+    # Another Snapshots (another process) trusts no commit it did not write itself.
+    _, _, ran = captured(Snapshots(home, git=str(wrapper)), "t/3")
+    assert " commit-tree " in ran
+
+
 def test_warm_capture_sees_a_change_with_the_same_size_and_mtime_second(
     snapshots: Snapshots, any_workspace: Path
 ) -> None:
@@ -147,6 +179,7 @@ def test_large_files_are_skipped_and_reported(home: Path, workspace: Path) -> No
     assert listing(snapshots, workspace, second.commit) == {}
     # It is not reported as deleted: it is still there, only too large to capture.
     assert snapshots.changes(workspace, first.commit, second.commit) == []
+    assert snapshots.capture(workspace, "t/2").skipped == ("huge.bin", "small.txt")  # still
 
 
 def test_first_capture_of_a_git_workspace_reuses_the_users_index(

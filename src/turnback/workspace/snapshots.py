@@ -111,6 +111,10 @@ class Snapshots:
         self.progress = progress
         self.problems = problems
         self._shadows: dict[Path, ShadowRepo] = {}
+        # Per workspace, the last checkpoint this object wrote with nothing skipped, as
+        # (commit, tree): while the shadow's HEAD is that commit and status finds nothing to
+        # change, the workspace is that tree and a new capture can name the same commit.
+        self._clean: dict[Path, tuple[str, str]] = {}
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -151,8 +155,9 @@ class Snapshots:
             with shadow.locked(deadline):
                 shadow.ensure(deadline)
                 point("capture.shadow")
+                clean = self._clean.pop(shadow.workspace, None)
                 try:
-                    tree, skipped = self._write_tree(shadow, deadline)
+                    tree, skipped = self._write_tree(shadow, deadline, clean)
                 except GitFailed as error:
                     stale = shadow.seeded or "index" in str(error)
                     if time.monotonic() >= deadline or not stale:
@@ -163,19 +168,24 @@ class Snapshots:
                         "it was rebuilt by hashing the workspace"
                     )
                     shadow.unseed()
-                    tree, skipped = self._write_tree(shadow, deadline)
-                message = "turnback checkpoint\n\n" + "".join(
-                    f"Skipped: {json.dumps(path)}\n" for path in skipped
-                )
-                commit = (
-                    shadow.run("commit-tree", tree, deadline=deadline, input=message.encode())
-                    .stdout.decode()
-                    .strip()
-                )
+                    tree, skipped = self._write_tree(shadow, deadline, None)
+                if clean is not None and tree == clean[1]:
+                    commit = clean[0]  # nothing changed since it: the same commit, a new ref
+                else:
+                    message = "turnback checkpoint\n\n" + "".join(
+                        f"Skipped: {json.dumps(path)}\n" for path in skipped
+                    )
+                    commit = (
+                        shadow.run("commit-tree", tree, deadline=deadline, input=message.encode())
+                        .stdout.decode()
+                        .strip()
+                    )
                 point("capture.commit")
                 shadow.repair_ref(full)
                 shadow.update_refs([(full, commit), ("HEAD", commit)], deadline)
                 point("capture.ref")
+                if not skipped:
+                    self._clean[shadow.workspace] = (commit, tree)
         except GitFailed as error:
             if time.monotonic() >= deadline:
                 raise GitFailed(
@@ -191,24 +201,34 @@ class Snapshots:
             seconds=time.monotonic() - started,
         )
 
-    def _write_tree(self, shadow: ShadowRepo, deadline: float) -> tuple[str, list[str]]:
-        """Bring the shadow's index up to date with the files and write its tree."""
+    def _write_tree(
+        self, shadow: ShadowRepo, deadline: float, clean: tuple[str, str] | None
+    ) -> tuple[str, list[str]]:
+        """Bring the shadow's index up to date with the files and write its tree. When status
+        finds nothing to change and HEAD is still ``clean``'s commit, its tree is the answer."""
         out = shadow.run(
             "status",
             "--porcelain=v2",
             "-z",
+            "--branch",  # the "# branch.oid" header: HEAD's commit, without another command
             "--untracked-files=normal",  # served by the untracked cache; "all" is not
             "--ignore-submodules=dirty",
             "--no-renames",
             deadline=deadline,
         ).stdout
+        reported = out.split(b"\0")
+        headers = {t for t in reported if t.startswith(b"# ")}
+        unchanged = len(headers) == len([t for t in reported if t])
+        if unchanged and clean is not None and b"# branch.oid " + clean[0].encode() in headers:
+            point("capture.index")
+            return clean[1], []
         root = os.fsencode(shadow.workspace)
         update: list[bytes] = []
         directories: list[bytes] = []
         nested: list[bytes] = []
         remove: list[bytes] = []  # deleted (possibly now beyond a symlink), or too large
         tracked: set[bytes] = set()
-        tokens = iter(out.split(b"\0"))
+        tokens = iter(reported)
         for token in tokens:
             if token.startswith(b"1 "):
                 fields = token.split(b" ", 8)
