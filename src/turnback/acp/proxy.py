@@ -36,7 +36,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,6 +186,9 @@ class _SessionRelay:
         if isinstance(update, dict) and update.get("sessionUpdate") == "available_commands_update":
             return None  # turnback's commands are added to the agent's
         return self._editor_head + line[len(head) :]
+
+    def backlog(self) -> Awaitable[None] | None:
+        return self._proxy.wire.backlog()
 
     def activity(self, notice: Notice) -> None:
         if notice.code in _SHOWN_ACTIVITIES and notice.turn is not None:

@@ -13,7 +13,8 @@ never leave the editor waiting:
 * Writes are posted synchronously and go out in call order (:meth:`EditorWire.post`): the
   agent's notifications are forwarded from the frame watch, which cannot await, and must stay in
   order with the responses and requests the SDK sends through :meth:`EditorWire.send`. What is
-  posted in one pass of the event loop goes out in one write.
+  posted in one pass of the event loop goes out in one write. While more than ``BACKLOG`` bytes
+  wait for the editor, :meth:`EditorWire.backlog` has the proxy stop reading from the agent.
 
 When the editor goes away -- stdin at end of file, or stdout closed -- :attr:`EditorWire.gone` is
 set; the proxy then ends the running turns and exits.
@@ -22,12 +23,14 @@ set; the proxy then ends the running turns and exits.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import re
 import sys
 import threading
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
 log = logging.getLogger("turnback.acp")
@@ -36,6 +39,9 @@ PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
 _HEAD = 4096
+#: Bytes written and not yet read by the editor past which the proxy reads no more from the
+#: agent until the editor has caught up.
+BACKLOG = 1 << 20
 
 
 class Output(Protocol):
@@ -102,6 +108,7 @@ class EditorWire:
         self.max_frame = max_frame
         self.gone = asyncio.Event()
         self._pending: list[bytes] = []  # posted, not yet written: one write per loop pass
+        self._pending_bytes = 0
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -117,6 +124,7 @@ class EditorWire:
             asyncio.get_running_loop().call_soon(self.flush)
         self._pending.append(line)
         self._pending.append(b"\n")
+        self._pending_bytes += len(line) + 1
 
     def flush(self) -> None:
         """Write what was posted now."""
@@ -124,6 +132,7 @@ class EditorWire:
             return
         data = b"".join(self._pending)
         self._pending.clear()
+        self._pending_bytes = 0
         if self._writer.is_closing():
             self.gone.set()
             return
@@ -132,6 +141,18 @@ class EditorWire:
         except (ConnectionError, RuntimeError) as error:
             log.warning("the editor's stdout is closed (%s)", error)
             self.gone.set()
+
+    def backlog(self) -> Awaitable[None] | None:
+        """While more than ``BACKLOG`` bytes wait for the editor to read them: something that
+        is done once it has read most of them (or has gone). None otherwise."""
+        transport = getattr(self._writer, "transport", None)
+        waiting = self._pending_bytes + (transport.get_write_buffer_size() if transport else 0)
+        return self._caught_up() if waiting > BACKLOG else None
+
+    async def _caught_up(self) -> None:
+        self.flush()
+        with contextlib.suppress(ConnectionError):
+            await self._writer.drain()
 
     async def send(self, message: dict[str, Any]) -> None:
         self.post(message)

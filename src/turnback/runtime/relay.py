@@ -17,6 +17,9 @@ hand it what it would otherwise keep or drop:
   ``reply`` (bound to the agent process that asked; a reply to one that has since been replaced
   is dropped). Permission and elicitation requests are not the relay's to take: the runtime
   journals them and asks the relay through ``on_permission``/``on_input`` like any embedder;
+* :meth:`Relay.backlog`: asked after each frame the relay took; while its client is slow to read,
+  the runtime waits on it before reading the agent's next frame, so the agent is slowed down
+  rather than the relay's memory filled;
 * :meth:`Relay.activity`: every activity the runtime adds, in order with the frames, so a relay
   can tell its user about an agent crash and the resume as it happens.
 """
@@ -45,6 +48,11 @@ class Relay(Protocol):
     def authenticate(self) -> Mapping[str, Any] | None: ...
 
     def agent_frame(self, frame: Frame, replay: bool, reply: Reply, line: bytes) -> bool: ...
+
+    def backlog(self) -> Awaitable[None] | None:
+        """Something to wait for before the runtime reads more from the agent, while the relay's
+        client has not taken what it was sent; None when it keeps up."""
+        ...
 
     def activity(self, notice: Notice) -> None: ...
 

@@ -601,6 +601,7 @@ class AgentRuntime:
             malformed=self._malformed,
             stderr=self._stderr,
             initialize=self._relay.initialize if self._relay is not None else None,
+            pace=self._relay.backlog if self._relay is not None else None,
         )
         self.features = await sidecar.open(self.policy.initialize_timeout)
         self._sidecar = sidecar

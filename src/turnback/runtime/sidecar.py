@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -88,11 +88,13 @@ class _WatchedFrames(NdjsonTransport):
         writer: asyncio.StreamWriter,
         watch: Callable[[Frame, bytes], bool | None],
         malformed: Callable[[bytes, str], None],
+        pace: Callable[[], Awaitable[None] | None] | None = None,
     ) -> None:
         self._supervisor = TaskSupervisor(source="turnback.runtime.sidecar")
         super().__init__(reader, MessageSender(writer, self._supervisor))
         self._watch = watch
         self._malformed = malformed
+        self._pace = pace
 
     async def receive(self) -> Frame | None:
         while True:
@@ -111,6 +113,10 @@ class _WatchedFrames(NdjsonTransport):
                 self._malformed(line, f"a JSON {type(message).__name__}, not an object")
                 continue
             if self._watch(message, line):
+                # The watcher passed it on: read no more while its reader has a backlog, so a
+                # slow reader slows the agent down instead of filling this process's memory.
+                if self._pace is not None and (backlog := self._pace()) is not None:
+                    await backlog
                 continue
             return message
 
@@ -146,6 +152,7 @@ class Sidecar:
         malformed: Callable[[bytes, str], None],
         stderr: int | None = asyncio.subprocess.DEVNULL,
         initialize: Mapping[str, Any] | None = None,
+        pace: Callable[[], Awaitable[None] | None] | None = None,
     ) -> None:
         if not command:
             raise AgentUnavailable("the agent command is empty; give the program and its arguments")
@@ -155,6 +162,7 @@ class Sidecar:
         self._client = client
         self._watch = watch
         self._malformed = malformed
+        self._pace = pace
         self._stderr = stderr
         self._initialize = dict(initialize or {})
         self._transport: _WatchedFrames | None = None
@@ -208,7 +216,7 @@ class Sidecar:
             ) from error
         self._process = process
         self.exited = asyncio.ensure_future(process.wait())
-        transport = _WatchedFrames(reader, writer, self._watch, self._malformed)
+        transport = _WatchedFrames(reader, writer, self._watch, self._malformed, self._pace)
         self._transport = transport
         # The SDK's router calls only the methods the client has; the Client protocol lists all.
         # User-input requests (elicitation) are in the SDK's unstable part of the protocol.
