@@ -77,6 +77,22 @@ def test_a_capture_of_an_unchanged_workspace_names_the_last_commit_again(
     assert " commit-tree " in ran
 
 
+def test_a_capture_that_skips_a_file_is_a_commit_of_its_own(home: Path, workspace: Path) -> None:
+    """The same tree with a file now skipped is not the same checkpoint: its commit says what
+    was skipped, so a restore to it leaves that file alone."""
+    snapshots = Snapshots(home, max_file_bytes=1000)
+    write(workspace, "small.txt", "s\n")
+    clean = snapshots.capture(workspace, "t/0")
+    write(workspace, "huge.bin", b"h" * 5000)
+    skipping = snapshots.capture(workspace, "t/1")
+    assert skipping.tree == clean.tree and skipping.commit != clean.commit
+    assert skipping.skipped == ("huge.bin",)
+    (workspace / "small.txt").write_text("changed\n")
+    snapshots.restore(workspace, "t/1", current=snapshots.capture(workspace, "t/2").commit)
+    assert (workspace / "huge.bin").read_bytes() == b"h" * 5000  # skipped: left alone
+    assert (workspace / "small.txt").read_text() == "s\n"
+
+
 def test_warm_capture_sees_a_change_with_the_same_size_and_mtime_second(
     snapshots: Snapshots, any_workspace: Path
 ) -> None:

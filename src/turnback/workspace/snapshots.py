@@ -169,7 +169,7 @@ class Snapshots:
                     )
                     shadow.unseed()
                     tree, skipped = self._write_tree(shadow, deadline, None)
-                if clean is not None and tree == clean[1]:
+                if clean is not None and tree == clean[1] and not skipped:
                     commit = clean[0]  # nothing changed since it: the same commit, a new ref
                 else:
                     message = "turnback checkpoint\n\n" + "".join(
