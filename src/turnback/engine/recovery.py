@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 from turnback import faults
 from turnback.engine.fold import UnreadableEntry, notice
 from turnback.engine.owners import current_owner, is_alive
-from turnback.engine.turns import clear_requests, commit_turn
-from turnback.errors import NotSetAside, TurnInProgress
+from turnback.engine.turns import clear_requests, commit_turn, require_idle
+from turnback.errors import NotSetAside
 from turnback.model import (
     ActivityLevel,
     Owner,
@@ -181,13 +181,7 @@ def apply(store: Store, turn: Turn) -> Turn:
     faults.point("apply.before")
     with store.atomic() as tx:
         current = _require_set_aside(tx, turn)
-        running = tx.running_turn(turn.session_id)
-        if running is not None:
-            raise TurnInProgress(
-                f"turn {running.number} ({running.token}) is running in this session; apply the "
-                "set-aside turn once it has ended",
-                running.token,
-            )
+        require_idle(tx, turn.session_id, "applying a set-aside turn")
         session = tx.get_session(turn.session_id)
         head = tx.get_turn(session.head) if session and session.head else None
         tx.reposition_turn(turn.token, head.number + 1 if head else 1, head.token if head else None)

@@ -181,14 +181,7 @@ def begin(
         session = tx.get_session(session_id)
         if session is None:
             raise SessionNotFound(f"no session {session_id}; `turnback sessions` lists them")
-        running = tx.running_turn(session_id)
-        if running is not None:
-            raise TurnInProgress(
-                f"session {session_id[:12]} already has turn {running.number} running "
-                f"(token {running.token}, since {time.ctime(running.started_at)}); "
-                "wait for it to end, cancel it, or run `turnback recover` if its process died",
-                running.token,
-            )
+        require_idle(tx, session_id, "beginning another")
         head = tx.get_turn(session.head) if session.head else None
         turn = Turn(
             token=token or uuid.uuid4().hex,
@@ -208,6 +201,18 @@ def begin(
         faults.point("turn.begin.inside")
     faults.point("turn.begin.after")
     return turn
+
+
+def require_idle(tx: Tx, session_id: str, before: str) -> None:
+    """Raise TurnInProgress, naming the running turn, if the session has one (invariant 8)."""
+    running = tx.running_turn(session_id)
+    if running is not None:
+        raise TurnInProgress(
+            f"session {session_id[:12]} already has turn {running.number} running "
+            f"(token {running.token}, since {time.ctime(running.started_at)}); wait for it to "
+            f"end before {before}, cancel it, or run `turnback recover` if its process died",
+            running.token,
+        )
 
 
 def reopen(store: Store, token: str) -> tuple[Turn, int]:
@@ -238,13 +243,7 @@ def reopen(store: Store, token: str) -> tuple[Turn, int]:
                 + ("" if session.head == token else ", not the head")
                 + (", reverted" if turn.reverted_by else "")
             )
-        running = tx.running_turn(turn.session_id)
-        if running is not None:
-            raise TurnInProgress(
-                f"session {turn.session_id[:12]} has turn {running.number} running; "
-                "wait for it to end before continuing an interrupted turn",
-                running.token,
-            )
+        require_idle(tx, turn.session_id, "continuing an interrupted turn")
         tx.upsert_owner(owner)
         changed = tx.reopen_turn(token, owner.id)
         assert changed, "checked interrupted in this same transaction"
