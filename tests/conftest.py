@@ -14,6 +14,7 @@ import pytest
 import turnback
 from turnback.engine.owners import current_owner
 from turnback.model import JournalEntry, Owner, Turn, TurnStatus
+from turnback.store import Tx
 
 
 @pytest.fixture(autouse=True)
@@ -51,6 +52,24 @@ def session(tb: turnback.Turnback, tmp_path: Path) -> turnback.Session:
 AbandonTurn = Callable[..., Turn]
 
 
+def insert_next_turn(tx: Tx, session_id: str, **fields: Any) -> Turn:
+    """Insert a turn on top of the session's head, straight in the store, as another writer
+    would; ``fields`` (status, owner_id, prompt, …) fill in the row."""
+    record = tx.get_session(session_id)
+    assert record is not None
+    head = tx.get_turn(record.head) if record.head else None
+    turn = Turn(
+        token=uuid.uuid4().hex,
+        session_id=session_id,
+        number=head.number + 1 if head else 1,
+        parent=record.head,
+        started_at=time.time(),
+        **fields,
+    )
+    tx.insert_turn(turn)
+    return turn
+
+
 @pytest.fixture
 def abandoned_turn(tb: turnback.Turnback) -> AbandonTurn:
     """Make a running turn whose owner is dead, as a crash leaves it, straight in the store.
@@ -70,21 +89,10 @@ def abandoned_turn(tb: turnback.Turnback) -> AbandonTurn:
             created_at=time.time(),
         )
         with tb.store.atomic() as tx:
-            record = tx.get_session(session.id)
-            assert record is not None
-            head = tx.get_turn(record.head) if record.head else None
-            turn = Turn(
-                token=uuid.uuid4().hex,
-                session_id=session.id,
-                number=head.number + 1 if head else 1,
-                parent=record.head,
-                owner_id=dead.id,
-                status=TurnStatus.RUNNING,
-                prompt=prompt,
-                started_at=time.time(),
-            )
             tx.upsert_owner(dead)
-            tx.insert_turn(turn)
+            turn = insert_next_turn(
+                tx, session.id, owner_id=dead.id, status=TurnStatus.RUNNING, prompt=prompt
+            )
             tx.append_journal(
                 [
                     JournalEntry(

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import turnback
+from tests.conftest import insert_next_turn
 from turnback import MessageKind, TurnInProgress, TurnStatus
 from turnback.engine.owners import current_owner, host_identity, process_state
 from turnback.errors import NotSetAside, TurnNotFound, TurnNotRunning
@@ -124,21 +125,14 @@ def child(home: Path, tb: turnback.Turnback) -> Iterator[StartChild]:
 def move_head(tb: turnback.Turnback, session: turnback.Session) -> Turn:
     """Another writer commits a turn on the session: its head moves on."""
     with tb.store.atomic() as tx:
-        record = tx.get_session(session.id)
-        assert record is not None
-        head = tx.get_turn(record.head) if record.head else None
-        turn = Turn(
-            token=uuid.uuid4().hex,
-            session_id=session.id,
-            number=head.number + 1 if head else 1,
-            parent=record.head,
+        turn = insert_next_turn(
+            tx,
+            session.id,
             owner_id=None,
             status=TurnStatus.COMPLETED,
             prompt="done elsewhere",
-            started_at=time.time(),
             ended_at=time.time(),
         )
-        tx.insert_turn(turn)
         tx.set_head(session.id, turn.token, time.time())
     return turn
 

@@ -38,6 +38,24 @@ def git(cwd: Path, *args: str) -> str:
     return result.stdout
 
 
+def commit_all(root: Path, message: str = "initial") -> None:
+    """Make ``root`` a git repository with one commit of everything in it."""
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", message)
+
+
+def with_submodule(workspace: Path, library: Path, content: str) -> None:
+    """Make ``workspace`` a repository whose ``vendor/lib`` is a submodule: a repository made at
+    ``library`` with ``lib.py`` holding ``content``."""
+    write(library, "lib.py", content)
+    commit_all(library, "lib")
+    write(workspace, "main.py", "import lib\n")
+    git(workspace, "init", "-q")
+    git(workspace, "submodule", "add", "-q", str(library), "vendor/lib")
+    git(workspace, "commit", "-qam", "with submodule")
+
+
 def write(root: Path, path: str, content: str | bytes = "") -> Path:
     file = root / path
     file.parent.mkdir(parents=True, exist_ok=True)
@@ -96,9 +114,7 @@ def any_workspace(request: pytest.FixtureRequest, workspace: Path) -> Path:
     write(workspace, "README.md", "# project\n")
     write(workspace, "src/app.py", "print('hello')\n")
     if request.param == "git":
-        git(workspace, "init", "-q")
-        git(workspace, "add", "-A")
-        git(workspace, "commit", "-qm", "initial")
+        commit_all(workspace)
     return workspace
 
 

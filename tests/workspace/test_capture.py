@@ -15,7 +15,7 @@ import pytest
 from turnback.errors import GitFailed, InvalidId
 from turnback.workspace import Snapshots
 
-from .conftest import git, write
+from .conftest import commit_all, git, with_submodule, write
 
 
 def listing(snapshots: Snapshots, workspace: Path, commit: str) -> dict[str, str]:
@@ -142,20 +142,10 @@ def test_ignored_files_and_dot_git_are_never_captured(
 def test_nested_repository_and_submodule_are_gitlinks(
     snapshots: Snapshots, workspace: Path, tmp_path: Path
 ) -> None:
-    library = tmp_path / "library"
-    write(library, "lib.py", "x = 1\n")
-    git(library, "init", "-q")
-    git(library, "add", "-A")
-    git(library, "commit", "-qm", "lib")
-    write(workspace, "main.py", "import lib\n")
-    git(workspace, "init", "-q")
-    git(workspace, "submodule", "add", "-q", str(library), "vendor/lib")
-    git(workspace, "commit", "-qam", "with submodule")
+    with_submodule(workspace, tmp_path / "library", "x = 1\n")
     nested = workspace / "tools"
     write(nested, "tool.py", "t = 1\n")
-    git(nested, "init", "-q")
-    git(nested, "add", "-A")
-    git(nested, "commit", "-qm", "tool")
+    commit_all(nested, "tool")
     empty_nested = workspace / "scratch"
     write(empty_nested, "draft.txt", "no commit yet\n")
     git(empty_nested, "init", "-q")
@@ -203,9 +193,7 @@ def test_first_capture_of_a_git_workspace_reuses_the_users_index(
 ) -> None:
     for i in range(50):
         write(workspace, f"pkg/m{i}.py", f"v = {i}\n")
-    git(workspace, "init", "-q")
-    git(workspace, "add", "-A")
-    git(workspace, "commit", "-qm", "initial")
+    commit_all(workspace)
     head_tree = git(workspace, "rev-parse", "HEAD^{tree}").strip()
     checkpoint = snapshots.capture(workspace, "t/0")
     assert checkpoint.tree == head_tree
@@ -230,9 +218,7 @@ def digest_git_dir(dotgit: Path) -> dict[str, str]:
 def test_the_users_git_directory_is_never_written(snapshots: Snapshots, workspace: Path) -> None:
     write(workspace, "a.txt", "one\n")
     write(workspace, "b.txt", "two\n")
-    git(workspace, "init", "-q")
-    git(workspace, "add", "-A")
-    git(workspace, "commit", "-qm", "initial")
+    commit_all(workspace)
     git(workspace, "pack-refs", "--all")
     write(workspace, "a.txt", "one, edited\n")
     git(workspace, "add", "a.txt")

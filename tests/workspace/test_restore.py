@@ -11,7 +11,7 @@ import pytest
 
 from turnback.workspace import Snapshots
 
-from .conftest import Capture, git, tree_digest, write
+from .conftest import Capture, commit_all, git, tree_digest, with_submodule, write
 
 
 def test_restore_brings_back_every_kind_of_change(
@@ -183,15 +183,7 @@ def test_large_files_are_left_alone(home: Path, workspace: Path, problems: list[
 def test_nested_repositories_and_submodules_are_left_alone(
     snapshots: Snapshots, workspace: Path, tmp_path: Path
 ) -> None:
-    library = tmp_path / "library"
-    write(library, "lib.py", "v = 1\n")
-    git(library, "init", "-q")
-    git(library, "add", "-A")
-    git(library, "commit", "-qm", "1")
-    write(workspace, "main.py", "import lib\n")
-    git(workspace, "init", "-q")
-    git(workspace, "submodule", "add", "-q", str(library), "vendor/lib")
-    git(workspace, "commit", "-qam", "with submodule")
+    with_submodule(workspace, tmp_path / "library", "v = 1\n")
     before = snapshots.capture(workspace, "t/0").commit
 
     sub = workspace / "vendor/lib"
@@ -200,9 +192,7 @@ def test_nested_repositories_and_submodules_are_left_alone(
     sub_head = git(sub, "rev-parse", "HEAD")
     nested = workspace / "fresh"
     write(nested, "f.txt", "f\n")
-    git(nested, "init", "-q")
-    git(nested, "add", "-A")
-    git(nested, "commit", "-qm", "f")
+    commit_all(nested, "f")
     write(workspace, "main.py", "import lib  # agent\n")
     after = snapshots.capture(workspace, "t/1").commit
 
