@@ -27,7 +27,10 @@ class TurnNotFound(TurnbackError, LookupError):
 
 
 class InvalidEvent(TurnbackError, ValueError):
-    """An event that cannot be journaled; nothing was written."""
+    """An event or prompt that cannot be journaled; nothing was written."""
+
+    #: the field that is wrong, as a path (``prompt[0].text``), when one is
+    field: str | None = None
 
 
 class TurnInProgress(TurnbackError):

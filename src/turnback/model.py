@@ -134,10 +134,14 @@ class Turn:
     def prompt_text(self) -> str:
         if isinstance(self.prompt, str):
             return self.prompt
+        if not isinstance(self.prompt, list):
+            return ""
         return "".join(
-            block.get("text", "")
+            block["text"]
             for block in self.prompt
-            if isinstance(block, dict) and block.get("type") == "text"
+            if isinstance(block, dict)
+            and block.get("type") == "text"
+            and isinstance(block.get("text"), str)
         )
 
 
@@ -168,9 +172,11 @@ class Message:
         content = self.data.get("content")
         if isinstance(content, list):
             return "".join(
-                block.get("text", "")
+                block["text"]
                 for block in content
-                if isinstance(block, dict) and block.get("type") == "text"
+                if isinstance(block, dict)
+                and block.get("type") == "text"
+                and isinstance(block.get("text"), str)
             )
         if isinstance(content, dict) and content.get("type") == "text":
             return str(content.get("text", ""))

@@ -49,7 +49,15 @@ import turnback
 from turnback.acp import commands, transcript
 from turnback.acp.wire import EditorWire, open_stdio
 from turnback.engine.handle import Session, Turnback
-from turnback.errors import TurnbackError
+from turnback.engine.turns import validate_prompt
+from turnback.errors import (
+    AmbiguousId,
+    InvalidEvent,
+    InvalidId,
+    SessionNotFound,
+    TurnbackError,
+    TurnNotFound,
+)
 from turnback.model import SessionRecord, TurnStatus
 from turnback.runtime import AgentError, AgentRuntime, InputRequest, PermissionRequest
 from turnback.runtime.reactor import Notice
@@ -59,8 +67,13 @@ from turnback.runtime.sidecar import Frame, Sidecar
 log = logging.getLogger("turnback.acp")
 
 DEFAULT_MAX_FRAME = 32 * 2**20
-SERVER_ERROR = -32000
-_SHUTDOWN_GRACE = 10.0
+#: turnback's own errors use JSON-RPC's codes as an agent would: ACP keeps -32000 for
+#: "authentication required", which an editor may answer with a login prompt.
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+_INVALID_PARAMS = (SessionNotFound, AmbiguousId, InvalidId, TurnNotFound, InvalidEvent)
+#: Seconds a running turn gets to end after the editor went away; all agents stop within 4.
+_SHUTDOWN_GRACE = 2.5
 _TAKEN_BY_RUNTIME = frozenset({"session/request_permission", "elicitation/create"})
 _SHOWN_ACTIVITIES = frozenset(
     {"turn.resuming", "turn.resumed", "turn.resume.failed", "turn.resume.unavailable"}
@@ -91,8 +104,9 @@ def _read_cursor(cursor: Any) -> tuple[float, str]:
         ) from None
 
 
-def _error(message: str, **data: Any) -> acp.RequestError:
-    return acp.RequestError(SERVER_ERROR, message, {"details": message, **data} if data else None)
+def _error(message: str, code: int = INTERNAL_ERROR, **data: Any) -> acp.RequestError:
+    """turnback's own error, with the code an agent would answer for the same situation."""
+    return acp.RequestError(code, message, {"details": message, **data} if data else None)
 
 
 def _dump(model: Any) -> dict[str, Any]:
@@ -240,8 +254,16 @@ class Proxy:
             return await self._request(method, params)
         except acp.RequestError:
             raise
-        except TurnbackError as error:
+        except AgentError as error:
+            if isinstance(error.__cause__, acp.RequestError):
+                raise error.__cause__ from None  # the agent's own answer, unchanged
             raise _error(str(error), error=type(error).__name__) from error
+        except TurnbackError as error:
+            data: dict[str, Any] = {"error": type(error).__name__}
+            if isinstance(error, InvalidEvent) and error.field is not None:
+                data["field"] = error.field
+            code = INVALID_PARAMS if isinstance(error, _INVALID_PARAMS) else INTERNAL_ERROR
+            raise _error(str(error), code, **data) from error
         except (ConnectionError, OSError) as error:
             raise _error(f"the agent {self._described} went away: {error}") from error
 
@@ -329,6 +351,8 @@ class Proxy:
             try:
                 await lobby.open(10.0)
             except AgentError as error:
+                if isinstance(error.__cause__, acp.RequestError):
+                    raise error.__cause__ from None  # the agent refused initialize: its answer
                 raise _error(
                     f"turnback acp could not start the agent: {error}", command=list(self.command)
                 ) from error
@@ -443,6 +467,7 @@ class Proxy:
         blocks = params.get("prompt")
         if not isinstance(blocks, list):
             raise acp.RequestError.invalid_params({"details": "prompt must be a list of blocks"})
+        validate_prompt(blocks)  # before anything is written: InvalidEvent names the field
         command = commands.parse(blocks)
         if command is not None:
             text = await commands.run(command, runtime)
@@ -646,7 +671,7 @@ async def serve(
         gone.cancel()
         stopped.cancel()
         try:
-            await asyncio.wait_for(proxy.close(), _SHUTDOWN_GRACE * 2)
+            await asyncio.wait_for(proxy.close(), 4.0)
         except TimeoutError:
             log.warning("turnback acp: stopping the agents took too long; exiting anyway")
         await conn.close()

@@ -444,6 +444,11 @@ class AgentRuntime:
             # The caller gave up on the turn: tell the agent, end the turn cancelled, propagate.
             await asyncio.shield(self._abandon(turn))
             raise
+        except Exception as error:
+            # Whatever went wrong, the turn ends: a turn left running refuses every later one.
+            with contextlib.suppress(Exception):
+                await self._end(turn, TurnStatus.FAILED, f"turnback failed the turn: {error}")
+            raise
         finally:
             self._current, self._live = None, None
 

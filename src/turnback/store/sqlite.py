@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from turnback import jsontext
 from turnback.errors import SchemaTooNew, StoreCorrupt, StoreError, StoreLocked, StoreUnavailable
 from turnback.model import (
     Activity,
@@ -48,7 +49,13 @@ from turnback.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return jsontext.dumps(value)  # unpaired surrogates escaped: SQLite stores UTF-8
+
+
+def _text(value: str | None) -> str | None:
+    """A sentence for people (a detail, a title, an activity): one that quotes an agent's
+    unpaired surrogate keeps a replacement character in its place."""
+    return jsontext.readable(value) if value is not None else None
 
 
 _ENDED = tuple(status.value for status in TurnStatus if status.ended)
@@ -328,7 +335,7 @@ class _SQLiteTx:
             (
                 session.id,
                 session.workspace,
-                session.title,
+                _text(session.title),
                 session.agent,
                 session.head,
                 session.status,
@@ -435,7 +442,7 @@ class _SQLiteTx:
         cursor = self._c.execute(
             "UPDATE turns SET status = ?, ended_at = ?, detail = ?, event_count = ? "
             "WHERE token = ? AND status = ?",
-            (status.value, ended_at, detail, event_count, token, expected.value),
+            (status.value, ended_at, _text(detail), event_count, token, expected.value),
         )
         return cursor.rowcount == 1
 
@@ -596,7 +603,7 @@ class _SQLiteTx:
         cursor = self._c.execute(
             "INSERT INTO activities (session_id, turn, level, code, message, data, at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (session_id, turn, level.value, code, message, _dumps(data), at),
+            (session_id, turn, level.value, code, _text(message), _dumps(data), at),
         )
         return int(cursor.lastrowid or 0)
 
