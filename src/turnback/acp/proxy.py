@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import logging
 import os
@@ -114,6 +115,36 @@ def _dump(model: Any) -> dict[str, Any]:
         return {}
     dumped: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
     return dumped
+
+
+def _initialized(agent: dict[str, Any]) -> dict[str, Any]:
+    """The editor's ``initialize`` answer: the agent's, as it wrote it, plus only turnback's
+    documented additions -- the session methods it serves from its store (``loadSession`` and
+    ``sessionCapabilities`` ``list``, ``resume``, ``close``, ``delete`` and the unstable
+    ``fork``) and its ``_meta.turnback`` key. The agent's own ``_meta.turnback`` (its
+    checkpoint and rollback extensions) is turnback's to use, not the editor's."""
+    response = copy.deepcopy(agent)
+    capabilities = response.get("agentCapabilities")
+    if not isinstance(capabilities, dict):
+        capabilities = response["agentCapabilities"] = {}
+    capabilities["loadSession"] = True
+    sessions = capabilities.get("sessionCapabilities")
+    if not isinstance(sessions, dict):
+        sessions = capabilities["sessionCapabilities"] = {}
+    for feature in ("list", "resume", "close", "delete", "fork"):
+        if not isinstance(sessions.get(feature), dict):
+            sessions[feature] = {}
+    for holder in (capabilities, response):
+        meta = holder.get("_meta")
+        if isinstance(meta, dict) and "turnback" in meta:
+            del meta["turnback"]
+            if not meta:
+                del holder["_meta"]
+    meta = response.get("_meta")
+    if not isinstance(meta, dict):
+        meta = response["_meta"] = {}
+    meta["turnback"] = {"proxy": turnback.__version__, "commands": sorted(commands.NAMES)}
+    return response
 
 
 @dataclass(slots=True)
@@ -313,25 +344,7 @@ class Proxy:
         self.initialize_params = dict(params)
         self.authenticated = None  # a new initialize is followed by its own authenticate
         lobby = await self._lobby_agent(restart=True)
-        response = _dump(lobby.initialize_response)
-        capabilities = response.setdefault("agentCapabilities", {})
-        capabilities["loadSession"] = True
-        sessions = capabilities.setdefault("sessionCapabilities", {})
-        for feature in ("list", "resume", "fork"):
-            sessions.setdefault(feature, {})
-        for holder in (capabilities, response):
-            meta = holder.get("_meta")
-            if isinstance(meta, dict):
-                meta.pop(
-                    "turnback", None
-                )  # the agent's extensions are turnback's, not the editor's
-                if not meta:
-                    del holder["_meta"]
-        response.setdefault("_meta", {})["turnback"] = {
-            "proxy": turnback.__version__,
-            "commands": sorted(commands.NAMES),
-        }
-        return response
+        return _initialized(lobby.initialize_result or _dump(lobby.initialize_response))
 
     async def _lobby_agent(self, *, restart: bool = False) -> Sidecar:
         if self._lobby is not None and (restart or not self._lobby.alive):

@@ -181,6 +181,10 @@ class Sidecar:
         self.features = AgentFeatures()
         #: the agent's answer to ``initialize``, once open
         self.initialize_response: InitializeResponse | None = None
+        #: the same answer as the agent wrote it (the ``result`` object), fields the SDK's
+        #: model does not know included and none added
+        self.initialize_result: dict[str, Any] | None = None
+        self._answered = False
 
     @property
     def described(self) -> str:
@@ -224,7 +228,7 @@ class Sidecar:
             ) from error
         self._process = process
         self.exited = asyncio.ensure_future(process.wait())
-        transport = _WatchedFrames(reader, writer, self._watch, self._malformed, self._pace)
+        transport = _WatchedFrames(reader, writer, self._first_answer, self._malformed, self._pace)
         self._transport = transport
         # The SDK's router calls only the methods the client has; the Client protocol lists all.
         # User-input requests (elicitation) are in the SDK's unstable part of the protocol.
@@ -266,6 +270,15 @@ class Sidecar:
         self.initialize_response = response
         self.features = AgentFeatures.from_initialize(response)
         return self.features
+
+    def _first_answer(self, frame: Frame, line: bytes) -> bool | None:
+        """The watch, keeping the first response as written: the answer to ``initialize``,
+        the first request this connection sends."""
+        if not self._answered and "method" not in frame:
+            self._answered = True
+            result = frame.get("result")
+            self.initialize_result = result if isinstance(result, dict) else None
+        return self._watch(frame, line)
 
     @property
     def _rpc(self) -> Connection:
