@@ -2,7 +2,8 @@
 tests. Run as ``python tests/acp/rough_agent.py``.
 
 ``ROUGH_AGENT_FAIL`` is JSON ``{"method": {"code", "message", "data"}}``: ``initialize`` or
-``session/new`` answers with that error. Each prompt is one word per line:
+``session/new`` answers with that error. It advertises ``session/close`` and writes each call
+to the file ``ROUGH_AGENT_LOG`` names. Each prompt is one word per line:
 
     say TEXT      an agent_message_chunk with TEXT (JSON escapes such as \\ud800 are decoded)
     deep N        a session/update line whose params nest N arrays deep, written raw
@@ -20,7 +21,15 @@ import uuid
 from typing import Any
 
 import acp
-from acp.schema import AgentCapabilities, InitializeResponse, NewSessionResponse, PromptResponse
+from acp.schema import (
+    AgentCapabilities,
+    CloseSessionResponse,
+    InitializeResponse,
+    NewSessionResponse,
+    PromptResponse,
+    SessionCapabilities,
+    SessionCloseCapabilities,
+)
 
 
 def _failure(method: str) -> acp.RequestError | None:
@@ -51,7 +60,10 @@ class Rough:
     async def initialize(self, protocol_version: int, **_: Any) -> InitializeResponse:
         if (error := _failure("initialize")) is not None:
             raise error
-        capabilities = AgentCapabilities(field_meta={"rough": {"level": 3}})
+        capabilities = AgentCapabilities(
+            field_meta={"rough": {"level": 3}},
+            session_capabilities=SessionCapabilities(close=SessionCloseCapabilities()),
+        )
         return InitializeResponse(
             protocol_version=protocol_version, agent_capabilities=capabilities
         )
@@ -83,10 +95,16 @@ class Rough:
     async def cancel(self, session_id: str, **_: Any) -> None:
         return None
 
+    async def close_session(self, session_id: str, **_: Any) -> CloseSessionResponse:
+        if "ROUGH_AGENT_LOG" in os.environ:
+            with open(os.environ["ROUGH_AGENT_LOG"], "a") as log:
+                log.write(f"session/close {session_id}\n")
+        return CloseSessionResponse()
+
 
 async def main() -> None:
     reader, writer = await acp.stdio_streams()
-    await acp.run_agent(Rough(), writer, reader)
+    await acp.run_agent(Rough(), writer, reader, use_unstable_protocol=True)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ from turnback.errors import (
     TurnbackError,
     TurnNotFound,
 )
-from turnback.model import SessionRecord, TurnStatus
+from turnback.model import SessionRecord, Turn, TurnStatus
 from turnback.runtime import AgentError, AgentRuntime, InputRequest, PermissionRequest
 from turnback.runtime.reactor import Notice
 from turnback.runtime.relay import Reply
@@ -115,6 +115,25 @@ def _dump(model: Any) -> dict[str, Any]:
         return {}
     dumped: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
     return dumped
+
+
+def _supports(initialize: Any, feature: str) -> bool:
+    """Whether an agent's ``initialize`` result advertises ``sessionCapabilities.feature``."""
+    capabilities = initialize.get("agentCapabilities") if isinstance(initialize, dict) else None
+    sessions = capabilities.get("sessionCapabilities") if isinstance(capabilities, dict) else None
+    return isinstance(sessions, dict) and isinstance(sessions.get(feature), dict)
+
+
+def _title(record: SessionRecord, turns: Sequence[Turn]) -> str | None:
+    """A session's title: the one it was given, else its first prompt's first 80 characters."""
+    if record.title is not None or not turns:
+        return record.title
+    first = min(turns, key=lambda t: t.number)
+    return " ".join(first.prompt_text.split())[:80] or None
+
+
+def _iso(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
 def _initialized(agent: dict[str, Any]) -> dict[str, Any]:
@@ -312,7 +331,14 @@ class Proxy:
         if method == "session/prompt":
             return await self._prompt(params)
         if method == "session/close":
-            await self._close_session(self._editor_session(params))
+            closing = self._editor_session(params)
+            runtime = closing.runtime
+            if runtime is not None and _supports(runtime.initialize_result, "close"):
+                await runtime.request(method, self._to_agent(closing, params))
+            await self._close_session(closing)  # turnback's record is kept: load opens it again
+            return {}
+        if method == "session/delete":
+            await self._delete(params)
             return {}
         editor = self._sessions.get(str(params.get("sessionId")))
         if editor is not None and editor.runtime is not None:
@@ -392,15 +418,12 @@ class Proxy:
         return result
 
     def _listed(self, record: SessionRecord) -> dict[str, Any]:
-        title = record.title
         turns = self.tb.session(record.id).turns()
-        if title is None and turns:
-            first = min(turns, key=lambda t: t.number)
-            title = " ".join(first.prompt_text.split())[:80] or None
+        title = _title(record, turns)
         info: dict[str, Any] = {
             "sessionId": record.id,
             "cwd": record.workspace,
-            "updatedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.updated_at)),
+            "updatedAt": _iso(record.updated_at),
             "_meta": {
                 "turnback": {
                     "turns": sum(t.in_conversation for t in turns),
@@ -436,6 +459,8 @@ class Proxy:
             messages = await asyncio.to_thread(session.messages)
             for update in transcript.replay(messages):
                 self.update(session.id, update)
+        if method != "session/new":
+            await self._session_info(session)
         runtime = editor.runtime
         assert runtime is not None
         response = _dump(runtime.session_response)
@@ -446,6 +471,34 @@ class Proxy:
         # runs anything else): the editor knows the session when the commands arrive.
         asyncio.get_running_loop().call_soon(self._announce_commands, editor)
         return response
+
+    async def _delete(self, params: dict[str, Any]) -> None:
+        """session/delete: the session leaves turnback's store (refused while a turn runs or
+        one is set aside), then its agent process stops, and the agent deletes its own
+        session when it says it can."""
+        session = await asyncio.to_thread(self._stored, params.get("sessionId"))
+        record = await asyncio.to_thread(lambda: session.record)
+        await asyncio.to_thread(session.delete)
+        editor = self._sessions.get(session.id)
+        agent_session = record.agent_state.get("agentSessionId")
+        try:
+            if editor is not None and editor.runtime is not None:
+                runtime = editor.runtime
+                if _supports(runtime.initialize_result, "delete") and runtime.agent_session_id:
+                    params = {**params, "sessionId": runtime.agent_session_id}
+                    await runtime.request("session/delete", params)
+            elif (
+                isinstance(agent_session, str)
+                and record.agent_state.get("command") == list(self.command)
+                and self._lobby is not None
+                and _supports(self._lobby.initialize_result, "delete")
+            ):
+                await self._lobby.request("session/delete", {**params, "sessionId": agent_session})
+        except (acp.RequestError, ConnectionError, OSError, AgentError) as error:
+            log.warning("the agent did not delete its session %s: %s", agent_session, error)
+        finally:
+            if editor is not None:
+                await self._close_session(editor)
 
     def _stored(self, session_id: Any) -> Session:
         if not isinstance(session_id, str) or not session_id:
@@ -492,6 +545,7 @@ class Proxy:
             turn = await runtime.prompt(blocks, meta=meta if isinstance(meta, dict) else None)
         finally:
             editor.prompting = None
+        await self._session_info(editor.session)
         answer = runtime.last_response
         if isinstance(answer, acp.RequestError):
             raise answer
@@ -502,6 +556,27 @@ class Proxy:
         message = f"turn {turn.number} failed: {turn.detail}"
         self.update(editor.id, transcript.notice_chunk(message, "error"))
         raise _error(message, turn=turn.token)
+
+    async def _session_info(self, session: Session) -> None:
+        """Tell the editor the session's title and when it was last active
+        (``session_info_update``), as ``session/list`` shows them."""
+
+        def read() -> tuple[SessionRecord, list[Turn]]:
+            return session.record, session.turns()
+
+        try:
+            record, turns = await asyncio.to_thread(read)
+        except TurnbackError as error:
+            log.warning("the session's title could not be read: %s", error)
+            return
+        update: dict[str, Any] = {
+            "sessionUpdate": "session_info_update",
+            "updatedAt": _iso(record.updated_at),
+        }
+        title = _title(record, turns)
+        if title is not None:
+            update["title"] = title
+        self.update(session.id, update)
 
     def _editor_session(self, params: dict[str, Any]) -> _EditorSession:
         session_id = params.get("sessionId")

@@ -230,6 +230,10 @@ class WorkspaceCheckpoints:
 REF_GRACE = 3600.0
 
 
+#: The activity a deleted session leaves (outside any session): gc still visits its workspace.
+DELETED = "session.deleted"
+
+
 def collect_garbage(
     store: Store,
     checkpoints: WorkspaceCheckpoints,
@@ -269,9 +273,15 @@ def collect_garbage(
         spent = [r.id for s in sessions for r in _spent_reverts(tx, s.id)]
         tx.release_revert_checkpoints(spent)
         named = tx.checkpoint_commits()
+        deleted = {
+            str(a.data.get("workspace"))
+            for a in tx.activities(None, limit=1_000_000)
+            if a.code == DELETED and a.session_id is None
+        }
+    deleted = {w for w in deleted if Path(w).is_dir()}  # nothing to prune where it is gone
     refs = freed = 0
     problems: list[str] = []
-    workspaces = sorted({s.workspace for s in sessions})
+    workspaces = sorted({s.workspace for s in sessions} | deleted)
     for done, workspace in enumerate(workspaces, start=1):
         try:
             grace = REF_GRACE if older_than is None else older_than

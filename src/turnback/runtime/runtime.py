@@ -255,6 +255,11 @@ class AgentRuntime:
         return self._agent_session
 
     @property
+    def initialize_result(self) -> dict[str, Any] | None:
+        """The agent's answer to ``initialize`` as it wrote it, while it runs."""
+        return self._sidecar.initialize_result if self._sidecar is not None else None
+
+    @property
     def initialize_response(self) -> Any:
         """The agent's answer to ``initialize`` (an ``InitializeResponse``), while it runs."""
         return self._sidecar.initialize_response if self._sidecar is not None else None

@@ -362,6 +362,9 @@ class _SQLiteTx:
         rows = self._all(f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY updated_at DESC")
         return [_session(row) for row in rows]
 
+    def delete_session(self, session_id: str) -> None:
+        self._c.execute("DELETE FROM sessions WHERE id = ?", (session_id,))  # rows cascade
+
     def set_head(self, session_id: str, head: str | None, now: float) -> None:
         self._c.execute(
             "UPDATE sessions SET head = ?, updated_at = ? WHERE id = ?", (head, now, session_id)
