@@ -7,7 +7,8 @@ to the file ``ROUGH_AGENT_LOG`` names. Each prompt is one word per line:
 
     say TEXT      an agent_message_chunk with TEXT (JSON escapes such as \\ud800 are decoded)
     deep N        a session/update line whose params nest N arrays deep, written raw
-    raw JSON      the line JSON (decoded from the rest of the line) written raw, as it is
+    raw STRING    STRING, a JSON string literal of characters U+0000 to U+00FF, written raw
+                  as one line of bytes, one byte a character (any bytes, invalid UTF-8 too)
     hang          never answer this prompt, and ignore session/cancel and SIGTERM
 """
 
@@ -86,7 +87,7 @@ class Rough:
                 line = f'{{"jsonrpc":"2.0","method":"session/update","params":{params}}}'
                 await _raw(line.encode())
             elif word == "raw":
-                await _raw(rest.encode())
+                await _raw(json.loads(rest).encode("latin-1"))
             elif word == "hang":
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
                 await asyncio.Event().wait()

@@ -111,9 +111,9 @@ def test_an_agents_deep_or_malformed_lines_are_skipped_and_the_turn_goes_on(
             "say before",
             "deep 100000",
             "deep 1000",
-            'raw {"jsonrpc":"2.0","id":{"x":1},"result":{}}',
-            'raw {"jsonrpc":"2.0","id":77,"error":"not an object"}',
-            "raw [1,2]",
+            "raw " + json.dumps('{"jsonrpc":"2.0","id":{"x":1},"result":{}}'),
+            "raw " + json.dumps('{"jsonrpc":"2.0","id":77,"error":"not an object"}'),
+            'raw "[1,2]"',
             "say after",
         ]
     )
