@@ -79,6 +79,20 @@ class MessageKind(enum.StrEnum):
     ERROR = "error"
     NOTICE = "notice"
     OTHER = "other"  # an update kind turnback does not fold; replayed as it was
+    UNREADABLE = "unreadable"  # a stored row that cannot be read back; data says what it held
+
+
+#: What a stored JSON value that cannot be read back is shown as: ``{UNREADABLE: the text's
+#: first characters, "error": why}`` -- never an exception that hides the rest.
+UNREADABLE = "_turnback/unreadable"
+
+
+def unreadable(text: object, error: Exception) -> dict[str, Any]:
+    return {UNREADABLE: str(text)[:200], "error": f"{type(error).__name__}: {error}"[:200]}
+
+
+def is_unreadable(value: object) -> bool:
+    return isinstance(value, dict) and UNREADABLE in value
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +148,8 @@ class Turn:
     def prompt_text(self) -> str:
         if isinstance(self.prompt, str):
             return self.prompt
+        if is_unreadable(self.prompt):
+            return "[unreadable prompt]"
         if not isinstance(self.prompt, list):
             return ""
         return "".join(
@@ -169,6 +185,8 @@ class Message:
     @property
     def text(self) -> str:
         """The text of a message, tool call title or plan, for people to read."""
+        if self.kind is MessageKind.UNREADABLE:
+            return "[unreadable message]"
         content = self.data.get("content")
         if isinstance(content, list):
             return "".join(

@@ -26,7 +26,12 @@ _CHUNKS = {
 def replay(messages: list[Message]) -> Iterator[dict[str, Any]]:
     """The ``update`` objects that show ``messages`` to an editor, in order."""
     for message in messages:
-        if message.kind in (MessageKind.NOTICE, MessageKind.ERROR):
+        if message.kind is MessageKind.UNREADABLE:
+            yield notice_chunk(
+                "A stored message of this session cannot be read back and is left out here.",
+                "unreadable",
+            )
+        elif message.kind in (MessageKind.NOTICE, MessageKind.ERROR):
             yield notice_chunk(message.text, message.kind.value)
         else:
             yield from _events(message)

@@ -44,12 +44,23 @@ from turnback.model import (
     StepCheckpoint,
     Turn,
     TurnStatus,
+    unreadable,
 )
 from turnback.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 
 def _dumps(value: Any) -> str:
     return jsontext.dumps(value)  # unpaired surrogates escaped: SQLite stores UTF-8
+
+
+def _loads(text: Any, fallback: Any = None) -> Any:
+    """A stored JSON value; one that cannot be read back is shown as unreadable (or as
+    ``fallback``, for the store's own bookkeeping), never raised: one damaged row must not
+    hide a session's others."""
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError, RecursionError) as error:
+        return unreadable(text, error) if fallback is None else fallback
 
 
 def _text(value: str | None) -> str | None:
@@ -242,10 +253,10 @@ def _session(row: sqlite3.Row | tuple[Any, ...]) -> SessionRecord:
         agent=row[3],
         head=row[4],
         status=row[5],
-        pending_requests=tuple(json.loads(row[6])),
+        pending_requests=tuple(_loads(row[6], [])),
         created_at=row[7],
         updated_at=row[8],
-        agent_state=json.loads(row[9]),
+        agent_state=_loads(row[9], {}),
     )
 
 
@@ -272,7 +283,7 @@ def _turn(row: tuple[Any, ...]) -> Turn:
         parent=row[3],
         owner_id=row[4],
         status=TurnStatus(row[5]),
-        prompt=json.loads(row[6]),
+        prompt=_loads(row[6]),
         started_at=row[7],
         ended_at=row[8],
         detail=row[9],
@@ -548,7 +559,7 @@ class _SQLiteTx:
             "WHERE e.turn = ? AND t.status NOT IN (?, ?) ORDER BY e.seq",
             (token, *_KEEPS_JOURNAL),
         )
-        return [RunEvent(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5]) for r in rows]
+        return [RunEvent(r[0], r[1], r[2], r[3], _loads(r[4]), r[5]) for r in rows]
 
     # step checkpoints
 
@@ -618,7 +629,7 @@ class _SQLiteTx:
             (*params, limit),
         )
         return [
-            Activity(r[0], r[1], r[2], ActivityLevel(r[3]), r[4], r[5], json.loads(r[6]), r[7])
+            Activity(r[0], r[1], r[2], ActivityLevel(r[3]), r[4], r[5], _loads(r[6]), r[7])
             for r in reversed(rows)
         ]
 
@@ -797,4 +808,7 @@ def _marks(values: Sequence[object]) -> str:
 
 
 def _message(row: tuple[Any, ...]) -> Message:
-    return Message(row[0], row[1], row[2], MessageKind(row[3]), json.loads(row[4]))
+    try:
+        return Message(row[0], row[1], row[2], MessageKind(row[3]), json.loads(row[4]))
+    except (ValueError, TypeError, RecursionError) as error:
+        return Message(row[0], row[1], row[2], MessageKind.UNREADABLE, unreadable(row[4], error))
