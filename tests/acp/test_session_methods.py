@@ -109,3 +109,29 @@ def test_close_info_and_delete(home: Path, workspace: Path, tmp_path: Path) -> N
         with pytest.raises(SessionNotFound):
             tb.session(session_id)
         assert tb.gc(older_than=0).refs_removed >= 2  # its checkpoints are garbage now
+
+
+def test_a_load_replays_each_message_with_its_message_id(home: Path, workspace: Path) -> None:
+    with turnback.open(home) as tb:
+        session = tb.create_session(workspace=workspace)
+        with session.turn("go") as turn:
+            for text, message_id in (("a", "m1"), ("b", "m1"), ("c", "m2")):
+                content = {"type": "text", "text": text}
+                turn.record(
+                    {
+                        "sessionUpdate": "agent_message_chunk",
+                        "content": content,
+                        "messageId": message_id,
+                    }
+                )
+
+    async def scenario() -> Talk:
+        talk = Talk(await raw_proxy(home, workspace, agent=ROUGH))
+        await talk.ask("initialize", {})
+        load = {"sessionId": session.id, "cwd": str(workspace), "mcpServers": []}
+        assert "result" in await talk.ask("session/load", load)
+        await finish(talk.editor)
+        return talk
+
+    chunks = run(scenario()).updates("agent_message_chunk")
+    assert [(c["content"]["text"], c["messageId"]) for c in chunks] == [("ab", "m1"), ("c", "m2")]

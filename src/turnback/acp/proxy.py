@@ -59,7 +59,7 @@ from turnback.errors import (
     TurnbackError,
     TurnNotFound,
 )
-from turnback.model import SessionRecord, Turn, TurnStatus
+from turnback.model import Activity, ActivityLevel, Message, SessionRecord, Turn, TurnStatus
 from turnback.runtime import AgentError, AgentRuntime, InputRequest, PermissionRequest
 from turnback.runtime.reactor import Notice
 from turnback.runtime.relay import Reply
@@ -76,9 +76,9 @@ _INVALID_PARAMS = (SessionNotFound, AmbiguousId, InvalidId, TurnNotFound, Invali
 #: Seconds a running turn gets to end after the editor went away; all agents stop within 4.
 _SHUTDOWN_GRACE = 2.5
 _TAKEN_BY_RUNTIME = frozenset({"session/request_permission", "elicitation/create"})
-_SHOWN_ACTIVITIES = frozenset(
-    {"turn.resuming", "turn.resumed", "turn.resume.failed", "turn.resume.unavailable"}
-)
+#: The runtime's activities the editor is told of as they happen: one line when the agent
+#: stopped and the turn resumes, one when it cannot.
+_SHOWN_ACTIVITIES = frozenset({"turn.resuming", "turn.resume.failed", "turn.resume.unavailable"})
 _SESSION_METHODS = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
 #: Sessions per session/list page.
 LIST_PAGE = 50
@@ -255,11 +255,29 @@ class _SessionRelay:
         return self._proxy.wire.backlog()
 
     def activity(self, notice: Notice) -> None:
-        if notice.code in _SHOWN_ACTIVITIES and notice.turn is not None:
-            text = notice.message + "."
-            if notice.code == "turn.resuming":
-                text = f"The agent stopped unexpectedly; {text}"
-            self._proxy.update(self._session_id, transcript.notice_chunk(text))
+        """One line for the editor's user when the agent stopped mid-turn, in its words (the
+        runtime's activity says the same for the CLI)."""
+        if notice.code not in _SHOWN_ACTIVITIES or notice.turn is None:
+            return
+        data = notice.data
+        if notice.code == "turn.resuming":
+            step = data.get("step")
+            where = f"step {step}" if step is not None else "its beginning"
+            text = (
+                "The agent stopped unexpectedly; it is being restarted and this turn goes on "
+                f"from {where} (attempt {data.get('attempt')})."
+            )
+        elif notice.code == "turn.resume.failed":
+            text = (
+                "The agent kept stopping, so this turn has ended; send the prompt again to "
+                "try once more."
+            )
+        else:
+            text = (
+                "The agent stopped before saving a point to go on from, so this turn has "
+                "ended; send the prompt again to start it over."
+            )
+        self._proxy.update(self._session_id, transcript.notice_chunk(text))
 
     async def permission(self, request: PermissionRequest) -> str | None:
         return await self._proxy.ask_permission(self._session_id, request)
@@ -456,8 +474,12 @@ class Proxy:
         if editor is None or editor.runtime is None:
             editor = await self._start(session, servers)
         if method == "session/load":
-            messages = await asyncio.to_thread(session.messages)
-            for update in transcript.replay(messages):
+
+            def read() -> tuple[list[Message], list[Turn], list[Activity]]:
+                return session.messages(), session.turns(), session.activities()
+
+            messages, turns, activities = await asyncio.to_thread(read)
+            for update in transcript.replay(messages, turns, activities):
                 self.update(session.id, update)
         if method != "session/new":
             await self._session_info(session)
@@ -536,8 +558,16 @@ class Proxy:
         validate_prompt(blocks)  # before anything is written: InvalidEvent names the field
         command = commands.parse(blocks)
         if command is not None:
-            text = await commands.run(command, runtime)
-            self.update(editor.id, transcript.notice_chunk(text, "command"))
+            said = await commands.run(command, runtime)
+            self.update(editor.id, transcript.notice_chunk(said.text, "command"))
+            if not said.recorded:  # kept, so a session/load shows it again where it was
+                await asyncio.to_thread(
+                    editor.session.add_activity,
+                    ActivityLevel.INFO,
+                    transcript.COMMAND_ANSWERED,
+                    said.text,
+                    {"command": command.name, "args": list(command.args)},
+                )
             return {"stopReason": "end_turn"}
         meta = params.get("_meta")
         editor.prompting = asyncio.current_task()

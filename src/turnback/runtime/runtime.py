@@ -550,6 +550,16 @@ class AgentRuntime:
             return None, False
         await self._engine.run(turn.rewind, checkpoint)
         where = f"step {checkpoint.step}" if checkpoint else "its beginning"
+        # In the turn, after the rewind: the conversation says where the turn went on from.
+        self._record(
+            turn,
+            {
+                "sessionUpdate": EventKind.NOTICE.value,
+                "text": f"The agent stopped unexpectedly; the turn resumed from {where}.",
+                "step": checkpoint.step if checkpoint else None,
+                "attempt": attempt + 1,
+            },
+        )
         await self._notice(
             ActivityLevel.INFO,
             "turn.resuming",
