@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from turnback.errors import TurnbackError
+from turnback.errors import RECOVER, WAIT, TurnbackError
 from turnback.model import FileChange, Turn
 from turnback.runtime import AgentRuntime
 
@@ -87,7 +87,17 @@ async def run(command: SlashCommand, runtime: AgentRuntime) -> Answer:
             "Undid the last rewind: files, turns and conversation are back as they were.", True
         )
     except TurnbackError as error:
-        return Answer(f"turnback could not do `/{command.name}`: {error}")
+        return Answer(f"turnback could not do `/{command.name}`: {worded(error)}")
+
+
+def worded(error: TurnbackError) -> str:
+    """An engine error in the editor's terms: its message, and what settles it said as the
+    editor's user can do it (its structured ``remedy``), never as a terminal command."""
+    if error.remedy == WAIT:
+        return f"{error}; send it again once the turn has ended, or cancel the turn"
+    if error.remedy == RECOVER:
+        return f"{error}; restarting the agent (turnback acp) settles it"
+    return str(error)
 
 
 def _conversation(runtime: AgentRuntime) -> list[Turn]:

@@ -330,8 +330,11 @@ class Proxy:
             data: dict[str, Any] = {"error": type(error).__name__}
             if isinstance(error, InvalidEvent) and error.field is not None:
                 data["field"] = error.field
+            for name in ("turn", "state", "remedy"):
+                if getattr(error, name) is not None:
+                    data[name] = getattr(error, name)
             code = INVALID_PARAMS if isinstance(error, _INVALID_PARAMS) else INTERNAL_ERROR
-            raise _error(str(error), code, **data) from error
+            raise _error(commands.worded(error), code, **data) from error
         except (ConnectionError, OSError) as error:
             raise _error(f"the agent {self._described} went away: {error}") from error
 

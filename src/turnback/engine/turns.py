@@ -246,7 +246,7 @@ def begin(
     with store.atomic() as tx:
         session = tx.get_session(session_id)
         if session is None:
-            raise SessionNotFound(f"no session {session_id}; `turnback sessions` lists them")
+            raise SessionNotFound(f"no session {session_id}")
         require_idle(tx, session_id, "beginning another")
         head = tx.get_turn(session.head) if session.head else None
         turn = Turn(
@@ -276,8 +276,9 @@ def require_idle(tx: Tx, session_id: str, before: str) -> None:
         raise TurnInProgress(
             f"session {session_id[:12]} already has turn {running.number} running "
             f"(token {running.token}, since {time.ctime(running.started_at)}); wait for it to "
-            f"end before {before}, cancel it, or run `turnback recover` if its process died",
+            f"end before {before}, or cancel it",
             running.token,
+            turn=running.number,
         )
 
 

@@ -333,8 +333,7 @@ class AgentRuntime:
         conversation = [t for t in turns if t.in_conversation]
         if not conversation or conversation[-1].status is not TurnStatus.INTERRUPTED:
             raise ResumeUnavailable(
-                f"session {self.session.id[:12]} has no interrupted turn at its head to resume; "
-                "`turnback log` shows its turns"
+                f"session {self.session.id[:12]} has no interrupted turn at its head to resume"
             )
         interrupted = conversation[-1]
         checkpoints = await self._engine.run(self.session.step_checkpoints, interrupted.token)
