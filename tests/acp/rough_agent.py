@@ -2,8 +2,9 @@
 tests. Run as ``python tests/acp/rough_agent.py``.
 
 ``ROUGH_AGENT_FAIL`` is JSON ``{"method": {"code", "message", "data"}}``: ``initialize`` or
-``session/new`` answers with that error. It advertises ``session/close`` and writes each call
-to the file ``ROUGH_AGENT_LOG`` names. Each prompt is one word per line:
+``session/new`` answers with that error. It advertises ``session/close``, and writes each call
+of it, each ``session/prompt``'s id and each ``$/cancel_request`` to the file
+``ROUGH_AGENT_LOG`` names. Each prompt is one word per line:
 
     say TEXT      an agent_message_chunk with TEXT (JSON escapes such as \\ud800 are decoded)
     deep N        a session/update line whose params nest N arrays deep, written raw
@@ -41,6 +42,22 @@ def _failure(method: str) -> acp.RequestError | None:
     return acp.RequestError(error["code"], error["message"], error.get("data"))
 
 
+def _log(line: str) -> None:
+    if "ROUGH_AGENT_LOG" in os.environ:
+        with open(os.environ["ROUGH_AGENT_LOG"], "a") as log:
+            log.write(line + "\n")
+
+
+def _note_incoming(event: Any) -> None:
+    message = event.message
+    if getattr(event.direction, "value", "") != "incoming":
+        return
+    if message.get("method") == "session/prompt":
+        _log(f"session/prompt {json.dumps(message.get('id'))}")
+    elif message.get("method") == "$/cancel_request":
+        _log(f"$/cancel_request {json.dumps((message.get('params') or {}).get('requestId'))}")
+
+
 async def _raw(line: bytes) -> None:
     """Write ``line`` to stdout past the SDK, after what the SDK has written."""
     await asyncio.sleep(0.1)
@@ -57,6 +74,8 @@ async def _raw(line: bytes) -> None:
 class Rough:
     def on_connect(self, conn: Any) -> None:
         self.conn = conn
+        # What arrives, as written (the SDK would answer "$/cancel_request" method-not-found).
+        conn._conn.add_observer(_note_incoming)
 
     async def initialize(self, protocol_version: int, **_: Any) -> InitializeResponse:
         if (error := _failure("initialize")) is not None:
@@ -97,9 +116,7 @@ class Rough:
         return None
 
     async def close_session(self, session_id: str, **_: Any) -> CloseSessionResponse:
-        if "ROUGH_AGENT_LOG" in os.environ:
-            with open(os.environ["ROUGH_AGENT_LOG"], "a") as log:
-                log.write(f"session/close {session_id}\n")
+        _log(f"session/close {session_id}")
         return CloseSessionResponse()
 
 

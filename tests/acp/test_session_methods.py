@@ -135,3 +135,54 @@ def test_a_load_replays_each_message_with_its_message_id(home: Path, workspace: 
 
     chunks = run(scenario()).updates("agent_message_chunk")
     assert [(c["content"]["text"], c["messageId"]) for c in chunks] == [("ab", "m1"), ("c", "m2")]
+
+
+def test_cancel_request_is_forwarded_hop_by_hop(
+    home: Path, workspace: Path, tmp_path: Path
+) -> None:
+    agent_log = tmp_path / "agent.log"
+    ask = {"jsonrpc": "2.0", "id": "ask-7", "method": "fs/read_text_file"}
+    cancel = {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "ask-7"}}
+
+    async def scenario() -> tuple[Talk, str]:
+        os.environ["ROUGH_AGENT_LOG"] = str(agent_log)
+        try:
+            talk = Talk(await raw_proxy(home, workspace, agent=ROUGH))
+        finally:
+            del os.environ["ROUGH_AGENT_LOG"]
+        await talk.ask("initialize", {})
+        new = {"cwd": str(workspace), "mcpServers": []}
+        session_id = (await talk.ask("session/new", new))["result"]["sessionId"]
+        # the agent asks the editor something, then cancels it
+        ask["params"] = {"sessionId": "whatever", "path": "/x"}
+        script = f"raw {json.dumps(json.dumps(ask))}\nraw {json.dumps(json.dumps(cancel))}"
+        prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": script}]}
+        assert "result" in await talk.ask("session/prompt", prompt)
+        # the editor cancels a prompt the agent is still working on
+        hang = {"sessionId": session_id, "prompt": [{"type": "text", "text": "hang"}]}
+        await talk.editor.send(_request(700, "session/prompt", hang))
+        deadline = asyncio.get_running_loop().time() + 10
+        while agent_log.read_text().count("session/prompt") < 2:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.05)
+        await talk.editor.send(
+            json.dumps(
+                {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 700}}
+            ).encode()
+        )
+        while "$/cancel_request" not in agent_log.read_text():
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.05)
+        await finish(talk.editor)
+        return talk, agent_log.read_text()
+
+    talk, log = run(scenario())
+    asked = [n for n in talk.notes if n.get("method") == "fs/read_text_file"]
+    cancels = [n for n in talk.notes if n.get("method") == "$/cancel_request"]
+    assert len(asked) == 1 and asked[0]["id"] != "ask-7"  # the proxy's own id towards the editor
+    assert cancels == [
+        {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": asked[0]["id"]}}
+    ]
+    prompts = [line.split()[1] for line in log.splitlines() if line.startswith("session/prompt")]
+    cancelled = [line.split()[1] for line in log.splitlines() if line.startswith("$/cancel")]
+    assert cancelled == [prompts[1]] and prompts[1] != "700"  # the agent's id for the prompt

@@ -48,7 +48,7 @@ from acp.schema import PromptResponse
 
 import turnback
 from turnback.acp import commands, transcript
-from turnback.acp.wire import EditorWire, open_stdio
+from turnback.acp.wire import REQUEST_ID, EditorWire, open_stdio
 from turnback.engine.handle import Session, Turnback
 from turnback.engine.turns import validate_prompt
 from turnback.errors import (
@@ -63,7 +63,13 @@ from turnback.model import Activity, ActivityLevel, Message, SessionRecord, Turn
 from turnback.runtime import AgentError, AgentRuntime, InputRequest, PermissionRequest
 from turnback.runtime.reactor import Notice
 from turnback.runtime.relay import Reply
-from turnback.runtime.sidecar import Frame, Sidecar
+from turnback.runtime.sidecar import (
+    CANCEL_REQUEST,
+    SENT_REQUESTS,
+    Frame,
+    SentRequests,
+    Sidecar,
+)
 
 log = logging.getLogger("turnback.acp")
 
@@ -72,6 +78,7 @@ DEFAULT_MAX_FRAME = 32 * 2**20
 #: "authentication required", which an editor may answer with a login prompt.
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+REQUEST_CANCELLED = -32800
 _INVALID_PARAMS = (SessionNotFound, AmbiguousId, InvalidId, TurnNotFound, InvalidEvent)
 #: Seconds a running turn gets to end after the editor went away; all agents stop within 4.
 _SHUTDOWN_GRACE = 2.5
@@ -166,6 +173,19 @@ def _initialized(agent: dict[str, Any]) -> dict[str, Any]:
     return response
 
 
+def _cancel(rpc_id: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": CANCEL_REQUEST, "params": {"requestId": rpc_id}}
+
+
+@dataclass(slots=True)
+class _Forwarded:
+    """An agent's request passed to the editor: the id(s) it went out with, and whether the
+    agent has cancelled it."""
+
+    notes: SentRequests = field(default_factory=SentRequests)
+    cancelled: bool = False
+
+
 @dataclass(slots=True)
 class _EditorSession:
     """One editor-facing session: a turnback session and the runtime running its agent."""
@@ -228,8 +248,13 @@ class _SessionRelay:
             return True
         if method == "_turnback/checkpoint":
             return True  # addressed to turnback, which has recorded it
+        if method == CANCEL_REQUEST and "id" not in frame:
+            self._proxy.cancel_from_agent(reply, params)
+            return True
         if "id" in frame:
-            self._proxy.spawn(self._proxy.forward_request(frame, params, reply))
+            forwarded = _Forwarded()
+            self._proxy.from_agent[(reply, frame["id"])] = forwarded
+            self._proxy.spawn(self._proxy.forward_request(frame, params, reply, forwarded))
         else:
             self._proxy.forward_notification(str(method), params)
         return True
@@ -308,6 +333,10 @@ class Proxy:
         self.authenticated: dict[str, Any] | None = None
         self._lobby: Sidecar | None = None
         self._sessions: dict[str, _EditorSession] = {}
+        #: the editor's requests being served: what each led to sending, for $/cancel_request
+        self._serving: dict[Any, SentRequests] = {}
+        #: the agents' requests passed to the editor, by (the agent process's reply, its id)
+        self.from_agent: dict[tuple[Reply, Any], _Forwarded] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- the editor's methods ----------------------------------------------------------------
@@ -315,6 +344,11 @@ class Proxy:
     async def handle(self, method: str, params: Any, is_notification: bool) -> Any:
         """The editor-side connection's handler: every method and notification comes here."""
         params = params if isinstance(params, dict) else {}
+        rpc_id = None if is_notification else REQUEST_ID.get(None)
+        notes = SentRequests()
+        if rpc_id is not None:  # what it leads to sending is noted, for $/cancel_request
+            self._serving[rpc_id] = notes
+            SENT_REQUESTS.set(notes)
         try:
             if is_notification:
                 await self._notification(method, params)
@@ -337,6 +371,10 @@ class Proxy:
             raise _error(commands.worded(error), code, **data) from error
         except (ConnectionError, OSError) as error:
             raise _error(f"the agent {self._described} went away: {error}") from error
+        finally:
+            notes.open = False
+            if self._serving.get(rpc_id) is notes:
+                del self._serving[rpc_id]
 
     async def _request(self, method: str, params: dict[str, Any]) -> Any:
         if method == "initialize":
@@ -376,6 +414,14 @@ class Proxy:
         )
 
     async def _notification(self, method: str, params: dict[str, Any]) -> None:
+        if method == CANCEL_REQUEST:
+            # Hop by hop: each request the editor's one led to is cancelled by its own id.
+            request = params.get("requestId")
+            notes = self._serving.get(request) if isinstance(request, int | str) else None
+            for send, rpc_id in list(notes.sent if notes is not None else ()):
+                with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+                    await send(_cancel(rpc_id))
+            return
         editor = self._sessions.get(str(params.get("sessionId")))
         if method == "session/cancel":
             if editor is not None and editor.runtime is not None:
@@ -664,18 +710,40 @@ class Proxy:
             message["params"] = params
         self.wire.post(message)
 
-    async def forward_request(self, frame: Frame, params: Any, reply: Reply) -> None:
+    async def forward_request(
+        self, frame: Frame, params: Any, reply: Reply, forwarded: _Forwarded
+    ) -> None:
         """An agent's request the runtime does not answer (files, terminals, extensions): ask
         the editor and give the agent its answer."""
         answer: dict[str, Any] = {"jsonrpc": "2.0", "id": frame["id"]}
+        SENT_REQUESTS.set(forwarded.notes)
         try:
-            assert self.conn is not None
-            answer["result"] = await self.conn.send_request(str(frame["method"]), params)
+            if forwarded.cancelled:  # the agent cancelled it before it could be sent
+                answer["error"] = {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
+            else:
+                assert self.conn is not None
+                answer["result"] = await self.conn.send_request(str(frame["method"]), params)
         except acp.RequestError as error:
             answer["error"] = error.to_error_obj()
         except (ConnectionError, OSError) as error:
             answer["error"] = {"code": -32603, "message": f"the editor went away: {error}"}
+        finally:
+            self.from_agent.pop((reply, frame["id"]), None)
+            forwarded.notes.open = False
         await reply(answer)
+
+    def cancel_from_agent(self, reply: Reply, params: Any) -> None:
+        """The agent's ``$/cancel_request`` for a request it sent: passed to the editor with the
+        id the editor saw, or, not sent yet, answered as cancelled."""
+        request = params.get("requestId") if isinstance(params, dict) else None
+        try:
+            forwarded = self.from_agent.get((reply, request))
+        except TypeError:  # an id no request can have
+            return
+        if forwarded is not None:
+            forwarded.cancelled = True
+            for _, rpc_id in forwarded.notes.sent:
+                self.wire.post(_cancel(rpc_id))
 
     async def ask_permission(self, session_id: str, request: PermissionRequest) -> str | None:
         """The runtime's permission callback: the request is journaled; ask the editor."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import sys
@@ -36,12 +37,15 @@ from collections.abc import Awaitable
 from typing import Any, Protocol, cast
 
 from turnback import jsontext
+from turnback.runtime.sidecar import note_sent
 
 log = logging.getLogger("turnback.acp")
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 _HEAD = 4096
+#: The id of the editor's request the current task serves (None for a notification).
+REQUEST_ID: contextvars.ContextVar[Any] = contextvars.ContextVar("turnback_editor_request")
 #: Bytes written and not yet read by the editor past which the proxy reads no more from the
 #: agent until the editor has caught up.
 BACKLOG = 1 << 20
@@ -158,6 +162,7 @@ class EditorWire:
             await self._writer.drain()
 
     async def send(self, message: dict[str, Any]) -> None:
+        note_sent(self.send, message)
         self.post(message)
         self.flush()
         try:
@@ -192,6 +197,9 @@ class EditorWire:
                 )
                 continue
             if message is not None:
+                # The SDK handles the message in a task made now, in this context: its handler
+                # can tell which request of the editor it is serving.
+                REQUEST_ID.set(message.get("id") if "method" in message else None)
                 return message
 
     def _check(self, line: bytes) -> dict[str, Any] | None:

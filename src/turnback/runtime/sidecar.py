@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -75,6 +76,35 @@ class AgentFeatures:
             rollback=extension.get("rollback") is True,
             embedded_context=bool(prompts and prompts.embedded_context),
         )
+
+
+#: JSON-RPC's notification that a request is no longer wanted (``{"requestId"}``); ids are the
+#: sender's own, so a relay passes it on hop by hop, naming the id the next hop saw.
+CANCEL_REQUEST = "$/cancel_request"
+Sender = Callable[[Frame], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class SentRequests:
+    """The requests one request of a relay's client led to sending on, each as (how to write
+    to where it went, its id there), while ``open``."""
+
+    sent: list[tuple[Sender, Any]] = field(default_factory=list)
+    open: bool = True
+
+
+#: Set by a relay while it handles one request of its client, so a ``$/cancel_request`` for
+#: that request can follow it. Tasks started meanwhile inherit it; closing it stops the notes.
+SENT_REQUESTS: contextvars.ContextVar[SentRequests | None] = contextvars.ContextVar(
+    "turnback_sent_requests", default=None
+)
+
+
+def note_sent(send: Sender, frame: Frame) -> None:
+    """Note ``frame`` in :data:`SENT_REQUESTS` if it is a request and a relay listens."""
+    notes = SENT_REQUESTS.get()
+    if notes is not None and notes.open and "method" in frame and "id" in frame:
+        notes.sent.append((send, frame["id"]))
 
 
 class _WatchedFrames(NdjsonTransport):
@@ -129,6 +159,10 @@ class _WatchedFrames(NdjsonTransport):
                     await backlog
                 continue
             return message
+
+    async def send(self, payload: Frame) -> None:
+        await super().send(payload)
+        note_sent(self.send, payload)
 
     async def _refuse(self, rpc_id: Any, code: int, message: str) -> None:
         """Answer a request that cannot be handled, so the agent is not left waiting."""
