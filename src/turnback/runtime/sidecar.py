@@ -340,7 +340,10 @@ class Sidecar:
         # Closing stdin asks the agent to leave; one that lingers is terminated, then killed, by
         # the SDK's shutdown.
         try:
-            await self._stack.aclose()
+            # The SDK terminates an agent still there after a second; one that exits in that
+            # very moment makes the signal fail. It is gone either way.
+            with contextlib.suppress(ProcessLookupError):
+                await self._stack.aclose()
         finally:
             self._conn = None
             if self.exited is not None and not self.exited.done():
