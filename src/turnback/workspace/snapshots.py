@@ -303,18 +303,18 @@ class Snapshots:
         """Which of these untracked paths the ignore rules exclude from checkpoints."""
         if not paths:
             return set()
-        result = shadow.run(
-            "check-ignore",
-            "--no-index",
-            "-z",
-            "--stdin",
-            deadline=deadline,
-            input=b"\0".join(paths) + b"\0",
+        # check-ignore refuses literal pathspecs; "./" keeps a leading ":" from reading as magic
+        result = shadow.git.run(
+            ["check-ignore", "--no-index", "-z", "--stdin"],
+            env={**shadow.env(), "GIT_LITERAL_PATHSPECS": "0"},
+            input=b"".join(b"./" + path + b"\0" for path in paths),
+            timeout=deadline - time.monotonic(),
             check=False,
+            cwd=shadow.workspace,
         )
         if result.returncode not in (0, 1):
             raise failure(["check-ignore"], result)
-        return set(filter(None, result.stdout.split(b"\0")))
+        return {path[2:] for path in result.stdout.split(b"\0") if path}
 
     # -- watching ---------------------------------------------------------------------------
 
@@ -380,7 +380,7 @@ class Snapshots:
                 # Watched captures moved on without the index: move it to the last one, keeping
                 # the stat data of every entry that did not change.
                 shadow.note_tree(INDEX_TREE, None)
-                shadow.run("read-tree", "-m", index_tree, behind, deadline=deadline)
+                shadow.run("read-tree", "-m", "-i", index_tree, behind, deadline=deadline)
                 shadow.note_tree(INDEX_TREE, behind)
                 index_tree = behind
             shadow.note_tree(INDEX_NEXT, None)
