@@ -339,6 +339,10 @@ class Snapshots:
         self._watching[root] = 1
         return True
 
+    def watching(self, workspace: Path) -> bool:
+        """Whether a watcher feeds this workspace's captures."""
+        return ensure_workspace(workspace) in self._watchers
+
     def unwatch(self, workspace: Path) -> None:
         """Stop what one :meth:`watch` started; the last one stops the watcher."""
         root = ensure_workspace(workspace)
