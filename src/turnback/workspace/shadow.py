@@ -27,9 +27,10 @@ import fcntl
 import hashlib
 import os
 import re
+import select
 import shutil
+import signal
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -639,9 +640,8 @@ class FastImport:
             # fast-import would explode a small pack into loose objects, one file each
             config=(*shadow.config, "fastimport.unpackLimit=0"),
         )
-        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._process.kill)
-        self._timer.daemon = True
-        self._timer.start()
+        self._deadline = deadline
+        self._output = b""
         self._send(b"feature done\n")
 
     def __enter__(self) -> FastImport:
@@ -658,22 +658,37 @@ class FastImport:
             raise self._failed() from None
 
     def _answer(self) -> bytes:
-        assert self._process.stdin is not None and self._process.stdout is not None
+        """The next line fast-import writes (an answer to ``ls`` or ``get-mark``)."""
+        assert self._process.stdin is not None
         try:
             self._process.stdin.flush()
         except (BrokenPipeError, ValueError):
             raise self._failed() from None
-        line = self._process.stdout.readline()
-        if not line.endswith(b"\n"):
+        while b"\n" not in self._output:
+            data = self._read()
+            if not data:
+                raise self._failed()
+            self._output += data
+        line, _, self._output = self._output.partition(b"\n")
+        return line
+
+    def _read(self) -> bytes:
+        """Read what fast-import wrote (``b""``: it exited); past the deadline, stop it."""
+        assert self._process.stdout is not None
+        fd = self._process.stdout.fileno()
+        remaining = self._deadline - time.monotonic()
+        ready, _, _ = select.select([fd], [], [], max(remaining, 0.0))
+        if not ready:
+            self._process.kill()
             raise self._failed()
-        return line[:-1]
+        return os.read(fd, 65536)
 
     def _failed(self) -> GitFailed:
         self.close()
         assert self._process.stderr is not None
         stderr = self._process.stderr.read().decode("utf-8", "replace").strip()
         status = self._process.returncode
-        why = "was stopped at its time limit" if status == -9 else f"failed ({status})"
+        why = "was stopped at its time limit" if status == -signal.SIGKILL else f"failed ({status})"
         return GitFailed(f"`git fast-import` {why}" + (f": {stderr[:2000]}" if stderr else ""))
 
     def entries(self, tree: str, paths: Sequence[bytes]) -> list[Entry | None]:
@@ -743,13 +758,14 @@ class FastImport:
             self._process.stdin.close()
         except BrokenPipeError:
             raise self._failed() from None
+        while self._read():  # its output ends when it exits
+            pass
         if self._process.wait() != 0:
             raise self._failed()
         self.close()
 
     def close(self) -> None:
         """Stop fast-import if it still runs (no ref moves) and release its pipes."""
-        self._timer.cancel()
         if self._process.returncode is None:
             if self._process.poll() is None:
                 self._process.kill()
