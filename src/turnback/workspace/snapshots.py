@@ -73,6 +73,8 @@ BATCH = 4000
 #: A capture that finds at most this many tracked files modified, and nothing else, leaves the
 #: shadow's index as it is (see :meth:`Snapshots._scanned`); more, and it updates the index.
 SYNC_AFTER = 256
+#: ... or files of more than this many bytes in all.
+SYNC_BYTES = 16 * 2**20
 #: Objects younger than this survive :meth:`Snapshots.gc` even when unreferenced, so a capture
 #: running in another process cannot lose its objects before its ref is written.
 OBJECT_GRACE = 3600.0
@@ -401,6 +403,7 @@ class Snapshots:
         if index_tree is not None and len(reported) <= SYNC_AFTER:
             root = os.fsencode(shadow.workspace)
             edits: dict[bytes, Blob | None] = {}
+            size = 0
             for token in reported:
                 fields = token.split(b" ", 8)
                 # "1 XY N... ": a tracked file (not a gitlink) changed on disk, not deleted
@@ -412,6 +415,9 @@ class Snapshots:
                 if not isinstance(found, Blob):
                     break
                 edits[fields[8]] = found
+                size += len(found.data)
+                if size > SYNC_BYTES:
+                    break  # cheaper to hash them once into the index than again each time
             else:
                 return _Plan(base=index_tree, edits=edits)
         shadow.note_tree(INDEX_TREE, None)
