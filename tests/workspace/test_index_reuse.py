@@ -43,3 +43,14 @@ def test_many_edited_files_bring_the_index_up_to_date(home: Path, workspace: Pat
     second = snapshots.capture(workspace, "t/1")
     assert shadow.noted_tree(INDEX_TREE) == second.tree
     assert second.tree == Snapshots(home / "other").capture(workspace, "t/0").tree
+
+
+def test_check_removes_what_a_killed_fast_import_left(home: Path, workspace: Path) -> None:
+    write(workspace, "a.txt", "a\n")
+    snapshots = Snapshots(home)
+    snapshots.capture(workspace, "t/0")
+    report = snapshots._shadow(workspace).dir / "fast_import_crash_12345"
+    report.write_text("fatal: stream ends early\n")
+    snapshots.check(workspace)
+    assert not report.exists()
+    assert snapshots.exists(workspace, "t/0")

@@ -929,6 +929,9 @@ class Snapshots:
         try:
             with shadow.locked(deadline):
                 shadow.ensure(deadline)
+                # the report fast-import leaves when a capture was killed (or failed) under it
+                for report in shadow.dir.glob("fast_import_crash_*"):
+                    report.unlink()
                 for ref, path in list(shadow.loose_ref_files()):
                     if path.name.endswith(".lock"):
                         path.unlink()
