@@ -298,6 +298,8 @@ class WorkspaceCheckpoint:
     ref: str
     skipped: tuple[str, ...] = ()  # paths left out (too large); restores leave them alone
     seconds: float = 0.0
+    watched: bool = False  # a file watcher said what changed; no scan of the workspace
+    fallback: str | None = None  # why a watched workspace was scanned after all
 
 
 class RevertState(enum.StrEnum):

@@ -14,6 +14,7 @@ turn.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -169,6 +170,16 @@ class WorkspaceCheckpoints:
             )
         backoff.record_success()
         notes = self.take_problems()
+        if checkpoint.fallback is not None:
+            notes.append(
+                Note(
+                    ActivityLevel.INFO,
+                    "checkpoint.watch.fallback",
+                    f"the file watcher of {workspace} could not say what changed "
+                    f"({checkpoint.fallback}), so this checkpoint scanned every file",
+                    {"reason": checkpoint.fallback},
+                )
+            )
         if checkpoint.skipped:
             shown = ", ".join(checkpoint.skipped[:5])
             more = f" and {len(checkpoint.skipped) - 5} more" if len(checkpoint.skipped) > 5 else ""
@@ -182,6 +193,19 @@ class WorkspaceCheckpoints:
                 )
             )
         return checkpoint, notes
+
+    def watch(self, workspace: Path) -> str | None:
+        """Watch the workspace while a session runs in it, so its captures skip the scan; a
+        watcher that cannot start only costs that speed. Returns the workspace to pass to
+        :meth:`unwatch`, or ``None`` when no watcher runs."""
+        try:
+            return str(workspace) if self.snapshots.watch(workspace) else None
+        except (TurnbackError, OSError):
+            return None
+
+    def unwatch(self, workspace: str) -> None:
+        with contextlib.suppress(TurnbackError, OSError):
+            self.snapshots.unwatch(Path(workspace))
 
     def changes(
         self, workspace: str, old: str | None, new: str | None

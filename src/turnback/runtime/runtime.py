@@ -165,6 +165,7 @@ class AgentRuntime:
             session, self._engine, on_notice=relay.activity if relay is not None else None
         )
         self._sidecar: Sidecar | None = None
+        self._watched: str | None = None  # the workspace start() set a watcher on
         self._reopening = False  # the agent replays its session's history: not news to a relay
         self._generation = 0
         self._reply = self._replier(0)  # answers to the current agent process
@@ -224,6 +225,11 @@ class AgentRuntime:
         )
         runtime._loop = asyncio.get_running_loop()
         runtime._reactor.start()
+        checkpoints = tb.checkpoints
+        if checkpoints is not None:  # a file watcher spares each capture the scan
+            runtime._watched = await runtime._engine.run(
+                lambda: checkpoints.watch(session.workspace)
+            )
         try:
             await runtime._ensure_agent()
         except BaseException:
@@ -237,6 +243,9 @@ class AgentRuntime:
             await self._sidecar.close()
             self._sidecar = None
         await self._reactor.close()
+        if self._watched is not None and self.tb.checkpoints is not None:
+            await self._engine.run(self.tb.checkpoints.unwatch, self._watched)
+            self._watched = None
         await asyncio.get_running_loop().run_in_executor(None, self._engine.close)
 
     async def __aenter__(self) -> AgentRuntime:
