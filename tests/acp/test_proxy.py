@@ -218,7 +218,6 @@ def test_agent_crash_mid_turn_is_a_short_message_and_the_turn_resumes(
     assert text == (
         "\n[turnback] The agent stopped unexpectedly; restarting the agent to resume turn 1 "
         "from step 1 (attempt 1 of 2).\nfinished\n"
-        "\n[turnback] turn 1 finished after 1 restart of the agent.\n"
     )
     assert (workspace / "a.txt").read_text() == "one\n"
     assert (workspace / "b.txt").read_text() == "two\n"

@@ -51,7 +51,13 @@ from turnback.acp.wire import EditorWire, open_stdio
 from turnback.engine.handle import Session, Turnback
 from turnback.errors import TurnbackError
 from turnback.model import SessionRecord, TurnStatus
-from turnback.runtime import AgentError, AgentRuntime, InputRequest, PermissionRequest
+from turnback.runtime import (
+    AgentError,
+    AgentRuntime,
+    InputRequest,
+    PermissionRequest,
+    ResumePolicy,
+)
 from turnback.runtime.reactor import Notice
 from turnback.runtime.relay import Reply
 from turnback.runtime.sidecar import Frame, Sidecar
@@ -62,8 +68,10 @@ DEFAULT_MAX_FRAME = 32 * 2**20
 SERVER_ERROR = -32000
 _SHUTDOWN_GRACE = 10.0
 _TAKEN_BY_RUNTIME = frozenset({"session/request_permission", "elicitation/create"})
+#: The activities the editor is told of, as one ``[turnback]`` line each: one per recovery (its
+#: first restart, or the turn stopped), and the failure when it could not recover.
 _SHOWN_ACTIVITIES = frozenset(
-    {"turn.resuming", "turn.resumed", "turn.resume.failed", "turn.resume.unavailable"}
+    {"turn.resuming", "turn.interrupted", "turn.resume.failed", "turn.resume.unavailable"}
 )
 _SESSION_METHODS = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
 #: Sessions per session/list page.
@@ -191,6 +199,8 @@ class _SessionRelay:
         return self._proxy.wire.backlog()
 
     def activity(self, notice: Notice) -> None:
+        if notice.code == "turn.resuming" and notice.data.get("attempt") != 1:
+            return  # the recovery was announced at its first restart
         if notice.code in _SHOWN_ACTIVITIES and notice.turn is not None:
             text = notice.message + "."
             if notice.code == "turn.resuming":
@@ -214,10 +224,12 @@ class Proxy:
         wire: EditorWire,
         *,
         env: Mapping[str, str] | None = None,
+        policy: ResumePolicy | None = None,
     ) -> None:
         self.tb = tb
         self.command = tuple(command)
         self.wire = wire
+        self.policy = policy or ResumePolicy()
         self.env = dict(os.environ if env is None else env)
         self.conn: Connection | None = None
         self.initialize_params: dict[str, Any] = {}
@@ -327,7 +339,7 @@ class Proxy:
                 initialize=self.initialize_params,
             )
             try:
-                await lobby.open(10.0)
+                await lobby.open(self.policy.initialize_timeout)
             except AgentError as error:
                 raise _error(
                     f"turnback acp could not start the agent: {error}", command=list(self.command)
@@ -428,6 +440,7 @@ class Proxy:
                 env=self.env,
                 on_permission=relay.permission,
                 on_input=relay.input,
+                policy=self.policy,
                 stderr=None,
                 relay=relay,
             )
@@ -461,6 +474,9 @@ class Proxy:
             return _dump(answer)
         if turn.status is TurnStatus.CANCELLED:
             return {"stopReason": "cancelled"}
+        if turn.status is TurnStatus.INTERRUPTED:
+            # --on-agent-crash stop: the editor was told; the turn ended, resumable later.
+            return {"stopReason": "end_turn", "_meta": {"turnback": {"interrupted": True}}}
         message = f"turn {turn.number} failed: {turn.detail}"
         self.update(editor.id, transcript.notice_chunk(message, "error"))
         raise _error(message, turn=turn.token)
@@ -615,6 +631,7 @@ async def serve(
     *,
     home: str | os.PathLike[str] | None = None,
     max_frame: int = DEFAULT_MAX_FRAME,
+    policy: ResumePolicy | None = None,
 ) -> int:
     """Run the proxy on this process's stdin and stdout until the editor goes away or SIGTERM;
     returns the exit status."""
@@ -632,7 +649,7 @@ async def serve(
     tb = await asyncio.to_thread(turnback.open, home)
     try:
         await asyncio.to_thread(tb.recover)  # turns a killed proxy left running
-        proxy = Proxy(tb, command, wire)
+        proxy = Proxy(tb, command, wire, policy=policy)
         conn = Connection(proxy.handle, wire)
         proxy.conn = conn
         stop = asyncio.Event()
@@ -657,6 +674,10 @@ async def serve(
 
 
 def main(
-    command: Sequence[str], *, home: str | None = None, max_frame: int = DEFAULT_MAX_FRAME
+    command: Sequence[str],
+    *,
+    home: str | None = None,
+    max_frame: int = DEFAULT_MAX_FRAME,
+    policy: ResumePolicy | None = None,
 ) -> int:
-    return asyncio.run(serve(command, home=home, max_frame=max_frame))
+    return asyncio.run(serve(command, home=home, max_frame=max_frame, policy=policy))

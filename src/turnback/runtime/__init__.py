@@ -30,7 +30,13 @@ from turnback.errors import (
 )
 from turnback.runtime.reactor import EngineThread, Reactor
 from turnback.runtime.rollback import AgentRollback
-from turnback.runtime.runtime import AgentRuntime, InputRequest, PermissionRequest, ResumePolicy
+from turnback.runtime.runtime import (
+    AgentRuntime,
+    InputRequest,
+    OnCrash,
+    PermissionRequest,
+    ResumePolicy,
+)
 from turnback.runtime.sidecar import AgentFeatures
 
 __all__ = [
@@ -43,6 +49,7 @@ __all__ = [
     "ConversationRollback",
     "EngineThread",
     "InputRequest",
+    "OnCrash",
     "PermissionRequest",
     "Reactor",
     "ResumePolicy",

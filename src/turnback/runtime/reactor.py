@@ -204,6 +204,8 @@ class Reactor:
             ended = await self.engine.run(turn.complete, event.detail)
         elif event.status is TurnStatus.CANCELLED:
             ended = await self.engine.run(turn.cancel, event.detail or "cancelled")
+        elif event.status is TurnStatus.INTERRUPTED:
+            ended = await self.engine.run(turn.interrupt, event.detail or "interrupted")
         else:
             ended = await self.engine.run(turn.fail, event.detail or "the agent failed")
         for path, problem in await self.engine.run(remove_stores, event.store_paths, self.session):

@@ -31,7 +31,8 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from enum import StrEnum
+from typing import Any, Literal
 
 import acp
 from acp.schema import (
@@ -64,6 +65,7 @@ from turnback.model import (
     ActivityLevel,
     EventKind,
     Message,
+    MessageKind,
     Revert,
     StepCheckpoint,
     Turn,
@@ -94,6 +96,16 @@ _SETTINGS = frozenset({"session/set_mode", "session/set_config_option"})
 _MAX_FRAME_REPORTS = 20
 
 
+class OnCrash(StrEnum):
+    """What a turn does when the agent dies in it before saving any step checkpoint (an agent
+    with a step checkpoint always resumes from it)."""
+
+    #: restart the agent, reopen its session and tell it to go on from where things now stand
+    CONTINUE = "continue"
+    #: end the turn interrupted with what it did so far (``AgentRuntime.resume`` continues it)
+    STOP = "stop"
+
+
 @dataclass(frozen=True, slots=True)
 class ResumePolicy:
     """How the runtime treats an agent that dies, hangs or cannot roll back."""
@@ -101,8 +113,8 @@ class ResumePolicy:
     attempts: int = 2  # restarts per turn before giving up
     backoff: float = 0.25  # seconds before the first restart; doubles each attempt
     max_backoff: float = 5.0
-    restart_without_checkpoint: bool = False  # the agent's work is safe to repeat from the start
-    initialize_timeout: float = 10.0
+    on_crash: OnCrash = OnCrash.CONTINUE  # a death before any step checkpoint
+    initialize_timeout: float = 60.0  # real agents take seconds to start
     exit_grace: float = 2.0  # after the process exits, how long its last output may take to drain
     fresh_session_rollback: bool = True  # roll back by a fresh session when the agent cannot
     rollback_timeout: float = 30.0
@@ -334,17 +346,25 @@ class AgentRuntime:
         interrupted = conversation[-1]
         checkpoints = await self._engine.run(self.session.step_checkpoints, interrupted.token)
         checkpoint = checkpoints[-1] if checkpoints else None
-        if checkpoint is None and not self.policy.restart_without_checkpoint:
+        if checkpoint is None and self.policy.on_crash is OnCrash.STOP:
             message = (
                 f"turn {interrupted.number} cannot be resumed: the agent saved no step "
-                "checkpoint before the process stopped. Prompt again, or allow "
-                "ResumePolicy(restart_without_checkpoint=True) if its work is safe to repeat"
+                "checkpoint before the process stopped, and the policy is to stop. Prompt "
+                "again, or use ResumePolicy(on_crash=OnCrash.CONTINUE) to have the agent go on "
+                "from where things stand"
             )
             await self._notice(ActivityLevel.ERROR, "turn.resume.unavailable", message, {})
             raise ResumeUnavailable(message)
+        # Without a step checkpoint the agent is told what the turn had reported (reopening
+        # voids it from the conversation, as it voids what followed a checkpoint).
+        reported = (
+            None
+            if checkpoint is not None
+            else await self._engine.run(self.session.turn_messages, interrupted.token)
+        )
         await self._ensure_agent()
         turn: RunningTurn = await self._reactor.submit(ResumeRequested(interrupted.token))
-        where = f"step {checkpoint.step}" if checkpoint else "its beginning"
+        where = f"step {checkpoint.step}" if checkpoint else "where it had got to"
         turn.record(
             {
                 "sessionUpdate": EventKind.NOTICE.value,
@@ -363,7 +383,7 @@ class AgentRuntime:
         )
         paths = {c.store_path for c in checkpoints if c.store_path}
         self._prompt_meta = {}
-        return await self._drive(turn, interrupted.prompt, checkpoint, paths)
+        return await self._drive(turn, interrupted.prompt, checkpoint, paths, reported)
 
     async def revert(
         self,
@@ -400,7 +420,11 @@ class AgentRuntime:
         prompt: str | list[dict[str, Any]],
         resume: StepCheckpoint | None,
         store_paths: set[str],
+        reported: list[Message] | None = None,
     ) -> Turn:
+        """Send the prompt, and again after each crash of the agent: from ``resume`` (a step
+        checkpoint), or with ``reported`` (what the turn had reported before a crash that left
+        no checkpoint) as a continuation."""
         self._current, self._store_paths, self._cancelling = turn, store_paths, False
         self.last_response = None
         attempt = 0
@@ -409,14 +433,25 @@ class AgentRuntime:
                 try:
                     if attempt:
                         await self._ensure_agent()
-                    stop = await self._send(turn, prompt, resume)
+                    stop = await self._send(turn, prompt, resume, reported, attempt)
                 except (AgentDied, AgentUnavailable) as error:
-                    resume, retry = await self._after_crash(turn, error, attempt)
-                    if not retry:
+                    then = await self._after_crash(turn, error, attempt)
+                    if then == "fail":
                         return await self._end(turn, TurnStatus.FAILED, str(error))
+                    if then == "stop":
+                        detail = (
+                            f"interrupted: the agent stopped unexpectedly ({error}) before "
+                            "saving a step checkpoint"
+                        )
+                        return await self._end(turn, TurnStatus.INTERRUPTED, detail)
                     attempt += 1
                     if self._cancelling:
                         return await self._end(turn, TurnStatus.CANCELLED, "cancelled")
+                    if then == "continue":
+                        resume = None
+                        reported = await self._engine.run(turn.messages_so_far)
+                    else:
+                        resume = then
                     await asyncio.sleep(self.policy.delay(attempt))
                     continue
                 except acp.RequestError as error:
@@ -452,6 +487,8 @@ class AgentRuntime:
         turn: RunningTurn,
         prompt: str | list[dict[str, Any]],
         resume: StepCheckpoint | None,
+        reported: list[Message] | None,
+        attempt: int,
     ) -> str:
         """Send the prompt and wait for its stop reason; AgentDied if the agent goes away."""
         sidecar = self._sidecar
@@ -461,6 +498,9 @@ class AgentRuntime:
         meta: dict[str, Any] = dict(self._prompt_meta)
         if resume is not None:
             meta["turnback"] = {"resume": _resume_meta(resume)}
+        elif reported is not None:
+            blocks.insert(len(blocks) - _user_blocks(prompt), _continuation(reported))
+            meta["turnback"] = {"resume": {"step": None, "attempt": attempt}}
         self._live = turn
         request = asyncio.ensure_future(
             sidecar.conn.prompt(session_id=self._agent_session, prompt=blocks, **meta)
@@ -493,9 +533,10 @@ class AgentRuntime:
 
     async def _after_crash(
         self, turn: RunningTurn, error: AgentError, attempt: int
-    ) -> tuple[StepCheckpoint | None, bool]:
-        """Settle the journal after the agent went away; returns (resume point, whether to
-        try again). Persisted before the agent is started again: the rewind commits."""
+    ) -> StepCheckpoint | Literal["continue", "stop", "fail"]:
+        """Settle the journal after the agent went away; returns how the turn goes on: from a
+        step checkpoint (rewound to it), as a continuation (no checkpoint: what it did is
+        kept), stopped (interrupted), or failed. Persisted before the agent is started again."""
         self._live = None
         sidecar = self._sidecar
         returncode = sidecar.returncode if sidecar is not None else None
@@ -514,7 +555,7 @@ class AgentRuntime:
             turn.token,
         )
         if self._cancelling:
-            return None, True
+            return "continue"
         if attempt >= self.policy.attempts:
             await self._notice(
                 ActivityLevel.ERROR,
@@ -525,26 +566,28 @@ class AgentRuntime:
                 {"attempts": attempt},
                 turn.token,
             )
-            return None, False
+            return "fail"
         checkpoint = await self._engine.run(turn.last_checkpoint)
-        if checkpoint is None and not self.policy.restart_without_checkpoint:
+        if checkpoint is None and self.policy.on_crash is OnCrash.STOP:
             await self._notice(
-                ActivityLevel.ERROR,
-                "turn.resume.unavailable",
-                f"turn {turn.number} failed: the agent exited before saving any step "
-                "checkpoint, so there is nothing to resume from. Allow "
-                "ResumePolicy(restart_without_checkpoint=True) if its work is safe to repeat",
-                {},
+                ActivityLevel.WARNING,
+                "turn.interrupted",
+                f"the agent stopped unexpectedly during turn {turn.number} before saving a step "
+                "checkpoint; the turn ends interrupted with what it did so far",
+                {"returncode": returncode},
                 turn.token,
             )
-            return None, False
-        await self._engine.run(turn.rewind, checkpoint)
-        where = f"step {checkpoint.step}" if checkpoint else "its beginning"
+            return "stop"
+        if checkpoint is None:
+            await self._engine.run(turn.clear_requests)
+        else:
+            await self._engine.run(turn.rewind, checkpoint)
+        where = f"from step {checkpoint.step}" if checkpoint else "where it had got to"
         await self._notice(
             ActivityLevel.INFO,
             "turn.resuming",
-            f"restarting the agent to resume turn {turn.number} from {where} "
-            f"(attempt {attempt + 1} of {self.policy.attempts})",
+            f"restarting the agent to {'resume' if checkpoint else 'continue'} turn "
+            f"{turn.number} {where} (attempt {attempt + 1} of {self.policy.attempts})",
             {
                 "attempt": attempt + 1,
                 "step": checkpoint.step if checkpoint else None,
@@ -552,7 +595,7 @@ class AgentRuntime:
             },
             turn.token,
         )
-        return checkpoint, True
+        return checkpoint if checkpoint is not None else "continue"
 
     async def _end(self, turn: RunningTurn, status: TurnStatus, detail: str | None) -> Turn:
         self._live = None
@@ -711,6 +754,8 @@ class AgentRuntime:
             messages: list[Message] = self._context
         else:
             messages = await self._engine.run(self.session.messages)
+        if not messages:
+            return blocks
         text = render_transcript(messages)
         if self.features.embedded_context:
             resource = acp.embedded_text_resource(
@@ -1133,6 +1178,31 @@ async def _call(callback: Callable[[Any], Any], request: Any) -> Any:
     return result
 
 
+def _user_blocks(prompt: str | list[dict[str, Any]]) -> int:
+    return 1 if isinstance(prompt, str) else len(prompt)
+
+
+def _continuation(reported: Sequence[Message]) -> Any:
+    """The block that tells an agent restarted mid-turn (with no step checkpoint to resume
+    from) what happened: ahead of the user's prompt, marked as turnback's."""
+    lines = [
+        "[turnback] Your previous attempt at the request below was interrupted: the agent "
+        "process stopped before it finished, and was started again."
+    ]
+    said = [m for m in reported if m.kind is not MessageKind.USER]
+    if said:
+        lines += ["", "What you had already reported in this attempt:"]
+        lines += render_transcript(said).splitlines()[2:]
+    lines += [
+        "",
+        "The workspace is as it now stands: changes made before the interruption are kept. "
+        "Check it before redoing anything, then continue the request.",
+    ]
+    block = acp.text_block("\n".join(lines) + "\n")
+    block.field_meta = {"turnback": {"context": "continuation"}}
+    return block
+
+
 def _resume_meta(checkpoint: StepCheckpoint) -> dict[str, Any]:
     meta: dict[str, Any] = {"checkpointId": checkpoint.checkpoint_id, "step": checkpoint.step}
     if checkpoint.state is not None:
@@ -1150,6 +1220,7 @@ def _describe(error: acp.RequestError) -> str:
 __all__ = [
     "AgentRuntime",
     "InputRequest",
+    "OnCrash",
     "PermissionRequest",
     "ResumePolicy",
     "ResumeUnavailable",

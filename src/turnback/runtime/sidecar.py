@@ -241,8 +241,8 @@ class Sidecar:
             await self.close()
             raise AgentUnavailable(
                 f"agent {self.described!r} did not answer initialize within "
-                f"{initialize_timeout:g} s; check that it speaks ACP on stdin/stdout, or raise "
-                "ResumePolicy.initialize_timeout"
+                f"{initialize_timeout:g} s; check that it speaks ACP on stdin/stdout, or give "
+                "it longer (turnback acp --initialize-timeout, ResumePolicy.initialize_timeout)"
             ) from None
         except (ConnectionError, OSError) as error:
             await self.close()
