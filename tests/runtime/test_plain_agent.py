@@ -154,7 +154,7 @@ def test_a_new_agent_session_gets_the_conversation_so_far_ahead_of_the_next_prom
     assert "agent.exited" in [a.code for a in session.activities()]
     assert opened(session) == ["new", "new", "continued"]
     new = [e for e in entries(log) if e["event"] == "new"]
-    assert new[0]["meta"] == {}
+    assert new[0]["meta"] is None  # nothing to give it
     assert [m["kind"] for m in new[1]["meta"]["transcript"]] == ["user", "agent"]
     last = [e for e in entries(log) if e["event"] == "prompt"][-1]
     context, prompt = last["texts"]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import logging
 import os
@@ -43,7 +44,6 @@ from typing import Any
 
 import acp
 from acp.connection import Connection
-from acp.schema import PromptResponse
 
 import turnback
 from turnback.acp import commands, transcript
@@ -58,9 +58,10 @@ from turnback.runtime import (
     PermissionRequest,
     ResumePolicy,
 )
+from turnback.runtime.connection import AgentConnection
 from turnback.runtime.reactor import Notice
 from turnback.runtime.relay import Reply
-from turnback.runtime.sidecar import Frame, Sidecar
+from turnback.runtime.wire import Frame, with_session_id
 
 log = logging.getLogger("turnback.acp")
 
@@ -76,13 +77,7 @@ _SHOWN_ACTIVITIES = frozenset(
 _SESSION_METHODS = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
 #: Sessions per session/list page.
 LIST_PAGE = 50
-#: How the ACP SDKs write a session/update: forwarded as written, with only the session id
-#: replaced, when a line starts with this and the session id, and names no other sessionId.
-_UPDATE_HEAD = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
-
-
-def _head(session_id: str) -> bytes:
-    return _UPDATE_HEAD + json.dumps(session_id, ensure_ascii=False).encode() + b","
+_COMMANDS = "available_commands_update"
 
 
 def _list_key(record: SessionRecord) -> tuple[float, str]:
@@ -128,14 +123,11 @@ class _EditorSession:
 class _SessionRelay:
     """The runtime's :class:`~turnback.runtime.relay.Relay` for one editor session."""
 
-    def __init__(self, proxy: Proxy, session_id: str, mcp_servers: Sequence[Any]) -> None:
+    def __init__(self, proxy: Proxy, session_id: str | None, mcp_servers: Sequence[Any]) -> None:
         self._proxy = proxy
-        self._session_id = session_id
+        self._session_id = session_id  # None: the agent-wide relay, for frames of no session
         self._servers = list(mcp_servers)
         self.editor: _EditorSession | None = None
-        self._editor_head = _head(session_id)
-        self._agent_id: Any = None  # the agent's session id _agent_head was made for
-        self._agent_head = b""
 
     @property
     def initialize(self) -> Mapping[str, Any]:
@@ -154,51 +146,30 @@ class _SessionRelay:
         if method in _TAKEN_BY_RUNTIME:
             return False
         params = frame.get("params")
-        if (
-            method == "session/update"
-            and not replay
-            and "id" not in frame
-            and isinstance(params, dict)
-        ):
-            rewritten = self._rewritten(line, params)
-            if rewritten is not None:
-                self._proxy.wire.post_line(rewritten)
-                return True
-        if isinstance(params, dict) and "sessionId" in params:
-            params = {**params, "sessionId": self._session_id}
-        if method == "session/update":
-            if not replay and isinstance(params, dict):
-                self._proxy.forward_update(self.editor, params)
+        if method == "session/update" and isinstance(params, dict):
+            update = params.get("update")
+            if isinstance(update, dict) and update.get("sessionUpdate") == _COMMANDS:
+                # turnback's commands are added to the agent's; after a load or a restart too
+                self._proxy.agent_commands(self.editor, update, forward=not replay)
+            elif not replay and "id" not in frame and self._session_id is not None:
+                self._proxy.wire.post_line(with_session_id(frame, line, self._session_id))
             return True
         if method == "_turnback/checkpoint":
             return True  # addressed to turnback, which has recorded it
+        if isinstance(params, dict) and "sessionId" in params and self._session_id is not None:
+            params = {**params, "sessionId": self._session_id}
         if "id" in frame:
             self._proxy.spawn(self._proxy.forward_request(frame, params, reply))
         else:
             self._proxy.forward_notification(str(method), params)
         return True
 
-    def _rewritten(self, line: bytes, params: dict[str, Any]) -> bytes | None:
-        """The agent's ``session/update`` line as the editor gets it -- the session id replaced
-        in the text -- when it is in the SDKs' compact form and needs nothing else changed; None
-        when the message must be re-encoded."""
-        agent_id = params.get("sessionId")
-        if agent_id != self._agent_id:
-            if not isinstance(agent_id, str):
-                return None
-            self._agent_id, self._agent_head = agent_id, _head(agent_id)
-        head = self._agent_head
-        if not line.startswith(head) or line.count(b'"sessionId"') != 1:
-            return None
-        update = params.get("update")
-        if isinstance(update, dict) and update.get("sessionUpdate") == "available_commands_update":
-            return None  # turnback's commands are added to the agent's
-        return self._editor_head + line[len(head) :]
-
     def backlog(self) -> Awaitable[None] | None:
         return self._proxy.wire.backlog()
 
     def activity(self, notice: Notice) -> None:
+        if self._session_id is None:
+            return
         if notice.code == "turn.resuming" and notice.data.get("attempt") != 1:
             return  # the recovery was announced at its first restart
         if notice.code in _SHOWN_ACTIVITIES and notice.turn is not None:
@@ -208,9 +179,11 @@ class _SessionRelay:
             self._proxy.update(self._session_id, transcript.notice_chunk(text))
 
     async def permission(self, request: PermissionRequest) -> str | None:
+        assert self._session_id is not None, "asked only through a session's runtime"
         return await self._proxy.ask_permission(self._session_id, request)
 
     async def input(self, request: InputRequest) -> dict[str, Any] | None:
+        assert self._session_id is not None, "asked only through a session's runtime"
         return await self._proxy.ask_input(self._session_id, request)
 
 
@@ -225,6 +198,7 @@ class Proxy:
         *,
         env: Mapping[str, str] | None = None,
         policy: ResumePolicy | None = None,
+        agent: AgentConnection | None = None,
     ) -> None:
         self.tb = tb
         self.command = tuple(command)
@@ -236,7 +210,10 @@ class Proxy:
         #: The editor's last accepted ``authenticate``: every agent process started later gets
         #: it too (in memory only: credentials are the agent's to keep).
         self.authenticated: dict[str, Any] | None = None
-        self._lobby: Sidecar | None = None
+        #: The one agent process every session of this proxy runs on.
+        self.agent = agent or agent_connection(self.command, self.env, self.policy)
+        self.agent.relay = _SessionRelay(self, None, ())
+        self._initialized = False
         self._sessions: dict[str, _EditorSession] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -263,7 +240,7 @@ class Proxy:
         if method == "session/list":
             return await asyncio.to_thread(self._list, params)
         if method == "authenticate":
-            result = await (await self._lobby_agent()).request(method, params)
+            result = await (await self._agent()).request(method, params)
             self.authenticated = dict(params)
             return result
         if method in _SESSION_METHODS:
@@ -279,7 +256,7 @@ class Proxy:
         if "sessionId" in params and not method.startswith("_"):
             self._editor_session(params)  # raises: the session is not open here
         if method.startswith("_") or method in acp.AGENT_METHODS.values():
-            return await (await self._lobby_agent()).request(method, params)
+            return await (await self._agent()).request(method, params)
         raise acp.RequestError(
             -32601,
             f"Method not found: {method!r} is not an ACP method; turnback acp forwards ACP "
@@ -295,15 +272,15 @@ class Proxy:
             return
         if editor is not None and editor.runtime is not None:
             await editor.runtime.notify(method, self._to_agent(editor, params))
-        elif self._lobby is not None and self._lobby.alive:
-            with contextlib.suppress(ConnectionError, OSError, AgentError):
-                await self._lobby.notify(method, params)
+        else:
+            await self.agent.notify(method, params)
 
     async def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         self.initialize_params = dict(params)
         self.authenticated = None  # a new initialize is followed by its own authenticate
-        lobby = await self._lobby_agent(restart=True)
-        response = _dump(lobby.initialize_response)
+        await self._agent(restart=self._initialized)
+        self._initialized = True
+        response = copy.deepcopy(self.agent.initialize_response or {})
         capabilities = response.setdefault("agentCapabilities", {})
         capabilities["loadSession"] = True
         sessions = capabilities.setdefault("sessionCapabilities", {})
@@ -323,29 +300,18 @@ class Proxy:
         }
         return response
 
-    async def _lobby_agent(self, *, restart: bool = False) -> Sidecar:
-        if self._lobby is not None and (restart or not self._lobby.alive):
-            await self._lobby.close()
-            self._lobby = None
-        if self._lobby is None:
-            lobby = Sidecar(
-                self.command,
-                cwd=Path.cwd(),
-                env=self.env,
-                client=object(),  # the SDK answers "method not found" to all it might ask
-                watch=lambda frame, _line: "id" not in frame,  # notifications name no session here
-                malformed=lambda line, why: log.warning("the agent wrote %s: %r", why, line[:200]),
-                stderr=None,
-                initialize=self.initialize_params,
-            )
-            try:
-                await lobby.open(self.policy.initialize_timeout)
-            except AgentError as error:
-                raise _error(
-                    f"turnback acp could not start the agent: {error}", command=list(self.command)
-                ) from error
-            self._lobby = lobby
-        return self._lobby
+    async def _agent(self, *, restart: bool = False) -> AgentConnection:
+        """The agent process, started (again, with ``restart``: a new ``initialize``)."""
+        try:
+            if restart:
+                await self.agent.restart()
+            else:
+                await self.agent.ensure()
+        except AgentError as error:
+            raise _error(
+                f"turnback acp could not start the agent: {error}", command=list(self.command)
+            ) from error
+        return self.agent
 
     def _list(self, params: dict[str, Any]) -> dict[str, Any]:
         """session/list from turnback's store, newest first, ``LIST_PAGE`` at a time. The cursor
@@ -413,7 +379,7 @@ class Proxy:
                 self.update(session.id, update)
         runtime = editor.runtime
         assert runtime is not None
-        response = _dump(runtime.session_response)
+        response = dict(runtime.session_response or {})
         response.pop("sessionId", None)
         if method in ("session/new", "session/fork"):
             response["sessionId"] = session.id
@@ -443,6 +409,7 @@ class Proxy:
                 policy=self.policy,
                 stderr=None,
                 relay=relay,
+                connection=self.agent,
             )
         except BaseException:
             del self._sessions[session.id]
@@ -470,8 +437,8 @@ class Proxy:
         answer = runtime.last_response
         if isinstance(answer, acp.RequestError):
             raise answer
-        if isinstance(answer, PromptResponse) and turn.status is not TurnStatus.CANCELLED:
-            return _dump(answer)
+        if isinstance(answer, dict) and turn.status is not TurnStatus.CANCELLED:
+            return answer
         if turn.status is TurnStatus.CANCELLED:
             return {"stopReason": "cancelled"}
         if turn.status is TurnStatus.INTERRUPTED:
@@ -516,17 +483,17 @@ class Proxy:
         params = {"sessionId": session_id, "update": update}
         self.wire.post({"jsonrpc": "2.0", "method": "session/update", "params": params})
 
-    def forward_update(self, editor: _EditorSession | None, params: dict[str, Any]) -> None:
-        update = params.get("update")
-        if (
-            editor is not None
-            and isinstance(update, dict)
-            and update.get("sessionUpdate") == "available_commands_update"
-        ):
-            offered = update.get("availableCommands")
-            editor.agent_commands = list(offered) if isinstance(offered, list) else []
-            params = {**params, "update": {**update, "availableCommands": self._commands(editor)}}
-        self.wire.post({"jsonrpc": "2.0", "method": "session/update", "params": params})
+    def agent_commands(
+        self, editor: _EditorSession | None, update: dict[str, Any], *, forward: bool
+    ) -> None:
+        """The agent offered its commands: keep them, and (unless it was replaying a session)
+        send the editor them with turnback's."""
+        if editor is None:
+            return
+        offered = update.get("availableCommands")
+        editor.agent_commands = list(offered) if isinstance(offered, list) else []
+        if forward:
+            self._announce_commands(editor)
 
     def forward_notification(self, method: str, params: Any) -> None:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
@@ -621,9 +588,21 @@ class Proxy:
         )
         for task in list(self._tasks):
             task.cancel()
-        if self._lobby is not None:
-            await self._lobby.close()
-            self._lobby = None
+        await self.agent.close()
+
+
+def agent_connection(
+    command: Sequence[str], env: Mapping[str, str], policy: ResumePolicy
+) -> AgentConnection:
+    """The agent process a proxy runs every session on: in the proxy's directory, with its
+    environment, its standard error the proxy's."""
+    return AgentConnection(
+        command,
+        cwd=Path.cwd(),
+        env=env,
+        stderr=None,
+        initialize_timeout=policy.initialize_timeout,
+    )
 
 
 async def serve(
@@ -644,12 +623,16 @@ async def serve(
             "be answered with an error",
             file=sys.stderr,
         )
+    # The agent first: its start-up overlaps the proxy's (opening the store, recovery).
+    env = dict(os.environ)
+    agent = agent_connection(command, env, policy or ResumePolicy())
+    agent.spawn()
     reader, writer = await open_stdio(max_frame)
     wire = EditorWire(reader, writer, max_frame)
     tb = await asyncio.to_thread(turnback.open, home)
     try:
         await asyncio.to_thread(tb.recover)  # turns a killed proxy left running
-        proxy = Proxy(tb, command, wire, policy=policy)
+        proxy = Proxy(tb, command, wire, env=env, policy=policy, agent=agent)
         conn = Connection(proxy.handle, wire)
         proxy.conn = conn
         stop = asyncio.Event()
