@@ -712,6 +712,16 @@ def acp(
     Configure the editor to start `turnback acp -- AGENT_COMMAND…` instead of the agent. Sessions
     are listed, loaded, resumed and forked from turnback's store, and /checkpoints, /diff,
     /rewind and /undo-rewind are answered by turnback."""
+    import subprocess
+
+    early: subprocess.Popen[bytes] | None
+    try:
+        # Started before the ACP SDK is imported (most of the proxy's own start-up), so the
+        # agent's start-up overlaps it; the proxy takes it over.
+        early = subprocess.Popen(agent_command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    except OSError:
+        early = None  # the proxy answers initialize with why it cannot start it
+
     from turnback.acp import main as serve_acp
     from turnback.runtime import OnCrash, ResumePolicy
 
@@ -721,7 +731,7 @@ def acp(
         initialize_timeout=initialize_timeout,
     )
     home = acp_home or state.home
-    sys.exit(serve_acp(agent_command, home=home, max_frame=max_frame, policy=policy))
+    sys.exit(serve_acp(agent_command, home=home, max_frame=max_frame, policy=policy, early=early))
 
 
 @cli.command()

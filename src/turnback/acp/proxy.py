@@ -35,6 +35,7 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Mapping, Sequence
@@ -611,6 +612,7 @@ async def serve(
     home: str | os.PathLike[str] | None = None,
     max_frame: int = DEFAULT_MAX_FRAME,
     policy: ResumePolicy | None = None,
+    early: subprocess.Popen[bytes] | None = None,
 ) -> int:
     """Run the proxy on this process's stdin and stdout until the editor goes away or SIGTERM;
     returns the exit status."""
@@ -626,7 +628,7 @@ async def serve(
     # The agent first: its start-up overlaps the proxy's (opening the store, recovery).
     env = dict(os.environ)
     agent = agent_connection(command, env, policy or ResumePolicy())
-    agent.spawn()
+    agent.spawn(early)
     reader, writer = await open_stdio(max_frame)
     wire = EditorWire(reader, writer, max_frame)
     tb = await asyncio.to_thread(turnback.open, home)
@@ -662,5 +664,8 @@ def main(
     home: str | None = None,
     max_frame: int = DEFAULT_MAX_FRAME,
     policy: ResumePolicy | None = None,
+    early: subprocess.Popen[bytes] | None = None,
 ) -> int:
-    return asyncio.run(serve(command, home=home, max_frame=max_frame, policy=policy))
+    """:func:`serve`; ``early`` is the agent command already started (with pipes for stdin and
+    stdout) to use as the agent's first process."""
+    return asyncio.run(serve(command, home=home, max_frame=max_frame, policy=policy, early=early))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import subprocess
 from collections import deque
 from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
@@ -123,12 +124,13 @@ class AgentConnection:
         """The agent's answer to ``initialize`` as it wrote it, while it runs."""
         return self._sidecar.initialize_response if self._sidecar is not None else None
 
-    def spawn(self) -> None:
-        """Start the agent process now, ahead of ``initialize`` (which :meth:`ensure` sends), so
-        its start-up overlaps the caller's. Errors surface at :meth:`ensure`."""
+    def spawn(self, early: subprocess.Popen[bytes] | None = None) -> None:
+        """Start the agent process now (or take ``early``, started already with pipes), ahead of
+        ``initialize`` (which :meth:`ensure` sends), so its start-up overlaps the caller's.
+        Errors surface at :meth:`ensure`."""
         if self._sidecar is None:
             self._sidecar = self._new_sidecar()
-            self._spawning = asyncio.ensure_future(self._sidecar.spawn())
+            self._spawning = asyncio.ensure_future(self._sidecar.spawn(early))
             self._spawning.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     def _new_sidecar(self) -> Sidecar:

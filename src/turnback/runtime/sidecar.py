@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,7 +106,7 @@ class Sidecar:
         self._initialize = dict(initialize or {})
         self._wire: Wire | None = None
         self._stack = contextlib.AsyncExitStack()
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: asyncio.subprocess.Process | subprocess.Popen[bytes] | None = None
         self._rpc: Connection | None = None
         self.exited: asyncio.Future[int] | None = None
         self.features = AgentFeatures()
@@ -128,33 +129,67 @@ class Sidecar:
     def returncode(self) -> int | None:
         return self._process.returncode if self._process else None
 
-    async def spawn(self) -> None:
-        """Start the agent process; raises AgentUnavailable naming the command."""
-        try:
-            reader, writer, process = await self._stack.enter_async_context(
-                acp.spawn_stdio_transport(
-                    self.command[0],
-                    *self.command[1:],
-                    env=self._env,
-                    cwd=self._cwd,
-                    stderr=self._stderr,
-                    limit=MAX_FRAME,
-                    shutdown_timeout=1.0,
+    async def spawn(self, early: subprocess.Popen[bytes] | None = None) -> None:
+        """Start the agent process -- or take ``early``, the agent command already started with
+        pipes for stdin and stdout -- and connect to it; raises AgentUnavailable naming the
+        command."""
+        if early is not None:
+            reader, writer = await self._adopt(early)
+            self._process = early
+            self.exited = asyncio.ensure_future(asyncio.to_thread(early.wait))
+        else:
+            try:
+                reader, writer, process = await self._stack.enter_async_context(
+                    acp.spawn_stdio_transport(
+                        self.command[0],
+                        *self.command[1:],
+                        env=self._env,
+                        cwd=self._cwd,
+                        stderr=self._stderr,
+                        limit=MAX_FRAME,
+                        shutdown_timeout=1.0,
+                    )
                 )
-            )
-        except OSError as error:
-            raise AgentUnavailable(
-                f"cannot start agent {self.described!r} in {self._cwd}: {error}; check the "
-                "command and that it is installed"
-            ) from error
-        self._process = process
-        self.exited = asyncio.ensure_future(process.wait())
+            except OSError as error:
+                raise AgentUnavailable(
+                    f"cannot start agent {self.described!r} in {self._cwd}: {error}; check the "
+                    "command and that it is installed"
+                ) from error
+            self._process = process
+            self.exited = asyncio.ensure_future(process.wait())
         wire = Wire(
             reader, writer, MAX_FRAME, rejected=self._rejected, watch=self._watch, pace=self._pace
         )
         self._wire = wire
         self._rpc = Connection(self._handler, wire)
         self._stack.push_async_callback(self._rpc.close)
+
+    async def _adopt(
+        self, process: subprocess.Popen[bytes]
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Streams over a process started without asyncio, and its shutdown as the SDK does
+        it for one it starts: stdin closed, then terminated, then killed."""
+        assert process.stdin is not None and process.stdout is not None
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=MAX_FRAME)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), process.stdout)
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, process.stdin
+        )
+        writer = asyncio.StreamWriter(transport, protocol, None, loop)
+
+        async def stop() -> None:
+            writer.close()
+            for signal_it in (None, process.terminate, process.kill):
+                if signal_it is not None and process.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        signal_it()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    await asyncio.to_thread(process.wait, 1.0)
+                    return
+
+        self._stack.push_async_callback(stop)
+        return reader, writer
 
     async def open(
         self, initialize_timeout: float, initialize: Mapping[str, Any] | None = None
