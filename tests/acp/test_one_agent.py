@@ -118,3 +118,35 @@ def test_an_agent_killed_mid_turn_with_two_sessions_open_recovers_both(
             assert sorted(f.path for f in diff.files if not f.path.startswith(".")) == files
             codes = [a.code for a in session.activities()]
             assert codes.count("agent.crashed") == 1 and codes.count("turn.resuming") == 1
+
+
+def test_the_agents_commands_come_with_turnbacks_after_new_load_and_fork(
+    home: Path, tmp_path: Path
+) -> None:
+    editor = Editor(answers=["yes"])
+
+    def names(sid: str) -> set[str]:
+        offered = editor.of(sid, "available_commands_update")
+        return {c["name"] for c in offered[-1]["availableCommands"]} if offered else set()
+
+    both = {"checkpoints", "diff", "rewind", "undo-rewind", "plain-help"}
+
+    async def scenario() -> None:
+        async with connect(editor, proxy_command(home, PLAIN), tmp_path) as (conn, _):
+            await conn.initialize(
+                protocol_version=acp.PROTOCOL_VERSION, client_capabilities=CAPABILITIES
+            )
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            await wait_for(lambda: names(sid) == both)
+            await prompt(conn, sid, "go")
+            fork = await conn.fork_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
+            await wait_for(lambda: names(fork.session_id) == both)
+        editor.clear()
+        async with connect(editor, proxy_command(home, PLAIN), tmp_path) as (conn, _):
+            await conn.initialize(
+                protocol_version=acp.PROTOCOL_VERSION, client_capabilities=CAPABILITIES
+            )
+            await conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
+            await wait_for(lambda: names(sid) == both)
+
+    run(scenario())
