@@ -880,8 +880,8 @@ class AgentRuntime:
 
     async def _fresh_session(self, transcript: list[Message]) -> str:
         """Replace the agent's session by a new one that gets ``transcript`` (persisted, so a
-        restart before the next prompt still delivers it). Called from a revert while the
-        engine thread is busy inside it, so the state is written from another thread."""
+        restart before the next prompt still delivers it). A revert calls it between its engine
+        steps, so the engine thread is free to write the state."""
         servers = list(self._relay.mcp_servers) if self._relay is not None else []
         params: dict[str, Any] = {
             "cwd": str(self.session.workspace),
@@ -896,7 +896,7 @@ class AgentRuntime:
         self._attach(session_id)
         self._context = list(transcript)
         self._state = AgentState(session_id, self.command, bool(transcript), self._state.settings)
-        await asyncio.to_thread(self.session.set_agent_state, self._state.to_json())
+        await self._engine.run(self.session.set_agent_state, self._state.to_json())
         self._reactor.post(self._session_notice("new", bool(transcript)))
         return session_id
 
