@@ -64,7 +64,9 @@ async def session(editor: Editor, command: list[str], cwd: Path) -> dict[str, An
         # the SDK runs handlers concurrently: a whole turn gives the note time to land
         await conn.ext_notification("ts/note", {"sessionId": sid})
         seen["prompts"].append(
-            dump(await conn.prompt(session_id=sid, prompt=[acp.text_block(SECOND)]))
+            dump(
+                await conn.prompt(session_id=sid, prompt=[acp.text_block(SECOND)], ide={"line": 3})
+            )
         )
         state = await conn.ext_method("ts/state", {"sessionId": sid})
         seen["state"] = {k: v for k, v in state.items() if k != "pid"}
@@ -119,7 +121,7 @@ def test_the_ts_agent_through_the_proxy_matches_it_directly(home: Path, tmp_path
         "opened": 1,
         "extCalls": 1,
         "notes": 1,
-        "session": {"turns": 2, "notes": 1},
+        "session": {"turns": 2, "notes": 1, "promptMeta": {"ide": {"line": 3}}},
     }
     assert direct["echo"] == {"echo": {"no": "session"}}
     # and everything the agent sent it

@@ -33,13 +33,14 @@
 //
 // Sessions are saved in $TS_AGENT_STATE, else in .ts-agent/ under the session's cwd (with a
 // .gitignore of *): session/load (advertised) finds them from any process and replays them.
-// After session/new and session/load the agent offers its own slash commands (ts-help,
-// ts-count) through available_commands_update.
+// The agent offers its own slash commands (ts-help, ts-count) through available_commands_update:
+// just after answering session/new, and with the replay of session/load, before answering it.
 //
 // Per-process state, for tests that must tell processes apart: the extension request _ts/state
 // answers {pid, opened, extCalls, notes} -- the sessions this process opened (new or load), the
 // _ts/* requests it answered, the _ts/note notifications it heard -- and with a sessionId also
-// {session: {turns, notes}} for that session. _ts/echo answers {echo: params}.
+// {session: {turns, notes, promptMeta}} for that session (promptMeta: the _meta of its last
+// prompt, or null). _ts/echo answers {echo: params}.
 //
 // TS_AGENT_INITIALIZE_DELAY_MS makes initialize answer that much later.
 
@@ -80,17 +81,13 @@ function save(session) {
 }
 
 function open(id, cwd, turns) {
-  const session = { id, cwd, turns, notes: 0, abort: null };
+  const session = { id, cwd, turns, notes: 0, promptMeta: null, abort: null };
   sessions.set(id, session);
   processState.opened.push(id);
-  setTimeout(() => offerCommands(id), 20); // after the response has gone out
   return session;
 }
 
-function offerCommands(sessionId) {
-  const update = { sessionUpdate: "available_commands_update", availableCommands: COMMANDS };
-  client?.notify(acp.methods.client.session.update, { sessionId, update }).catch(() => {});
-}
+const commandsUpdate = { sessionUpdate: "available_commands_update", availableCommands: COMMANDS };
 
 // -- a turn -------------------------------------------------------------------------------------
 
@@ -210,6 +207,7 @@ async function runTurn(session, turn, number, ctx, signal) {
 async function prompt({ params, client: ctx }) {
   const session = sessions.get(params.sessionId);
   if (!session) throw acp.RequestError.resourceNotFound(params.sessionId);
+  session.promptMeta = params._meta ?? null;
   const text = params.prompt
     .filter((block) => block.type === "text")
     .map((block) => block.text)
@@ -256,7 +254,10 @@ const state = ({ params }) => {
   const { opened, extCalls, notes } = processState;
   const answer = { pid: process.pid, opened: opened.length, extCalls, notes };
   const session = sessions.get(params?.sessionId);
-  if (session) answer.session = { turns: session.turns.length, notes: session.notes };
+  if (session) {
+    const { turns, notes, promptMeta } = session;
+    answer.session = { turns: turns.length, notes, promptMeta };
+  }
   return answer;
 };
 
@@ -279,6 +280,11 @@ const app = acp
   .onRequest(acp.methods.agent.session.new, ({ params }) => {
     const id = `ts-${randomUUID()}`;
     save(open(id, params.cwd, []));
+    setTimeout(() => {
+      // once the client knows the session: after the response has gone out
+      const update = commandsUpdate;
+      client?.notify(acp.methods.client.session.update, { sessionId: id, update }).catch(() => {});
+    }, 20);
     return { sessionId: id };
   })
   .onRequest(acp.methods.agent.session.load, ({ params, client: ctx }) => {
@@ -286,13 +292,14 @@ const app = acp
     if (!fs.existsSync(file)) throw acp.RequestError.resourceNotFound(params.sessionId);
     const saved = JSON.parse(fs.readFileSync(file, "utf8"));
     const session = open(saved.id, params.cwd, saved.turns);
-    // replayed in order, before the response, as the protocol asks
+    // the conversation replayed in order, then the commands, all before the response
     return (async () => {
-      for (const turn of session.turns) {
-        const user = { sessionUpdate: "user_message_chunk", content: { type: "text", text: turn.script } };
-        for (const update of [user, ...turn.updates]) {
-          await ctx.notify(acp.methods.client.session.update, { sessionId: session.id, update });
-        }
+      const replay = session.turns.flatMap((turn) => [
+        { sessionUpdate: "user_message_chunk", content: { type: "text", text: turn.script } },
+        ...turn.updates,
+      ]);
+      for (const update of [...replay, commandsUpdate]) {
+        await ctx.notify(acp.methods.client.session.update, { sessionId: session.id, update });
       }
       return {};
     })();
