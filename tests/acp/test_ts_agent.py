@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -162,3 +163,35 @@ def test_the_ts_agent_through_the_proxy_matches_it_directly(home: Path, tmp_path
         ]
         assert [c.path for c in stored.diff(1).files] == ["notes.txt"]
         assert (proxied_cwd / "notes.txt").read_text() == "some notes\n"
+
+
+def test_a_cancelled_prompt_ends_alike_directly_and_through_the_proxy(
+    home: Path, tmp_path: Path
+) -> None:
+    agent = list(ts_agent())
+
+    async def cancelled(command: list[str], cwd: Path) -> tuple[str, list[str], str]:
+        editor = Editor()
+        async with connect(editor, command, cwd) as (conn, _):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            sid = (await conn.new_session(cwd=str(cwd), mcp_servers=[])).session_id
+            running = asyncio.ensure_future(
+                conn.prompt(session_id=sid, prompt=[acp.text_block("say working\nsleep 30000")])
+            )
+            await wait_for(lambda: "working" in editor.text(sid))
+            await conn.cancel(session_id=sid)
+            reason = str((await running).stop_reason)
+            after = await conn.prompt(session_id=sid, prompt=[acp.text_block("say after")])
+            return sid, [reason, str(after.stop_reason)], editor.text(sid)
+
+    (direct_cwd := tmp_path / "direct").mkdir()
+    (proxied_cwd := tmp_path / "proxied").mkdir()
+    _, direct, direct_text = run(cancelled(agent, direct_cwd))
+    sid, proxied, proxied_text = run(cancelled(proxy_command(home, agent), proxied_cwd))
+    assert proxied == direct == ["cancelled", "end_turn"]
+    assert proxied_text == direct_text == "working\nafter\n"
+    with turnback.open(home) as tb:
+        assert [t.status for t in tb.session(sid).turns()] == [
+            TurnStatus.CANCELLED,
+            TurnStatus.COMPLETED,
+        ]
