@@ -65,8 +65,14 @@ async def session(editor: Editor, command: list[str], cwd: Path) -> dict[str, An
         # the SDK runs handlers concurrently: a whole turn gives the note time to land
         await conn.ext_notification("ts/note", {"sessionId": sid})
         seen["prompts"].append(
+            dump(await conn.prompt(session_id=sid, prompt=[acp.text_block(SECOND)]))
+        )
+        # the agent's own slash command: through the proxy, forwarded to it as a prompt
+        seen["prompts"].append(
             dump(
-                await conn.prompt(session_id=sid, prompt=[acp.text_block(SECOND)], ide={"line": 3})
+                await conn.prompt(
+                    session_id=sid, prompt=[acp.text_block("/ts-count")], ide={"l": 3}
+                )
             )
         )
         state = await conn.ext_method("ts/state", {"sessionId": sid})
@@ -117,12 +123,16 @@ def test_the_ts_agent_through_the_proxy_matches_it_directly(home: Path, tmp_path
     sid = proxied.pop("session")
     assert direct.pop("session") != sid
     assert proxied == direct
-    assert direct["prompts"] == [{"stopReason": "end_turn"}, {"stopReason": "max_tokens"}]
+    assert direct["prompts"] == [
+        {"stopReason": "end_turn"},
+        {"stopReason": "max_tokens"},
+        {"stopReason": "end_turn"},
+    ]
     assert direct["state"] == {
         "opened": 1,
         "extCalls": 1,
         "notes": 1,
-        "session": {"turns": 2, "notes": 1, "promptMeta": {"ide": {"line": 3}}},
+        "session": {"turns": 2, "notes": 1, "promptMeta": {"ide": {"l": 3}}},
     }
     assert direct["echo"] == {"echo": {"no": "session"}}
     # and everything the agent sent it
@@ -145,7 +155,7 @@ def test_the_ts_agent_through_the_proxy_matches_it_directly(home: Path, tmp_path
     assert said.startswith("hello streaming world\npermission Write notes: allowed\n")
     assert "ran echo: exit 0: the terminal says hi\n" in said
     assert 'echo {"echo":{"turn":1}}\n' in said
-    assert said.endswith("permission Write more: rejected\nbye\n")
+    assert said.endswith("permission Write more: rejected\nbye\n2 turns so far\n")
     assert [p["toolCall"]["title"] for p in theirs["permissions"]] == ["Write notes", "Write more"]
     assert theirs["files"] == {"notes.txt": "some notes\n"}
     assert theirs["terminals"] == [["echo", "the", "terminal", "says", "hi"]]
@@ -160,6 +170,7 @@ def test_the_ts_agent_through_the_proxy_matches_it_directly(home: Path, tmp_path
         assert [(t.prompt_text, t.status) for t in turns] == [
             (FIRST, TurnStatus.COMPLETED),
             (SECOND, TurnStatus.COMPLETED),
+            ("/ts-count", TurnStatus.COMPLETED),
         ]
         assert [c.path for c in stored.diff(1).files] == ["notes.txt"]
         assert (proxied_cwd / "notes.txt").read_text() == "some notes\n"

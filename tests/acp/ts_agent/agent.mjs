@@ -33,8 +33,10 @@
 //
 // Sessions are saved in $TS_AGENT_STATE, else in .ts-agent/ under the session's cwd (with a
 // .gitignore of *): session/load (advertised) finds them from any process and replays them.
-// The agent offers its own slash commands (ts-help, ts-count) through available_commands_update:
-// just after answering session/new, and with the replay of session/load, before answering it.
+// The agent offers its own slash commands through available_commands_update: just after
+// answering session/new, and with the replay of session/load, before answering it. A prompt that
+// is just /ts-help lists the verbs; /ts-count says how many turns the session has had (neither
+// is a turn of its own).
 //
 // Per-process state, for tests that must tell processes apart: the extension request _ts/state
 // answers {pid, opened, extCalls, notes} -- the sessions this process opened (new or load), the
@@ -214,6 +216,13 @@ async function prompt({ params, client: ctx }) {
     .join("\n");
   let turn = { script: text, updates: [], done: false };
   const last = session.turns.at(-1);
+  const command = text.match(/^\/(ts-help|ts-count)\s*$/)?.[1];
+  if (command !== undefined) {
+    const said = command === "ts-help" ? [...VERBS].join(" ") : `${session.turns.length} turns so far`;
+    const update = { sessionUpdate: "agent_message_chunk", content: { type: "text", text: `${said}\n` } };
+    await ctx.notify(acp.methods.client.session.update, { sessionId: session.id, update });
+    return { stopReason: "end_turn" };
+  }
   if (parse(text) === null) {
     if (last === undefined || last.done) {
       session.turns.push({ script: text, updates: [], done: true });
