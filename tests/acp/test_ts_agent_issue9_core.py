@@ -3,9 +3,8 @@ TypeScript SDK): one agent process serving every session, the agent's own comman
 ``session/load``/``resume``/``fork``, a turn continued after the agent is killed mid-turn, the
 ``--on-agent-crash`` and ``--initialize-timeout`` options.
 
-The cases marked ``xfail(strict=True)`` fail on the proxy of today (one agent process per
-session, a crash turn answered with an error); the ones run directly against the agent show the
-behaviour the test expects is the agent's own. Remove the marks once the proxy does it.
+The cases run directly against the agent show the behaviour expected of the proxy is the agent's
+own.
 """
 
 from __future__ import annotations
@@ -23,18 +22,6 @@ from turnback.model import TurnStatus
 
 TS_COMMANDS = {"ts-help", "ts-count"}
 STOP_REASONS = {"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"}
-
-
-def core(reason: str) -> Any:
-    return pytest.mark.xfail(
-        strict=True, raises=(AssertionError, acp.RequestError), reason=f"issue 9 core: {reason}"
-    )
-
-
-SHARED = core("an _ request without a sessionId goes to another agent process (the lobby)")
-COMMANDS = core("the agent's commands sent with session/load's replay never reach the editor")
-CONTINUE = core("an agent without step checkpoints killed mid-turn fails the turn with an error")
-OPTIONS = core("turnback acp has no --on-agent-crash nor --initialize-timeout yet")
 
 
 @pytest.fixture
@@ -59,7 +46,7 @@ async def open_session(conn: Any, cwd: Path) -> str:
     return str((await conn.new_session(cwd=str(cwd), mcp_servers=[])).session_id)
 
 
-@pytest.mark.parametrize("through", ["direct", pytest.param("proxy", marks=SHARED)])
+@pytest.mark.parametrize("through", ["direct", "proxy"])
 def test_extensions_without_a_session_reach_the_process_hosting_the_sessions(
     home: Path, workspace: Path, through: str
 ) -> None:
@@ -78,7 +65,7 @@ def test_extensions_without_a_session_reach_the_process_hosting_the_sessions(
     assert of_session["session"]["turns"] == 2
 
 
-@pytest.mark.parametrize("through", ["direct", pytest.param("proxy", marks=COMMANDS)])
+@pytest.mark.parametrize("through", ["direct", "proxy"])
 def test_the_agents_own_commands_are_offered_after_load(
     home: Path, workspace: Path, through: str
 ) -> None:
@@ -119,7 +106,6 @@ def notices(editor: Editor, session_id: str) -> int:
     return editor.text(session_id).count("[turnback]")
 
 
-@CONTINUE
 def test_an_agent_killed_mid_turn_continues_the_turn_with_both_sessions_open(
     home: Path, workspace: Path
 ) -> None:
@@ -169,7 +155,6 @@ def test_an_agent_killed_mid_turn_continues_the_turn_with_both_sessions_open(
         assert [t.status for t in stored.turns()] == [TurnStatus.COMPLETED] * 3
 
 
-@OPTIONS
 def test_on_agent_crash_stop_ends_the_turn_as_interrupted(home: Path, workspace: Path) -> None:
     editor = DiskEditor()
 
@@ -195,7 +180,6 @@ def test_on_agent_crash_stop_ends_the_turn_as_interrupted(home: Path, workspace:
         assert [c.path for c in stored.diff(1).files] == ["b.txt"]
 
 
-@OPTIONS
 def test_initialize_waits_as_long_as_initialize_timeout_says(home: Path, workspace: Path) -> None:
     slow = {"TS_AGENT_INITIALIZE_DELAY_MS": "1500"}
 
@@ -215,7 +199,6 @@ def test_initialize_waits_as_long_as_initialize_timeout_says(home: Path, workspa
     assert "--initialize-timeout" in str(refused.data)  # says what to raise
 
 
-@OPTIONS
 def test_the_default_initialize_timeout_lets_a_slow_agent_start(
     home: Path, workspace: Path
 ) -> None:
