@@ -13,8 +13,19 @@ import turnback
 from tests.acp.harness import SCRIPTED, Editor, connect, prompt, proxy_command, run, start
 from turnback.model import TurnStatus
 
-#: The scripted agent, started 1.5 s late.
-SLOW = ("sh", "-c", 'sleep 1.5 && exec "$0" "$@"', sys.executable, "-m", "turnback.agents.scripted")
+#: The scripted agent, answering initialize 1.5 s after it is asked (however early it started).
+SLOW = (
+    sys.executable,
+    "-c",
+    "import asyncio\n"
+    "from turnback.agents import scripted\n"
+    "answer = scripted.ScriptedAgent.initialize\n"
+    "async def slowly(self, *args, **kwargs):\n"
+    "    await asyncio.sleep(1.5)\n"
+    "    return await answer(self, *args, **kwargs)\n"
+    "scripted.ScriptedAgent.initialize = slowly\n"
+    "scripted.main()\n",
+)
 
 
 @pytest.fixture

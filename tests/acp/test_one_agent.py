@@ -85,6 +85,7 @@ def test_an_agent_killed_mid_turn_with_two_sessions_open_recovers_both(
             )
             first = (await conn.new_session(cwd=str(one), mcp_servers=[])).session_id
             second = (await conn.new_session(cwd=str(two), mcp_servers=[])).session_id
+            idle = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
             running = asyncio.gather(
                 prompt(conn, first, with_checkpoint), prompt(conn, second, without)
             )
@@ -96,6 +97,15 @@ def test_an_agent_killed_mid_turn_with_two_sessions_open_recovers_both(
             stops = await running
             [restarted] = children(proxy.pid)
             assert restarted != agent
+            # the idle session was reopened in the new process without being asked to
+            with turnback.open(home) as tb:
+                reopened = tb.session(idle)
+                await wait_for(
+                    lambda: [
+                        a.data["opened"] for a in reopened.activities() if a.code == "agent.session"
+                    ]
+                    == ["new", "loaded"]
+                )
             after = (
                 await prompt(conn, first, "say again"),
                 await prompt(conn, second, "say again"),

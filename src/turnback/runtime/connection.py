@@ -10,10 +10,12 @@ proxy), or to the only host when there is no relay.
 
 When the process dies, the connection does not decide what happens next: each host sees its own
 requests fail (``AgentDied``), and the next :meth:`AgentConnection.ensure` starts a new process
-(one, however many hosts ask at once). :attr:`AgentConnection.generation` counts processes: a host
-whose session was opened in an earlier generation reopens it (``session/load`` or
-``session/resume`` where the agent advertises them, else a new session given the transcript)
-before it uses the new process.
+(one, however many hosts ask at once) and tells every host (:meth:`Host.agent_restarted`).
+:attr:`AgentConnection.generation` counts processes: a host whose session was opened in an
+earlier generation reopens it in the new one (``session/load`` or ``session/resume`` where the
+agent advertises them, else a new session given the transcript) -- at once, and in any case
+before it uses the new process. A host never starts a process to reopen a session in: an agent
+that keeps dying is restarted only for turns, whose attempts are bounded.
 
 A session's frames can arrive before the host knows the session's id: an agent may send updates
 for a new session right after answering ``session/new``, before the opener has run again. Such
@@ -61,6 +63,10 @@ class Host(Protocol):
 
     def pending_input(self) -> bool:
         """Whether an input request of this session waits for its answer."""
+        ...
+
+    def agent_restarted(self, generation: int) -> None:
+        """A new agent process (of ``generation``) runs: reopen this session in it."""
         ...
 
 
@@ -178,7 +184,10 @@ class AgentConnection:
                     await sidecar.request("authenticate", dict(authenticate))
                 except (acp.RequestError, ConnectionError, OSError) as error:
                     log.warning("the restarted agent refused authenticate: %s", error)
-            return self.generation
+        if self.generation > 1:
+            for host in self.hosts:  # every open session, reopened in the new process
+                host.agent_restarted(self.generation)
+        return self.generation
 
     async def restart(self) -> int:
         """Stop the current process (if any) and start a new one, initialized afresh."""

@@ -190,6 +190,8 @@ class AgentRuntime:
         self._requests = PendingRequests(self._engine, self._reactor, on_permission, on_input)
         self._recorder = Recorder(self._reactor, self._requests, relayed=relay is not None)
         self._opened_in = 0  # the agent process generation its session was opened in
+        self._opening = asyncio.Lock()  # one opening of the agent session at a time
+        self._reopens: set[asyncio.Task[None]] = set()
         self._reopening = False  # the agent replays its session's history: not news to a relay
         self._reply = self._agent.replier(0)  # answers to the current agent process
         self._state = AgentState(command=self.command)
@@ -251,6 +253,8 @@ class AgentRuntime:
         """Leave the agent (stopping it when this runtime started it) and stop the reactor. A
         turn still running is left to recovery."""
         self._agent.detach(self._recorder.agent_session, self)
+        for task in list(self._reopens):
+            task.cancel()
         if self._owns_connection:
             await self._agent.close()
         await self._reactor.close()
@@ -627,15 +631,42 @@ class AgentRuntime:
             return
         exited_between_turns = self._opened_in and self._current is None
         generation = await self._agent.ensure()
-        if generation == self._opened_in:
-            return
-        if exited_between_turns:
-            await self._notice(
-                ActivityLevel.WARNING,
-                "agent.exited",
-                f"agent {self._agent.described!r} had exited between turns; started it again",
-                {},
-            )
+        async with self._opening:
+            if generation == self._opened_in:
+                return
+            if exited_between_turns:
+                await self._notice(
+                    ActivityLevel.WARNING,
+                    "agent.exited",
+                    f"agent {self._agent.described!r} had exited between turns; started it again",
+                    {},
+                )
+            await self._open_in(generation)
+
+    def agent_restarted(self, generation: int) -> None:
+        """The connection's host: a new agent process runs; reopen this session in it now."""
+        if self._opened_in and self._opened_in != generation:
+            task = asyncio.ensure_future(self._reopen(generation))
+            self._reopens.add(task)
+            task.add_done_callback(self._reopens.discard)
+
+    async def _reopen(self, generation: int) -> None:
+        async with self._opening:
+            if self._opened_in == generation or self._agent.generation != generation:
+                return  # opened already, or that process has gone too
+            try:
+                await self._open_in(generation)
+            except AgentError as error:
+                await self._notice(
+                    ActivityLevel.WARNING,
+                    "agent.session.reopen.failed",
+                    f"agent session could not be reopened after the agent restarted: {error}; "
+                    "the next prompt tries again",
+                    {},
+                )
+
+    async def _open_in(self, generation: int) -> None:
+        """Open this session in the agent process of ``generation``."""
         self._reply = self._agent.replier(generation)
         self._recorder.new_process(generation)
         try:
