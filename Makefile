@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The TypeScript agent the acp tests run: an agent on the other official ACP SDK.
+TS_AGENT := tests/acp/ts_agent
+TS_STAMP := $(TS_AGENT)/node_modules/.installed
 
 .PHONY: demo test lint typecheck pytest bench fuzz clean
 
@@ -11,6 +14,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+$(TS_STAMP): $(TS_AGENT)/package.json $(TS_AGENT)/package-lock.json
+	command -v npm >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
+	npm ci --prefix $(TS_AGENT) --no-audit --no-fund --loglevel=error >/dev/null
+	touch $(TS_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/turnback demo
@@ -22,12 +30,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+pytest: $(STAMP) $(TS_STAMP)
 	$(BIN)/pytest
 
 test: lint typecheck pytest
 
-bench: $(STAMP)
+bench: $(STAMP) $(TS_STAMP)
 	$(BIN)/python bench/journal.py
 	$(BIN)/python bench/snapshots.py
 	$(BIN)/python bench/runtime.py
@@ -38,4 +46,4 @@ fuzz: $(STAMP)
 	TURNBACK_FUZZ_EXAMPLES=$${TURNBACK_FUZZ_EXAMPLES:-2000} $(BIN)/pytest tests/acp/test_fuzz.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache $(TS_AGENT)/node_modules

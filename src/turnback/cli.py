@@ -672,19 +672,66 @@ def doctor(state: Context, as_json: bool) -> None:
     show_default=True,
     help="The largest JSON-RPC message accepted from the editor, in bytes.",
 )
+@click.option(
+    "--initialize-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long the agent may take to answer initialize when it starts.",
+)
+@click.option(
+    "--restart-attempts",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    metavar="N",
+    help="Restarts of an agent that dies during one turn before the turn fails.",
+)
+@click.option(
+    "--on-agent-crash",
+    type=click.Choice(["continue", "stop"]),
+    default="continue",
+    show_default=True,
+    help="When the agent dies mid-turn before saving a step checkpoint: restart it and have it "
+    "continue the turn, or end the turn as interrupted.",
+)
 @click.argument("agent_command", nargs=-1, required=True, type=click.UNPROCESSED)
 @pass_state
 def acp(
-    state: Context, acp_home: str | None, max_frame: int, agent_command: tuple[str, ...]
+    state: Context,
+    acp_home: str | None,
+    max_frame: int,
+    initialize_timeout: float,
+    restart_attempts: int,
+    on_agent_crash: str,
+    agent_command: tuple[str, ...],
 ) -> None:
     """Run AGENT_COMMAND behind an ACP proxy on stdin/stdout: every prompt a durable turn.
 
     Configure the editor to start `turnback acp -- AGENT_COMMAND…` instead of the agent. Sessions
     are listed, loaded, resumed and forked from turnback's store, and /checkpoints, /diff,
     /rewind and /undo-rewind are answered by turnback."""
-    from turnback.acp import main as serve_acp
+    import subprocess
 
-    sys.exit(serve_acp(agent_command, home=acp_home or state.home, max_frame=max_frame))
+    early: subprocess.Popen[bytes] | None
+    try:
+        # Started before the ACP SDK is imported (most of the proxy's own start-up), so the
+        # agent's start-up overlaps it; the proxy takes it over.
+        early = subprocess.Popen(agent_command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    except OSError:
+        early = None  # the proxy answers initialize with why it cannot start it
+
+    from turnback.acp import main as serve_acp
+    from turnback.runtime import OnCrash, ResumePolicy
+
+    policy = ResumePolicy(
+        attempts=restart_attempts,
+        on_crash=OnCrash(on_agent_crash),
+        initialize_timeout=initialize_timeout,
+    )
+    home = acp_home or state.home
+    sys.exit(serve_acp(agent_command, home=home, max_frame=max_frame, policy=policy, early=early))
 
 
 @cli.command()

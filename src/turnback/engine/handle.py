@@ -16,6 +16,7 @@ from turnback.engine import recovery, revert
 from turnback.engine.checkpoints import DELETED, WorkspaceCheckpoints, collect_garbage
 from turnback.engine.journal import Journal
 from turnback.engine.owners import is_alive
+from turnback.engine.revert import ConversationRollback, StartedRevert
 from turnback.engine.turns import (
     RunningTurn,
     begin,
@@ -486,6 +487,30 @@ class Session:
         with nothing written, where they clash with hand edits)."""
         self._tb.journal.flush()
         return revert.revert(
+            self._tb.store,
+            self._tb.checkpoints,
+            self.id,
+            to_turn,
+            files=files,
+            conversation=conversation,
+            keep_user_edits=keep_user_edits,
+            rollback=rollback,
+        )
+
+    def start_revert(
+        self,
+        to_turn: int,
+        *,
+        files: bool = True,
+        conversation: bool = True,
+        keep_user_edits: bool = False,
+        rollback: ConversationRollback | None = None,
+    ) -> StartedRevert:
+        """:meth:`revert` up to the agent's side: validated (``rollback.check`` included),
+        captured, the files moved. Roll the agent back on your side, then call ``finish()`` on
+        the result (or ``abandon(why)``, which puts the files back)."""
+        self._tb.journal.flush()
+        return revert.start_revert(
             self._tb.store,
             self._tb.checkpoints,
             self.id,

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -104,7 +104,94 @@ def revert(
     keep_user_edits: bool = False,
     rollback: ConversationRollback | None = None,
 ) -> Revert:
-    """Rewind the session to turn ``to_turn`` (0: before its first turn)."""
+    """Rewind the session to turn ``to_turn`` (0: before its first turn), the agent's rollback
+    applied between the files and the commit."""
+    started = start_revert(
+        store,
+        checkpoints,
+        session_id,
+        to_turn,
+        files=files,
+        conversation=conversation,
+        keep_user_edits=keep_user_edits,
+        rollback=rollback,
+    )
+    if conversation and rollback is not None:
+        try:
+            rollback.apply(started.turns, started.transcript)
+        except (TurnbackError, OSError) as error:
+            started.abandon(f"the revert failed: {error}")
+            raise
+    return started.finish()
+
+
+@dataclass(slots=True)
+class StartedRevert:
+    """A revert whose files have moved (steps 1 to 4), waiting for the agent's own rollback --
+    which its caller does, on its own side -- and then :meth:`finish` (step 5), or
+    :meth:`abandon` when that rollback failed (the files go back, as for any failed revert)."""
+
+    store: Store
+    checkpoints: WorkspaceCheckpoints | None
+    record: Revert
+    workspace: str
+    later: list[Turn]
+    to_turn: int
+    #: the conversation that remains, for the agent
+    transcript: list[Message]
+
+    @property
+    def turns(self) -> int:
+        """How many turns the agent's conversation goes back."""
+        return len(self.later)
+
+    def abandon(self, why: str) -> None:
+        _roll_back(self.store, self.checkpoints, self.record, self.workspace, why)
+
+    def finish(self) -> Revert:
+        """5. the conversation, in one transaction"""
+        record, later, to_turn = self.record, self.later, self.to_turn
+        files, conversation = record.files, record.conversation
+        with self.store.atomic() as tx:
+            now = time.time()
+            if conversation:
+                tx.mark_reverted([t.token for t in later], record.id)
+                tx.set_head(record.session_id, record.to_turn, now)
+            tx.set_revert_state(record.id, RevertState.COMMITTED, now)
+            what = " and ".join(
+                w for w, on in (("files", files), ("conversation", conversation)) if on
+            )
+            tx.insert_activity(
+                record.session_id,
+                None,
+                ActivityLevel.INFO,
+                "turn.reverted",
+                f"reverted the {what} to turn {to_turn}, undoing {len(later)} turn(s)"
+                + (" and keeping hand edits" if record.keep_user_edits else "")
+                + "; `turnback revert --undo` puts them back",
+                {"revert": record.id, "to": to_turn, "turns": [t.token for t in later]},
+                now,
+            )
+            faults.point("revert.commit.inside")
+            done = tx.get_revert(record.id)
+        faults.point("revert.done")
+        assert done is not None
+        return done
+
+
+def start_revert(
+    store: Store,
+    checkpoints: WorkspaceCheckpoints | None,
+    session_id: str,
+    to_turn: int,
+    *,
+    files: bool = True,
+    conversation: bool = True,
+    keep_user_edits: bool = False,
+    rollback: ConversationRollback | None = None,
+) -> StartedRevert:
+    """Steps 1 to 4 of a revert to turn ``to_turn``: validated (``rollback.check`` included),
+    captured, recorded and the files moved. The caller rolls the agent back, then finishes."""
     if not files and not conversation:
         raise ValueError("a revert moves files, the conversation, or both")
     # 1. validate, writing nothing
@@ -178,37 +265,11 @@ def revert(
             else:
                 snapshots.restore(path, target, current=undo, keep=later[0].begin_checkpoint)
         faults.point("revert.files")
-        if conversation and rollback is not None:
-            kept = [m for m in transcript if m.turn in {t.token for t in chain[:to_turn]}]
-            rollback.apply(len(later), kept)
     except (TurnbackError, OSError) as error:
         _roll_back(store, checkpoints, record, workspace, f"the revert failed: {error}")
         raise
-
-    # 5. the conversation, in one transaction
-    with store.atomic() as tx:
-        now = time.time()
-        if conversation:
-            tx.mark_reverted([t.token for t in later], record.id)
-            tx.set_head(session_id, record.to_turn, now)
-        tx.set_revert_state(record.id, RevertState.COMMITTED, now)
-        what = " and ".join(w for w, on in (("files", files), ("conversation", conversation)) if on)
-        tx.insert_activity(
-            session_id,
-            None,
-            ActivityLevel.INFO,
-            "turn.reverted",
-            f"reverted the {what} to turn {to_turn}, undoing {len(later)} turn(s)"
-            + (" and keeping hand edits" if keep_user_edits else "")
-            + "; `turnback revert --undo` puts them back",
-            {"revert": record.id, "to": to_turn, "turns": [t.token for t in later]},
-            now,
-        )
-        faults.point("revert.commit.inside")
-        done = tx.get_revert(record.id)
-    faults.point("revert.done")
-    assert done is not None
-    return done
+    kept = [m for m in transcript if m.turn in {t.token for t in chain[:to_turn]}]
+    return StartedRevert(store, checkpoints, record, workspace, later, to_turn, kept)
 
 
 def _require_checkpoints(

@@ -32,6 +32,7 @@ from turnback.engine.fold import (
     error_event,
     fold,
     is_text_chunk,
+    notice,
     parse,
     superseded,
     unfinished_tool_calls,
@@ -577,6 +578,25 @@ class RunningTurn:
         and the turn's pending permission and input requests are cleared, in one transaction."""
         return self.record(rewind_event(checkpoint))
 
+    def messages_so_far(self) -> list[Message]:
+        """What the turn has recorded so far, folded as it would be if it ended now (after a
+        rewind, without what the rewind voided)."""
+        self._journal.flush()
+        with self._store.read() as tx:
+            entries = tx.journal(self.turn.token)
+        events = [(entry.seq, parse(entry, keep_unreadable=True)) for entry in entries]
+        void = superseded(events)
+        folded = fold(self.turn.prompt, [event for seq, event in events if seq not in void])
+        return [
+            Message(self.turn.session_id, self.turn.token, i, kind, data)
+            for i, (kind, data) in enumerate(folded)
+        ]
+
+    def clear_requests(self) -> int:
+        """Clear the turn's pending permission and input requests (whoever asked is gone),
+        keeping everything it recorded: a rewind to where the turn now stands."""
+        return self.record({"sessionUpdate": EventKind.REWIND.value, "toSeq": self._seq})
+
     def _side_effect(self, kind: str, update: JSON, entry: JournalEntry) -> After | None:
         """Rows that must commit in the same transaction as this event, if any."""
         if kind not in _SIDE_EFFECTS:
@@ -633,6 +653,11 @@ class RunningTurn:
 
     def cancel(self, reason: str = "cancelled") -> Turn:
         return self._end(TurnStatus.CANCELLED, reason)
+
+    def interrupt(self, reason: str) -> Turn:
+        """End the turn interrupted, with what it did so far and a notice saying why; it can be
+        continued later (:meth:`Session.reopen`)."""
+        return self._end(TurnStatus.INTERRUPTED, reason, [notice(reason)])
 
     def _end(self, status: TurnStatus, detail: str | None, extra: Sequence[JSON] = ()) -> Turn:
         self._require_running()
