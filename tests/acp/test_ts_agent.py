@@ -81,12 +81,14 @@ async def session(editor: Editor, command: list[str], cwd: Path) -> dict[str, An
     return json.loads(json.dumps(seen).replace(str(cwd), "<cwd>"))
 
 
+_TURNBACKS_OWN = frozenset({"available_commands_update", "session_info_update"})
+
+
 def wire(editor: Editor, cwd: Path) -> dict[str, Any]:
-    """What the agent sent the editor, the commands offers aside, with ids made neutral."""
+    """What the agent sent the editor, turnback's own updates (commands offered, session info)
+    aside, with ids made neutral."""
     seen = {
-        "updates": [
-            u for _, u in editor.updates if u["sessionUpdate"] != "available_commands_update"
-        ],
+        "updates": [u for _, u in editor.updates if u["sessionUpdate"] not in _TURNBACKS_OWN],
         "permissions": editor.permissions,
         "files": {Path(p).name: text for p, text in editor.files.items()},
         "terminals": [argv for argv, _, _ in editor.terminals.values()],

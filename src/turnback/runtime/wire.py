@@ -57,6 +57,7 @@ INTERNAL_ERROR = -32603
 BACKLOG = 1 << 20
 _HEAD = 4096
 _SESSION_KEY = b'"sessionId"'
+_METHOD = b'"method"'
 _YIELD_EVERY = 16
 
 
@@ -79,7 +80,8 @@ class Rejected:
     message: str
     line: bytes  # its first bytes
     data: dict[str, Any] | None = None
-    #: whether it is (or may be) a request whose sender waits for an answer with ``rpc_id``
+    #: whether it is (or, read from its first bytes, seems) a request whose sender waits for
+    #: an answer with ``rpc_id``
     request: bool = False
 
 
@@ -257,7 +259,7 @@ class Wire:
                 INVALID_REQUEST,
                 f"Invalid request: {error}; it was skipped",
                 line,
-                request=True,
+                request=_METHOD in line[:_HEAD],
                 limit=jsontext.MAX_DEPTH,
             )
             return None
@@ -287,7 +289,7 @@ class Wire:
                 f"Invalid request: a message of {size} bytes or more is over the limit of "
                 f"{self.max_frame} bytes; it was skipped",
                 head,
-                request=True,
+                request=_METHOD in head,
                 limit=self.max_frame,
                 size=size,
             )
