@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The browser tests of `turnback ui` drive Debian's Chromium; CI runs as root where apt works.
+CHROMIUM := /usr/bin/chromium
+BROWSER_STAMP := $(VENV)/.chromium
 
 .PHONY: demo test lint typecheck pytest bench clean
 
@@ -11,6 +14,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+$(BROWSER_STAMP): $(STAMP)
+	test -x $(CHROMIUM) || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
+	test -x $(CHROMIUM)
+	touch $(BROWSER_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/turnback demo
@@ -22,16 +30,17 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+pytest: $(STAMP) $(BROWSER_STAMP)
 	$(BIN)/pytest
 
 test: lint typecheck pytest
 
-bench: $(STAMP)
+bench: $(STAMP) $(BROWSER_STAMP)
 	$(BIN)/python bench/journal.py
 	$(BIN)/python bench/snapshots.py
 	$(BIN)/python bench/runtime.py
 	$(BIN)/python bench/proxy.py
+	$(BIN)/python bench/ui.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

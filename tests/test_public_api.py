@@ -54,6 +54,7 @@ def test_exported_members() -> None:
         "StoreUnavailable",
         "SweepReport",
         "Turn",
+        "RangeDiff",
         "TurnDiff",
         "TurnInProgress",
         "TurnNotFound",

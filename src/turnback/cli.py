@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from turnback import Turnback
+    from turnback import Session, Turnback
     from turnback.model import (
         Activity,
         FileChange,
@@ -166,6 +166,63 @@ def unrecovered_json(item: UnrecoveredTurn) -> dict[str, Any]:
     return {**turn_json(item.turn), "session": item.turn.session_id, "reason": item.reason}
 
 
+# -- the --json shapes, whole: the web page's API serves the same ones ------------------------
+
+
+def sessions_json(tb: Turnback) -> list[dict[str, Any]]:
+    """``sessions --json``: every session, most recently active first, with its turn count."""
+    return [
+        session_json(r, len([t for t in tb.session(r.id).turns() if t.status.ended]))
+        for r in tb.sessions()
+    ]
+
+
+def log_json(handle: Session) -> dict[str, Any]:
+    """``log --json``: the session and each of its turns with its files and checkpoints."""
+    turns = handle.turns()
+    diffs = {t.token: handle.diff(t.token) for t in turns}
+    return {
+        "session": session_json(handle.record),
+        "turns": [
+            {
+                **turn_json(t),
+                "files": [change_json(f) for f in diffs[t.token].files],
+                "outside": [change_json(f) for f in diffs[t.token].outside],
+                "checkpoints": {"begin": t.begin_checkpoint, "end": t.end_checkpoint},
+                "reverted_by": t.reverted_by,
+            }
+            for t in turns
+        ],
+    }
+
+
+def show_json(handle: Session, turn: int | str) -> dict[str, Any]:
+    """``show --json``: one turn's conversation and its run timeline."""
+    found = handle.get_turn(turn)
+    return {
+        "session": handle.id,
+        "turn": turn_json(found),
+        "messages": [message_json(m) for m in handle.turn_messages(found.token)],
+        "events": [
+            {"seq": e.seq, "kind": e.kind, "event": e.event, "at": e.at}
+            for e in handle.run_events(found.token)
+        ],
+    }
+
+
+def diff_json(handle: Session, turn: int | str) -> dict[str, Any]:
+    """``diff --json``: a turn's files, the changes made outside it, and its patch."""
+    found = handle.diff(turn)
+    full = handle.diff(turn, patch=True).patch if found.available else None
+    return {
+        "turn": turn_json(found.turn),
+        "available": found.available,
+        "files": [change_json(f) for f in found.files],
+        "outside": [change_json(f) for f in found.outside],
+        "patch": full,
+    }
+
+
 def _emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
 
@@ -245,21 +302,24 @@ def sessions(state: Context, as_json: bool) -> None:
     from turnback.errors import StoreNotFound
 
     try:
-        records = state.tb.sessions()
+        listed = sessions_json(state.tb)
     except StoreNotFound:
-        records = []
-    counts = {
-        r.id: len([t for t in state.tb.session(r.id).turns() if t.status.ended]) for r in records
-    }
+        listed = []
     if as_json:
-        _emit_json([session_json(r, counts[r.id]) for r in records])
+        _emit_json(listed)
         return
-    if not records:
+    if not listed:
         click.echo("No sessions yet. `turnback demo` shows turnback at work.")
         return
     rows = [
-        [r.id[:12], str(counts[r.id]), _when(r.updated_at), _short(r.title or "-", 30), r.workspace]
-        for r in records
+        [
+            r["id"][:12],
+            str(r["turns"]),
+            _when(r["updated_at"]),
+            _short(r["title"] or "-", 30),
+            r["workspace"],
+        ]
+        for r in listed
     ]
     click.echo(_table(["session", "turns", "updated", "title", "workspace"], rows))
 
@@ -271,25 +331,11 @@ def sessions(state: Context, as_json: bool) -> None:
 def log(state: Context, session: str, as_json: bool) -> None:
     """Show a session's turns: number, status, events and prompt."""
     handle = state.tb.session(session)
+    if as_json:
+        _emit_json(log_json(handle))
+        return
     turns = handle.turns()
     diffs = {t.token: handle.diff(t.token) for t in turns}
-    if as_json:
-        _emit_json(
-            {
-                "session": session_json(handle.record),
-                "turns": [
-                    {
-                        **turn_json(t),
-                        "files": [change_json(f) for f in diffs[t.token].files],
-                        "outside": [change_json(f) for f in diffs[t.token].outside],
-                        "checkpoints": {"begin": t.begin_checkpoint, "end": t.end_checkpoint},
-                        "reverted_by": t.reverted_by,
-                    }
-                    for t in turns
-                ],
-            }
-        )
-        return
     record = handle.record
     click.echo(f"session {record.id}  {record.title or ''}".rstrip())
     click.echo(f"workspace {record.workspace}\n")
@@ -338,21 +384,12 @@ def log(state: Context, session: str, as_json: bool) -> None:
 def show(state: Context, session: str, turn: str, events: bool, as_json: bool) -> None:
     """Show one turn's conversation. TURN is its number or a token prefix."""
     handle = state.tb.session(session)
+    if as_json:
+        _emit_json(show_json(handle, turn))
+        return
     found = handle.get_turn(turn)
     messages = handle.turn_messages(found.token)
     timeline = handle.run_events(found.token)
-    if as_json:
-        _emit_json(
-            {
-                "session": handle.id,
-                "turn": turn_json(found),
-                "messages": [message_json(m) for m in messages],
-                "events": [
-                    {"seq": e.seq, "kind": e.kind, "event": e.event, "at": e.at} for e in timeline
-                ],
-            }
-        )
-        return
     click.echo(f"turn {found.number} ({found.token})  {_status(found.status.value)}")
     if found.detail:
         click.echo(f"  {found.detail}")
@@ -502,19 +539,10 @@ def diff(state: Context, session: str, turn: str, stat: bool, as_json: bool) -> 
     Changes made between turns, by hand or by a `git pull`, are listed apart: they are not
     the agent's."""
     handle = state.tb.session(session)
-    found = handle.diff(turn, patch=not stat and not as_json)
     if as_json:
-        full = handle.diff(turn, patch=found.available).patch if found.available else None
-        _emit_json(
-            {
-                "turn": turn_json(found.turn),
-                "available": found.available,
-                "files": [change_json(f) for f in found.files],
-                "outside": [change_json(f) for f in found.outside],
-                "patch": full,
-            }
-        )
+        _emit_json(diff_json(handle, turn))
         return
+    found = handle.diff(turn, patch=not stat)
     if found.outside:
         click.echo(f"changed outside any turn, before turn {found.turn.number}:")
         for change in found.outside:

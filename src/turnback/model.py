@@ -315,6 +315,17 @@ class TurnDiff:
 
 
 @dataclass(frozen=True, slots=True)
+class RangeDiff:
+    """What the workspace changed from the end of one turn to the end of a later one (0: before
+    the first turn): the agent's turns and the edits made by hand between them, together."""
+
+    from_turn: int
+    to_turn: int
+    files: tuple[FileChange, ...]
+    patch: str | None = None  # the unified patch, when asked for
+
+
+@dataclass(frozen=True, slots=True)
 class GcReport:
     # turns' checkpoints no longer kept (older than ``keep``), and reverts' no longer undoable
     checkpoints_released: int = 0

@@ -16,7 +16,14 @@ from turnback.engine import recovery, revert
 from turnback.engine.checkpoints import WorkspaceCheckpoints, collect_garbage
 from turnback.engine.journal import Journal
 from turnback.engine.owners import is_alive
-from turnback.engine.turns import RunningTurn, begin, encode, reopen, validate_prompt
+from turnback.engine.turns import (
+    RunningTurn,
+    begin,
+    encode,
+    journal_messages,
+    reopen,
+    validate_prompt,
+)
 from turnback.errors import (
     AmbiguousId,
     CheckpointUnavailable,
@@ -32,6 +39,7 @@ from turnback.model import (
     GcReport,
     HealthCheck,
     Message,
+    RangeDiff,
     RecoveryReport,
     Revert,
     RunEvent,
@@ -40,6 +48,7 @@ from turnback.model import (
     SweepReport,
     Turn,
     TurnDiff,
+    TurnStatus,
     UnrecoveredTurn,
 )
 from turnback.store import Store, Tx, open_store, sqlite_url
@@ -398,9 +407,13 @@ class Session:
             return tx.messages(self.id)
 
     def turn_messages(self, ref: int | str) -> list[Message]:
-        token = self.get_turn(ref).token
+        """A turn's conversation; for a running or set-aside turn, its journal as it stands,
+        folded the way it will be when the turn ends."""
+        turn = self.get_turn(ref)
         with self._tb.store.read() as tx:
-            return tx.turn_messages(token)
+            if turn.status in (TurnStatus.RUNNING, TurnStatus.SET_ASIDE):
+                return journal_messages(tx, turn)
+            return tx.turn_messages(turn.token)
 
     def run_events(self, ref: int | str) -> list[RunEvent]:
         token = self.get_turn(ref).token
@@ -429,6 +442,35 @@ class Session:
                 Path(self.record.workspace), turn.begin_checkpoint, turn.end_checkpoint
             )
         return TurnDiff(turn, tuple(files), tuple(outside), available, text)
+
+    def range_diff(self, from_turn: int, to_turn: int, *, patch: bool = False) -> RangeDiff:
+        """What the workspace changed from the end of turn ``from_turn`` (0: before the first
+        turn) to the end of turn ``to_turn``, both in the conversation: the agent's changes and
+        the edits made by hand in between alike."""
+        if not 0 <= from_turn <= to_turn:
+            raise TurnNotFound(
+                f"a range goes from an earlier turn to a later one, not {from_turn} to {to_turn}"
+            )
+        old = self._checkpoint_after(from_turn)
+        new = self._checkpoint_after(to_turn)
+        assert self._tb.checkpoints is not None
+        snapshots, workspace = self._tb.checkpoints.snapshots, Path(self.record.workspace)
+        files = snapshots.changes(workspace, old, new)
+        text = snapshots.patch(workspace, old, new) if patch else None
+        return RangeDiff(from_turn, to_turn, tuple(files), text)
+
+    def _checkpoint_after(self, number: int) -> str:
+        """The workspace checkpoint at the end of turn ``number`` (0: the first turn's begin)."""
+        turn = self.get_turn(max(number, 1))
+        commit = turn.begin_checkpoint if number == 0 else turn.end_checkpoint
+        if commit is None or self._tb.checkpoints is None:
+            moment = "beginning" if number == 0 else "end"
+            raise CheckpointUnavailable(
+                f"turn {turn.number} has no workspace checkpoint at its {moment} (the capture "
+                "failed, was skipped or pruned, or checkpoints are off), so no range can start "
+                "or end there"
+            )
+        return commit
 
     def revert(
         self,

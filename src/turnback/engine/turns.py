@@ -353,6 +353,19 @@ def commit_turn(
     return True
 
 
+def journal_messages(tx: Tx, turn: Turn) -> list[Message]:
+    """A turn that has not ended, as the conversation it would fold into now: its journal,
+    without what a resume superseded. Reads only; the journal stays as it is."""
+    entries = tx.journal(turn.token)
+    events = [parse(entry, keep_unreadable=True) for entry in entries]
+    void = superseded((entry.seq, event) for entry, event in zip(entries, events, strict=True))
+    live = [event for entry, event in zip(entries, events, strict=True) if entry.seq not in void]
+    return [
+        Message(turn.session_id, turn.token, i, kind, data)
+        for i, (kind, data) in enumerate(fold(turn.prompt, live))
+    ]
+
+
 def _end(
     tx: Tx,
     turn: Turn,
