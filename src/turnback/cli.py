@@ -144,6 +144,8 @@ def revert_json(revert: Revert) -> dict[str, Any]:
         "keep_user_edits": revert.keep_user_edits,
         "undo_checkpoint": revert.undo_checkpoint,
         "detail": revert.detail,
+        "created_at": revert.created_at,
+        "ended_at": revert.ended_at,
     }
 
 
@@ -170,11 +172,15 @@ def unrecovered_json(item: UnrecoveredTurn) -> dict[str, Any]:
 
 
 def sessions_json(tb: Turnback) -> list[dict[str, Any]]:
-    """``sessions --json``: every session, most recently active first, with its turn count."""
-    return [
-        session_json(r, len([t for t in tb.session(r.id).turns() if t.status.ended]))
-        for r in tb.sessions()
-    ]
+    """``sessions --json``: every session, most recently active first, with how many turns ended
+    and how many are set aside."""
+    listed = []
+    for record in tb.sessions():
+        turns = tb.session(record.id).turns()
+        data = session_json(record, len([t for t in turns if t.status.ended]))
+        data["set_aside"] = len([t for t in turns if t.status == "set_aside"])
+        listed.append(data)
+    return listed
 
 
 def log_json(handle: Session) -> dict[str, Any]:
@@ -713,6 +719,39 @@ def acp(
     from turnback.acp import main as serve_acp
 
     sys.exit(serve_acp(agent_command, home=acp_home or state.home, max_frame=max_frame))
+
+
+@cli.command()
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address to serve on; anything but loopback lets other machines knock.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="The port to serve on (0: a free one).",
+)
+@click.option("--no-open", is_flag=True, help="Print the address only; do not open a browser.")
+@click.option("--read-only", is_flag=True, help="Serve no action: review only, change nothing.")
+@pass_state
+def ui(state: Context, host: str, port: int, no_open: bool, read_only: bool) -> None:
+    """Serve a local review page: sessions, timelines, diffs, reverts with a preview, undo.
+
+    Prints the page's address, with its token, as the first line, then opens a browser unless
+    --no-open; serves until interrupted. Every request needs the token."""
+    from turnback.ui import serve
+
+    try:
+        serve(state.home, host=host, port=port, open_browser=not no_open, read_only=read_only)
+    except OSError as error:
+        raise click.ClickException(
+            f"cannot serve on {host}:{port}: {error.strerror or error}; "
+            "choose another --port (0 picks a free one)"
+        ) from None
 
 
 @cli.command()
