@@ -304,7 +304,7 @@ async function timelinePage(sessionId) {
         ? el("a", { class: "button", href: `/sessions/${sessionId}/range?from=${mark}&to=${top}`, text: `Since I last looked (turns ${mark + 1}–${top})` })
         : null,
       !CONFIG.readOnly && top > 0 && mark !== top
-        ? el("button", { type: "button", onclick: () => setMark(top), text: `Mark turns 1–${top} reviewed` })
+        ? el("button", { type: "button", onclick: () => setMark(top), text: top === 1 ? "Mark turn 1 reviewed" : `Mark turns 1–${top} reviewed` })
         : null,
       !CONFIG.readOnly && canUndo
         ? el("button", { type: "button", class: "undo", onclick: undo, text: `Undo the revert to turn ${turnNumber(lastRevert.to_turn, byToken)}` })
@@ -344,7 +344,7 @@ async function timelinePage(sessionId) {
           reverted ? badge("reverted", "reverted") : null,
           fresh ? badge("new", "new since review") : null,
           el("span", { class: "muted small", title: exact(turn.started_at), text: when(turn.started_at) }),
-          el("span", { class: "muted small", text: `${turn.events} events` }),
+          turn.status === "running" ? null : el("span", { class: "muted small", text: `${turn.events} event${turn.events === 1 ? "" : "s"}` }),
           turn.files.length ? el("span", { class: "small" }, `${turn.files.length} file${turn.files.length === 1 ? "" : "s"} `, counts(turn.files)) : null),
         el("a", { class: "prompt", href: link, text: short(promptText(turn.prompt), 200) || "(no text)" }),
         turn.detail ? el("div", { class: "detail", text: turn.detail }) : null,
@@ -404,7 +404,7 @@ async function timelinePage(sessionId) {
   async function setMark(number) {
     try {
       await api(`/api/sessions/${sessionId}/review-mark`, { turn: number });
-      toast(`Marked turns 1–${number} as reviewed.`);
+      toast(`Marked everything up to turn ${number} as reviewed.`);
       await load();
     } catch (error) { toast(`${error.message}. ${error.hint}`, "bad"); }
   }
