@@ -34,6 +34,7 @@ from turnback.model import (
     Message,
     RecoveryReport,
     Revert,
+    RevertPlan,
     RunEvent,
     SessionRecord,
     StepCheckpoint,
@@ -455,6 +456,29 @@ class Session:
             conversation=conversation,
             keep_user_edits=keep_user_edits,
             rollback=rollback,
+        )
+
+    def revert_plan(
+        self,
+        to_turn: int,
+        *,
+        files: bool = True,
+        conversation: bool = True,
+        keep_user_edits: bool = False,
+    ) -> RevertPlan:
+        """What ``revert`` with the same arguments would do to the files, writing nothing: the
+        files restored and deleted (with +/-), the files kept (ignored, not captured, existing
+        before the turns, or hand edits under ``keep_user_edits``) and the hand edits in the way
+        (``conflicts``). Raises what the revert would raise before it writes."""
+        self._tb.journal.flush()
+        return revert.plan(
+            self._tb.store,
+            self._tb.checkpoints,
+            self.id,
+            to_turn,
+            files=files,
+            conversation=conversation,
+            keep_user_edits=keep_user_edits,
         )
 
     def undo_revert(self) -> Revert:

@@ -45,7 +45,15 @@ from turnback.errors import (
     TurnNotFound,
     WorkspaceError,
 )
-from turnback.model import ActivityLevel, Message, Revert, RevertState, Turn
+from turnback.model import (
+    ActivityLevel,
+    Message,
+    Revert,
+    RevertPlan,
+    RevertState,
+    SessionRecord,
+    Turn,
+)
 from turnback.store import Store, Tx
 
 
@@ -102,30 +110,14 @@ def revert(
     rollback: ConversationRollback | None = None,
 ) -> Revert:
     """Rewind the session to turn ``to_turn`` (0: before its first turn)."""
-    if not files and not conversation:
-        raise ValueError("a revert moves files, the conversation, or both")
     # 1. validate, writing nothing
+    session, chain, later, target = _validate(
+        store, checkpoints, session_id, to_turn, files, conversation, keep_user_edits
+    )
     with store.read() as tx:
-        session = tx.get_session(session_id)
-        if session is None:
-            raise SessionNotFound(f"no session {session_id}")
-        _require_quiet(tx, session_id, session.workspace)
-        chain = _conversation(tx, session_id)
         transcript = [m for m in tx.messages(session_id) if m.turn in {t.token for t in chain}]
-    head = chain[-1].number if chain else 0
-    if not 0 <= to_turn <= head:
-        raise TurnNotFound(
-            f"session {session_id[:12]} has turns 1 to {head}; revert to one of them, or to 0 "
-            "for before the first"
-        )
-    later = [t for t in chain if t.number > to_turn]
-    if not later:
-        raise NothingToRevert(f"session {session_id[:12]} is already at turn {to_turn}")
     target_turn = chain[to_turn - 1] if to_turn else None
-    target = target_turn.end_checkpoint if target_turn else later[0].begin_checkpoint
     workspace = session.workspace
-    if files:
-        _require_checkpoints(checkpoints, workspace, to_turn, later, target, keep_user_edits)
     if conversation and rollback is not None:
         rollback.check(len(later))
 
@@ -206,6 +198,81 @@ def revert(
     faults.point("revert.done")
     assert done is not None
     return done
+
+
+def _validate(
+    store: Store,
+    checkpoints: WorkspaceCheckpoints | None,
+    session_id: str,
+    to_turn: int,
+    files: bool,
+    conversation: bool,
+    keep_user_edits: bool,
+) -> tuple[SessionRecord, list[Turn], list[Turn], str | None]:
+    """Everything a revert checks before it writes: the session, its conversation, the turns
+    it would undo and the checkpoint the files go back to."""
+    if not files and not conversation:
+        raise ValueError("a revert moves files, the conversation, or both")
+    with store.read() as tx:
+        session = tx.get_session(session_id)
+        if session is None:
+            raise SessionNotFound(f"no session {session_id}")
+        _require_quiet(tx, session_id, session.workspace)
+        chain = _conversation(tx, session_id)
+    head = chain[-1].number if chain else 0
+    if not 0 <= to_turn <= head:
+        raise TurnNotFound(
+            f"session {session_id[:12]} has turns 1 to {head}; revert to one of them, or to 0 "
+            "for before the first"
+        )
+    later = [t for t in chain if t.number > to_turn]
+    if not later:
+        raise NothingToRevert(f"session {session_id[:12]} is already at turn {to_turn}")
+    target = chain[to_turn - 1].end_checkpoint if to_turn else later[0].begin_checkpoint
+    if files:
+        _require_checkpoints(
+            checkpoints, session.workspace, to_turn, later, target, keep_user_edits
+        )
+    return session, chain, later, target
+
+
+def plan(
+    store: Store,
+    checkpoints: WorkspaceCheckpoints | None,
+    session_id: str,
+    to_turn: int,
+    *,
+    files: bool = True,
+    conversation: bool = True,
+    keep_user_edits: bool = False,
+) -> RevertPlan:
+    """What :func:`revert` with the same arguments would do to the files; writes nothing.
+
+    It validates as the revert does (and raises what the revert would), then compares a capture
+    of the workspace, named by no ref once this returns, with the target checkpoint."""
+    session, _chain, later, target = _validate(
+        store, checkpoints, session_id, to_turn, files, conversation, keep_user_edits
+    )
+    if not files:
+        return RevertPlan()
+    assert checkpoints is not None and target is not None
+    ref = f"{session_id}/plan-{uuid.uuid4().hex}"
+    captured, notes = checkpoints.capture(session.workspace, ref)
+    if captured is None:
+        reason = notes[-1].message if notes else "the capture failed"
+        raise WorkspaceError(f"the workspace could not be captured to plan the revert ({reason})")
+    path = Path(session.workspace)
+    try:
+        return checkpoints.snapshots.revert_plan(
+            path,
+            target,
+            current=captured.commit,
+            keep=later[0].begin_checkpoint,
+            turns=[(t.begin_checkpoint or "", t.end_checkpoint or "") for t in later],
+            keep_user_edits=keep_user_edits,
+        )
+    finally:
+        checkpoints.snapshots.delete_refs(path, [ref])
 
 
 def _require_checkpoints(
