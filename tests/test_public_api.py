@@ -38,6 +38,7 @@ def test_exported_members() -> None:
         "ResumeUnavailable",
         "Revert",
         "RevertConflict",
+        "RevertInProgress",
         "RevertPlan",
         "RevertState",
         "RollbackUnavailable",

@@ -21,6 +21,7 @@ from turnback.errors import (
     AmbiguousId,
     CheckpointUnavailable,
     InvalidId,
+    RevertInProgress,
     SessionNotFound,
     TurnInProgress,
     TurnNotFound,
@@ -305,9 +306,18 @@ class Session:
     def turn(self, prompt: Any) -> RunningTurn:
         """Begin a turn: its row and prompt are durable when this returns.
 
-        A running turn whose owner died is recovered first; a live one raises TurnInProgress."""
+        A running turn whose owner died is recovered first; a live one raises TurnInProgress.
+        So is a revert of the workspace a dead process left half done (rolled back, or its undo
+        finished); a live one raises RevertInProgress."""
         store = self._tb.store
         try:
+            turn = self._begin(prompt)
+        except RevertInProgress as held:
+            with store.read() as tx:
+                owner = tx.get_owner(held.owner_id) if held.owner_id else None
+            if is_alive(owner):
+                raise
+            revert.recover_reverts(store, self._tb.checkpoints)
             turn = self._begin(prompt)
         except TurnInProgress as busy:
             with store.read() as tx:

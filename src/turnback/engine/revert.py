@@ -36,6 +36,7 @@ from typing import Protocol
 from turnback import faults
 from turnback.engine.checkpoints import WorkspaceCheckpoints
 from turnback.engine.owners import current_owner, is_alive
+from turnback.engine.turns import UNFINISHED_REVERTS, require_no_revert
 from turnback.errors import (
     CheckpointUnavailable,
     NothingToRevert,
@@ -69,9 +70,6 @@ class ConversationRollback(Protocol):
         that remains."""
 
 
-_UNFINISHED = (RevertState.STARTED, RevertState.FILES_RESTORED, RevertState.UNDOING)
-
-
 def _conversation(tx: Tx, session_id: str) -> list[Turn]:
     return sorted(
         (t for t in tx.session_turns(session_id) if t.in_conversation), key=lambda t: t.number
@@ -89,13 +87,7 @@ def _require_quiet(tx: Tx, session_id: str, workspace: str) -> None:
             "ended (or run `turnback recover` if its process died)",
             turn.token,
         )
-    unfinished = tx.reverts(session_id, _UNFINISHED)
-    if unfinished:
-        raise TurnInProgress(
-            f"revert {unfinished[0].id} of this session is not finished; run `turnback recover` "
-            "to finish or roll it back first",
-            "",
-        )
+    require_no_revert(tx, workspace)
 
 
 def revert(
@@ -123,9 +115,10 @@ def revert(
 
     # 2. the undo checkpoint
     undo: str | None = None
+    undo_ref = f"{session_id}/revert-{uuid.uuid4().hex}"
     if files:
         assert checkpoints is not None
-        captured, notes = checkpoints.capture(workspace, f"{session_id}/revert-{uuid.uuid4().hex}")
+        captured, notes = checkpoints.capture(workspace, undo_ref)
         if captured is None:
             reason = notes[-1].message if notes else "the capture failed"
             raise WorkspaceError(
@@ -151,9 +144,23 @@ def revert(
         created_at=time.time(),
         owner_id=owner.id,
     )
-    with store.atomic() as tx:
-        tx.upsert_owner(owner)
-        record = replace(record, id=tx.insert_revert(record))
+    try:
+        with store.atomic() as tx:
+            # Validated before the capture, which may take long: check again where it counts.
+            _require_quiet(tx, session_id, workspace)
+            moved = tx.get_session(session_id)
+            if moved is None or moved.head != session.head:
+                raise TurnInProgress(
+                    f"session {session_id[:12]} moved on while the revert was being prepared; "
+                    "nothing was changed. Look at its turns and revert again",
+                    "",
+                )
+            tx.upsert_owner(owner)
+            record = replace(record, id=tx.insert_revert(record))
+    except TurnbackError:
+        if undo is not None and checkpoints is not None:
+            checkpoints.snapshots.delete_refs(Path(workspace), [undo_ref])
+        raise
     faults.point("revert.started")
 
     # 4. files, then the agent's context
@@ -338,8 +345,11 @@ def _roll_back(
 
 
 def undo_revert(store: Store, checkpoints: WorkspaceCheckpoints | None, session_id: str) -> Revert:
-    """Undo the session's last revert: files, turns and head as they were just before it."""
-    with store.read() as tx:
+    """Undo the session's last revert: files, turns and head as they were just before it.
+
+    It is checked and marked ``undoing`` in one transaction, so no turn can begin in between."""
+    owner = current_owner()
+    with store.atomic() as tx:
         session = tx.get_session(session_id)
         if session is None:
             raise SessionNotFound(f"no session {session_id}")
@@ -353,17 +363,15 @@ def undo_revert(store: Store, checkpoints: WorkspaceCheckpoints | None, session_
             for t in tx.session_turns(session_id)
             if t.in_conversation and t.started_at > record.created_at
         ]
-    if newer:
-        raise NothingToRevert(
-            f"turn {newer[0].number} was made after revert {record.id}; undoing it would drop "
-            "that work. Revert to an earlier turn instead"
-        )
-    if record.files and checkpoints is None:
-        raise CheckpointUnavailable(
-            "workspace checkpoints are turned off; cannot undo a files revert"
-        )
-    owner = current_owner()
-    with store.atomic() as tx:
+        if newer:
+            raise NothingToRevert(
+                f"turn {newer[0].number} was made after revert {record.id}; undoing it would "
+                "drop that work. Revert to an earlier turn instead"
+            )
+        if record.files and checkpoints is None:
+            raise CheckpointUnavailable(
+                "workspace checkpoints are turned off; cannot undo a files revert"
+            )
         tx.upsert_owner(owner)
         tx.set_revert_state(record.id, RevertState.UNDOING, time.time(), owner_id=owner.id)
     record = replace(record, state=RevertState.UNDOING, owner_id=owner.id)
@@ -412,7 +420,7 @@ def recover_reverts(
     with store.read() as tx:
         unfinished = [
             (r, tx.get_owner(r.owner_id) if r.owner_id else None, tx.get_session(r.session_id))
-            for r in tx.reverts(session_id, _UNFINISHED)
+            for r in tx.reverts(session_id, UNFINISHED_REVERTS)
         ]
     settled = []
     for record, owner, session in unfinished:
