@@ -39,6 +39,8 @@ def test_exported_members() -> None:
         "ResumeUnavailable",
         "Revert",
         "RevertConflict",
+        "RevertInProgress",
+        "RevertPlan",
         "RevertState",
         "RollbackUnavailable",
         "RunEvent",

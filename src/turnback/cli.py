@@ -10,9 +10,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -23,11 +23,13 @@ if TYPE_CHECKING:
         FileChange,
         Message,
         Revert,
+        RevertPlan,
         SessionRecord,
         Turn,
         UnrecoveredTurn,
     )
 
+T = TypeVar("T")
 
 # -- rendering ---------------------------------------------------------------------------------
 
@@ -585,6 +587,7 @@ def diff(state: Context, session: str, turn: str, stat: bool, as_json: bool) -> 
     help="Undo only the agent's own changes; keep edits made by hand.",
 )
 @click.option("--undo", is_flag=True, help="Undo the session's last revert.")
+@click.option("--dry-run", is_flag=True, help="Show what the revert would do; change nothing.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @json_option
 @pass_state
@@ -596,6 +599,7 @@ def revert(
     conversation_only: bool,
     keep_user_edits: bool,
     undo: bool,
+    dry_run: bool,
     yes: bool,
     as_json: bool,
 ) -> None:
@@ -603,29 +607,46 @@ def revert(
 
     Later turns are kept as reverted history, and `turnback revert --undo SESSION` puts
     everything back. Files that existed before the undone turns began, and ignored files,
-    are never deleted."""
+    are never deleted. `--dry-run` shows the files it would restore, delete and keep, and the
+    hand edits in its way, and changes nothing."""
     if files_only and conversation_only:
         raise click.UsageError("--files-only and --conversation-only exclude each other")
     if undo and turn is not None:
         raise click.UsageError("`revert --undo SESSION` takes no TURN: it undoes the last revert")
+    if undo and dry_run:
+        raise click.UsageError("--dry-run previews a revert to a TURN, not --undo")
     if not undo and (turn is None or not turn.strip().isdigit()):
         raise click.UsageError("revert needs the TURN number to go back to (0: before the first)")
     handle = state.tb.session(session)
+    options = {
+        "files": not conversation_only,
+        "conversation": not files_only,
+        "keep_user_edits": keep_user_edits,
+    }
     what = "undo the last revert" if undo else f"revert session {handle.id[:12]} to turn {turn}"
-    if not yes:
-        if not sys.stdin.isatty():
+    if dry_run or not yes:
+        if not dry_run and not (sys.stdin.isatty() and sys.stderr.isatty()):
             raise click.UsageError(f"this would {what}; pass --yes to confirm without a terminal")
-        click.confirm(f"{what[0].upper()}{what[1:]}?", abort=True)
+        plan = (
+            None
+            if undo
+            else _conflicts_as_json(as_json, handle.revert_plan, int(turn or 0), **options)
+        )
+        if dry_run:
+            assert plan is not None
+            if as_json:
+                _emit_json(plan_json(plan))
+            else:
+                click.echo(f"{what[0].upper()}{what[1:]} would change:")
+                click.echo("\n".join(_plan_lines(plan, keep_user_edits)))
+            return
+        if plan is not None:
+            click.echo("\n".join(_plan_lines(plan, keep_user_edits)), err=True)
+        click.confirm(f"{what[0].upper()}{what[1:]}?", abort=True, err=True)
     if undo:
         result = handle.undo_revert()
     else:
-        assert turn is not None
-        result = handle.revert(
-            int(turn),
-            files=not conversation_only,
-            conversation=not files_only,
-            keep_user_edits=keep_user_edits,
-        )
+        result = _conflicts_as_json(as_json, handle.revert, int(turn or 0), **options)
     if as_json:
         _emit_json(revert_json(result))
     elif undo:
@@ -635,6 +656,50 @@ def revert(
             f"reverted to turn {turn} (revert {result.id}); "
             f"`turnback revert --undo {handle.id[:12]}` puts it back"
         )
+
+
+def _conflicts_as_json(as_json: bool, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``call``, printing a RevertConflict's paths as JSON under ``--json`` (exit code 3)."""
+    from turnback.errors import RevertConflict
+
+    try:
+        return call(*args, **kwargs)
+    except RevertConflict as error:
+        if not as_json:
+            raise
+        _emit_json({"error": str(error), "conflicts": list(error.paths)})
+        click.echo(_colour(f"error: {error}", fg="red"), err=True)
+        sys.exit(error.exit_code)
+
+
+def plan_json(plan: RevertPlan) -> dict[str, Any]:
+    return {
+        "restore": [change_json(c) for c in plan.restore],
+        "delete": [change_json(c) for c in plan.delete],
+        "keep": [{**change_json(c), "reason": plan.kept_because.get(c.path)} for c in plan.keep],
+        "conflicts": [change_json(c) for c in plan.conflicts],
+    }
+
+
+def _plan_lines(plan: RevertPlan, keep_user_edits: bool) -> list[str]:
+    lines = []
+    for label, changes, colour in (
+        ("restore", plan.restore, "green"),
+        ("delete", plan.delete, "red"),
+    ):
+        for c in changes:
+            counts = "binary" if c.binary else f"+{c.additions} -{c.deletions}"
+            lines.append(f"  {_colour(label.ljust(8), fg=colour)} {c.path}  {counts}")
+    for c in plan.keep:
+        lines.append(f"  {'keep'.ljust(8)} {c.path}  ({plan.kept_because.get(c.path)})")
+    clash = (
+        "your edit clashes with the agent's change: the revert will refuse"
+        if keep_user_edits
+        else "your edit: the revert overwrites it (--keep-user-edits keeps it)"
+    )
+    for c in plan.conflicts:
+        lines.append(f"  {_colour('conflict'.ljust(8), fg='yellow')} {c.path}  ({clash})")
+    return lines or ["  no files"]
 
 
 @cli.command()

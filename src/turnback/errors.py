@@ -40,6 +40,16 @@ class TurnInProgress(TurnbackError):
         self.running_token = running_token
 
 
+class RevertInProgress(TurnInProgress):
+    """A turn was begun on a workspace whose revert (or undo) has not finished: the revert holds
+    the workspace until it commits or rolls back."""
+
+    def __init__(self, message: str, revert_id: int, owner_id: str | None) -> None:
+        super().__init__(message, "")
+        self.revert_id = revert_id
+        self.owner_id = owner_id
+
+
 class TurnNotRunning(TurnbackError):
     """An operation that needs a running turn met one that has ended."""
 

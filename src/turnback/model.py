@@ -8,6 +8,7 @@ with a ``sessionUpdate`` discriminator. turnback's own kinds use the ACP extensi
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -301,6 +302,23 @@ class Revert:
     detail: str | None = None
     ended_at: float | None = None
     owner_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RevertPlan:
+    """What a revert would do to the files, computed while writing nothing.
+
+    Each list holds file changes from the workspace as it is now: ``restore`` the paths written
+    back (with the lines added and removed), ``delete`` the paths removed, ``keep`` the paths
+    left as they are although they differ from the target (``kept_because`` says why, by path:
+    ``ignored``, ``not captured``, ``pre-existing`` or ``user edit``), and ``conflicts`` the
+    hand edits in the way: a plain revert overwrites them, ``keep_user_edits`` refuses them."""
+
+    restore: tuple[FileChange, ...] = ()
+    delete: tuple[FileChange, ...] = ()
+    keep: tuple[FileChange, ...] = ()
+    conflicts: tuple[FileChange, ...] = ()
+    kept_because: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import pty
+import subprocess
 from pathlib import Path
 
 import pytest
 
 import turnback
 
-from .test_cli import ok, ok_json, run
+from .test_cli import TURNBACK, ok, ok_json, run
 
 
 @pytest.fixture
@@ -102,3 +106,51 @@ def test_progress_shows_only_on_a_terminal_after_a_moment(
     err = capsys.readouterr().err
     assert "capture: 1/3" in err and "capture: 3/3" in err
     assert "gc" not in err and err.count("capture: 1/3") == 1
+
+
+def test_revert_dry_run_shows_the_plan_and_changes_nothing(
+    home: Path, workspace: Path, session_id: str
+) -> None:
+    (workspace / "a.py").write_text("one\nMINE\n")
+    plan = ok_json(home, "revert", session_id, "1", "--dry-run")
+    assert set(plan) == {"restore", "delete", "keep", "conflicts"}
+    assert [(c["path"], c["additions"], c["deletions"]) for c in plan["restore"]] == [
+        ("a.py", 1, 1)
+    ]
+    assert plan["keep"] == [] or all("reason" in c for c in plan["keep"])
+    assert [c["path"] for c in plan["conflicts"]] == ["a.py"]  # the hand edit it overwrites
+    text = ok(home, "revert", session_id, "1", "--dry-run")
+    assert "restore" in text and "a.py" in text and "conflict" in text
+    assert (workspace / "a.py").read_text() == "one\nMINE\n"
+    assert ok_json(home, "log", session_id)["turns"][1]["reverted_by"] is None
+    # a conflict under --json is JSON on standard output, exit code 3, nothing written
+    refused = run(home, "revert", session_id, "1", "--keep-user-edits", "--yes", "--json")
+    assert refused.returncode == 3
+    assert json.loads(refused.stdout)["conflicts"] == ["a.py"]
+    assert (workspace / "a.py").read_text() == "one\nMINE\n"
+
+
+def test_the_revert_prompt_goes_to_the_terminal_not_to_standard_output(
+    home: Path, workspace: Path, session_id: str
+) -> None:
+    controller, terminal = pty.openpty()
+    try:
+        child = subprocess.Popen(
+            [TURNBACK, "--home", str(home), "revert", session_id, "1", "--json"],
+            stdin=terminal,
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+        seen = b""
+        while b"[y/N]" not in seen:
+            seen += os.read(controller, 4096)
+        os.write(controller, b"y\n")
+        out, _ = child.communicate(timeout=60)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert child.returncode == 0
+    assert b"restore" in seen and b"a.py" in seen  # the plan, shown before asking
+    assert json.loads(out)["state"] == "committed"
+    assert (workspace / "a.py").read_text() == "one\ntwo\n"

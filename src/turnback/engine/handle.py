@@ -28,6 +28,7 @@ from turnback.errors import (
     AmbiguousId,
     CheckpointUnavailable,
     InvalidId,
+    RevertInProgress,
     SessionNotFound,
     TurnInProgress,
     TurnNotFound,
@@ -42,6 +43,7 @@ from turnback.model import (
     RangeDiff,
     RecoveryReport,
     Revert,
+    RevertPlan,
     RunEvent,
     SessionRecord,
     StepCheckpoint,
@@ -313,9 +315,18 @@ class Session:
     def turn(self, prompt: Any) -> RunningTurn:
         """Begin a turn: its row and prompt are durable when this returns.
 
-        A running turn whose owner died is recovered first; a live one raises TurnInProgress."""
+        A running turn whose owner died is recovered first; a live one raises TurnInProgress.
+        So is a revert of the workspace a dead process left half done (rolled back, or its undo
+        finished); a live one raises RevertInProgress."""
         store = self._tb.store
         try:
+            turn = self._begin(prompt)
+        except RevertInProgress as held:
+            with store.read() as tx:
+                owner = tx.get_owner(held.owner_id) if held.owner_id else None
+            if is_alive(owner):
+                raise
+            revert.recover_reverts(store, self._tb.checkpoints)
             turn = self._begin(prompt)
         except TurnInProgress as busy:
             with store.read() as tx:
@@ -497,6 +508,29 @@ class Session:
             conversation=conversation,
             keep_user_edits=keep_user_edits,
             rollback=rollback,
+        )
+
+    def revert_plan(
+        self,
+        to_turn: int,
+        *,
+        files: bool = True,
+        conversation: bool = True,
+        keep_user_edits: bool = False,
+    ) -> RevertPlan:
+        """What ``revert`` with the same arguments would do to the files, writing nothing: the
+        files restored and deleted (with +/-), the files kept (ignored, not captured, existing
+        before the turns, or hand edits under ``keep_user_edits``) and the hand edits in the way
+        (``conflicts``). Raises what the revert would raise before it writes."""
+        self._tb.journal.flush()
+        return revert.plan(
+            self._tb.store,
+            self._tb.checkpoints,
+            self.id,
+            to_turn,
+            files=files,
+            conversation=conversation,
+            keep_user_edits=keep_user_edits,
         )
 
     def undo_revert(self) -> Revert:

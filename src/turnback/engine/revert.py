@@ -36,6 +36,7 @@ from typing import Protocol
 from turnback import faults
 from turnback.engine.checkpoints import WorkspaceCheckpoints
 from turnback.engine.owners import current_owner, is_alive
+from turnback.engine.turns import UNFINISHED_REVERTS, require_no_revert
 from turnback.errors import (
     CheckpointUnavailable,
     NothingToRevert,
@@ -45,7 +46,15 @@ from turnback.errors import (
     TurnNotFound,
     WorkspaceError,
 )
-from turnback.model import ActivityLevel, Message, Revert, RevertState, Turn
+from turnback.model import (
+    ActivityLevel,
+    Message,
+    Revert,
+    RevertPlan,
+    RevertState,
+    SessionRecord,
+    Turn,
+)
 from turnback.store import Store, Tx
 
 
@@ -59,9 +68,6 @@ class ConversationRollback(Protocol):
     def apply(self, turns: int, transcript: list[Message]) -> None:
         """Roll the agent's context back ``turns`` turns; ``transcript`` is the conversation
         that remains."""
-
-
-_UNFINISHED = (RevertState.STARTED, RevertState.FILES_RESTORED, RevertState.UNDOING)
 
 
 def _conversation(tx: Tx, session_id: str) -> list[Turn]:
@@ -81,13 +87,7 @@ def _require_quiet(tx: Tx, session_id: str, workspace: str) -> None:
             "ended (or run `turnback recover` if its process died)",
             turn.token,
         )
-    unfinished = tx.reverts(session_id, _UNFINISHED)
-    if unfinished:
-        raise TurnInProgress(
-            f"revert {unfinished[0].id} of this session is not finished; run `turnback recover` "
-            "to finish or roll it back first",
-            "",
-        )
+    require_no_revert(tx, workspace)
 
 
 def revert(
@@ -102,38 +102,23 @@ def revert(
     rollback: ConversationRollback | None = None,
 ) -> Revert:
     """Rewind the session to turn ``to_turn`` (0: before its first turn)."""
-    if not files and not conversation:
-        raise ValueError("a revert moves files, the conversation, or both")
     # 1. validate, writing nothing
+    session, chain, later, target = _validate(
+        store, checkpoints, session_id, to_turn, files, conversation, keep_user_edits
+    )
     with store.read() as tx:
-        session = tx.get_session(session_id)
-        if session is None:
-            raise SessionNotFound(f"no session {session_id}")
-        _require_quiet(tx, session_id, session.workspace)
-        chain = _conversation(tx, session_id)
         transcript = [m for m in tx.messages(session_id) if m.turn in {t.token for t in chain}]
-    head = chain[-1].number if chain else 0
-    if not 0 <= to_turn <= head:
-        raise TurnNotFound(
-            f"session {session_id[:12]} has turns 1 to {head}; revert to one of them, or to 0 "
-            "for before the first"
-        )
-    later = [t for t in chain if t.number > to_turn]
-    if not later:
-        raise NothingToRevert(f"session {session_id[:12]} is already at turn {to_turn}")
     target_turn = chain[to_turn - 1] if to_turn else None
-    target = target_turn.end_checkpoint if target_turn else later[0].begin_checkpoint
     workspace = session.workspace
-    if files:
-        _require_checkpoints(checkpoints, workspace, to_turn, later, target, keep_user_edits)
     if conversation and rollback is not None:
         rollback.check(len(later))
 
     # 2. the undo checkpoint
     undo: str | None = None
+    undo_ref = f"{session_id}/revert-{uuid.uuid4().hex}"
     if files:
         assert checkpoints is not None
-        captured, notes = checkpoints.capture(workspace, f"{session_id}/revert-{uuid.uuid4().hex}")
+        captured, notes = checkpoints.capture(workspace, undo_ref)
         if captured is None:
             reason = notes[-1].message if notes else "the capture failed"
             raise WorkspaceError(
@@ -159,9 +144,23 @@ def revert(
         created_at=time.time(),
         owner_id=owner.id,
     )
-    with store.atomic() as tx:
-        tx.upsert_owner(owner)
-        record = replace(record, id=tx.insert_revert(record))
+    try:
+        with store.atomic() as tx:
+            # Validated before the capture, which may take long: check again where it counts.
+            _require_quiet(tx, session_id, workspace)
+            moved = tx.get_session(session_id)
+            if moved is None or moved.head != session.head:
+                raise TurnInProgress(
+                    f"session {session_id[:12]} moved on while the revert was being prepared; "
+                    "nothing was changed. Look at its turns and revert again",
+                    "",
+                )
+            tx.upsert_owner(owner)
+            record = replace(record, id=tx.insert_revert(record))
+    except TurnbackError:
+        if undo is not None and checkpoints is not None:
+            checkpoints.snapshots.delete_refs(Path(workspace), [undo_ref])
+        raise
     faults.point("revert.started")
 
     # 4. files, then the agent's context
@@ -206,6 +205,81 @@ def revert(
     faults.point("revert.done")
     assert done is not None
     return done
+
+
+def _validate(
+    store: Store,
+    checkpoints: WorkspaceCheckpoints | None,
+    session_id: str,
+    to_turn: int,
+    files: bool,
+    conversation: bool,
+    keep_user_edits: bool,
+) -> tuple[SessionRecord, list[Turn], list[Turn], str | None]:
+    """Everything a revert checks before it writes: the session, its conversation, the turns
+    it would undo and the checkpoint the files go back to."""
+    if not files and not conversation:
+        raise ValueError("a revert moves files, the conversation, or both")
+    with store.read() as tx:
+        session = tx.get_session(session_id)
+        if session is None:
+            raise SessionNotFound(f"no session {session_id}")
+        _require_quiet(tx, session_id, session.workspace)
+        chain = _conversation(tx, session_id)
+    head = chain[-1].number if chain else 0
+    if not 0 <= to_turn <= head:
+        raise TurnNotFound(
+            f"session {session_id[:12]} has turns 1 to {head}; revert to one of them, or to 0 "
+            "for before the first"
+        )
+    later = [t for t in chain if t.number > to_turn]
+    if not later:
+        raise NothingToRevert(f"session {session_id[:12]} is already at turn {to_turn}")
+    target = chain[to_turn - 1].end_checkpoint if to_turn else later[0].begin_checkpoint
+    if files:
+        _require_checkpoints(
+            checkpoints, session.workspace, to_turn, later, target, keep_user_edits
+        )
+    return session, chain, later, target
+
+
+def plan(
+    store: Store,
+    checkpoints: WorkspaceCheckpoints | None,
+    session_id: str,
+    to_turn: int,
+    *,
+    files: bool = True,
+    conversation: bool = True,
+    keep_user_edits: bool = False,
+) -> RevertPlan:
+    """What :func:`revert` with the same arguments would do to the files; writes nothing.
+
+    It validates as the revert does (and raises what the revert would), then compares a capture
+    of the workspace, named by no ref once this returns, with the target checkpoint."""
+    session, _chain, later, target = _validate(
+        store, checkpoints, session_id, to_turn, files, conversation, keep_user_edits
+    )
+    if not files:
+        return RevertPlan()
+    assert checkpoints is not None and target is not None
+    ref = f"{session_id}/plan-{uuid.uuid4().hex}"
+    captured, notes = checkpoints.capture(session.workspace, ref)
+    if captured is None:
+        reason = notes[-1].message if notes else "the capture failed"
+        raise WorkspaceError(f"the workspace could not be captured to plan the revert ({reason})")
+    path = Path(session.workspace)
+    try:
+        return checkpoints.snapshots.revert_plan(
+            path,
+            target,
+            current=captured.commit,
+            keep=later[0].begin_checkpoint,
+            turns=[(t.begin_checkpoint or "", t.end_checkpoint or "") for t in later],
+            keep_user_edits=keep_user_edits,
+        )
+    finally:
+        checkpoints.snapshots.delete_refs(path, [ref])
 
 
 def _require_checkpoints(
@@ -271,8 +345,11 @@ def _roll_back(
 
 
 def undo_revert(store: Store, checkpoints: WorkspaceCheckpoints | None, session_id: str) -> Revert:
-    """Undo the session's last revert: files, turns and head as they were just before it."""
-    with store.read() as tx:
+    """Undo the session's last revert: files, turns and head as they were just before it.
+
+    It is checked and marked ``undoing`` in one transaction, so no turn can begin in between."""
+    owner = current_owner()
+    with store.atomic() as tx:
         session = tx.get_session(session_id)
         if session is None:
             raise SessionNotFound(f"no session {session_id}")
@@ -286,17 +363,15 @@ def undo_revert(store: Store, checkpoints: WorkspaceCheckpoints | None, session_
             for t in tx.session_turns(session_id)
             if t.in_conversation and t.started_at > record.created_at
         ]
-    if newer:
-        raise NothingToRevert(
-            f"turn {newer[0].number} was made after revert {record.id}; undoing it would drop "
-            "that work. Revert to an earlier turn instead"
-        )
-    if record.files and checkpoints is None:
-        raise CheckpointUnavailable(
-            "workspace checkpoints are turned off; cannot undo a files revert"
-        )
-    owner = current_owner()
-    with store.atomic() as tx:
+        if newer:
+            raise NothingToRevert(
+                f"turn {newer[0].number} was made after revert {record.id}; undoing it would "
+                "drop that work. Revert to an earlier turn instead"
+            )
+        if record.files and checkpoints is None:
+            raise CheckpointUnavailable(
+                "workspace checkpoints are turned off; cannot undo a files revert"
+            )
         tx.upsert_owner(owner)
         tx.set_revert_state(record.id, RevertState.UNDOING, time.time(), owner_id=owner.id)
     record = replace(record, state=RevertState.UNDOING, owner_id=owner.id)
@@ -345,7 +420,7 @@ def recover_reverts(
     with store.read() as tx:
         unfinished = [
             (r, tx.get_owner(r.owner_id) if r.owner_id else None, tx.get_session(r.session_id))
-            for r in tx.reverts(session_id, _UNFINISHED)
+            for r in tx.reverts(session_id, UNFINISHED_REVERTS)
         ]
     settled = []
     for record, owner, session in unfinished:

@@ -40,6 +40,7 @@ from turnback.engine.owners import current_owner
 from turnback.errors import (
     InvalidEvent,
     ResumeUnavailable,
+    RevertInProgress,
     SessionNotFound,
     TurnInProgress,
     TurnNotFound,
@@ -51,6 +52,7 @@ from turnback.model import (
     JournalEntry,
     Message,
     MessageKind,
+    RevertState,
     RunEvent,
     StepCheckpoint,
     Turn,
@@ -182,6 +184,7 @@ def begin(
         if session is None:
             raise SessionNotFound(f"no session {session_id}; `turnback sessions` lists them")
         require_idle(tx, session_id, "beginning another")
+        require_no_revert(tx, session.workspace)
         head = tx.get_turn(session.head) if session.head else None
         turn = Turn(
             token=token or uuid.uuid4().hex,
@@ -215,6 +218,27 @@ def require_idle(tx: Tx, session_id: str, before: str) -> None:
         )
 
 
+#: Revert states that hold the workspace: the files may be moving.
+UNFINISHED_REVERTS = (RevertState.STARTED, RevertState.FILES_RESTORED, RevertState.UNDOING)
+
+
+def require_no_revert(tx: Tx, workspace: str) -> None:
+    """Raise RevertInProgress if a revert or undo of any session on ``workspace`` has not
+    finished. A revert holds its workspace against new turns from the transaction that writes
+    its row to the one that commits or rolls it back; the row is durable, so a revert killed
+    midway still holds until recovery settles it (DESIGN.md invariant 9)."""
+    for record in tx.reverts(None, UNFINISHED_REVERTS):
+        session = tx.get_session(record.session_id)
+        if session is not None and session.workspace == workspace:
+            raise RevertInProgress(
+                f"revert {record.id} of session {record.session_id[:12]} is moving the files "
+                f"of {workspace}; begin once it has finished (or run `turnback recover` if its "
+                "process died)",
+                record.id,
+                record.owner_id,
+            )
+
+
 def reopen(store: Store, token: str) -> tuple[Turn, int]:
     """Continue an interrupted turn from its last step checkpoint (from its beginning if it has
     none), in one transaction: the reverse of recovery's apply, then a rewind. Returns the turn,
@@ -244,6 +268,7 @@ def reopen(store: Store, token: str) -> tuple[Turn, int]:
                 + (", reverted" if turn.reverted_by else "")
             )
         require_idle(tx, turn.session_id, "continuing an interrupted turn")
+        require_no_revert(tx, session.workspace)
         tx.upsert_owner(owner)
         changed = tx.reopen_turn(token, owner.id)
         assert changed, "checked interrupted in this same transaction"
