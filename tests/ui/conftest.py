@@ -56,8 +56,9 @@ def build_session(home: Path, workspace: Path) -> Reviewed:
                 {"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "completed"}
             )
             say(turn, "Changed the app.")
-        with session.turn("drop the helper") as turn:
+        with session.turn("drop the helper, start a changelog") as turn:
             (workspace / "helper.py").unlink()
+            (workspace / "CHANGES.md").write_text("# Changes\n")
             say(turn, "Dropped it.")
         return Reviewed(home, workspace, session.id)
 

@@ -121,7 +121,8 @@ def test_a_range_diff_spans_turns_and_the_hand_edits_between(
     whole = client.get(f"/api/sessions/{sid}/range", params={"from": 0, "to": 3}).json()
     one_to_two = client.get(f"/api/sessions/{sid}/range", params={"from": 1, "to": 2}).json()
 
-    assert {f["path"] for f in whole["files"]} == {"app.py", "by-hand.txt"}  # helper came and went
+    # helper.py came and went
+    assert {f["path"] for f in whole["files"]} == {"app.py", "by-hand.txt", "CHANGES.md"}
     assert {f["path"] for f in one_to_two["files"]} == {"app.py", "by-hand.txt", "helper.py"}
     assert "+typed by a person" in one_to_two["patch"]
     backwards = client.get(f"/api/sessions/{sid}/range", params={"from": 3, "to": 1})
@@ -154,6 +155,33 @@ def test_bad_ids_in_the_address_get_a_clear_error(
 
 
 # -- actions --------------------------------------------------------------------------------
+
+
+def test_the_revert_plan_is_the_cli_dry_run_and_writes_nothing(
+    client: TestClient, reviewed: Reviewed, tb: turnback.Turnback
+) -> None:
+    sid, workspace = reviewed.session, reviewed.workspace
+    (workspace / "app.py").write_text("my own edit\n")
+    before = files(workspace)
+
+    plain = client.get(f"/api/sessions/{sid}/revert-plan", params={"to_turn": 1})
+    keeping = client.get(
+        f"/api/sessions/{sid}/revert-plan", params={"to_turn": 1, "keep_user_edits": "1"}
+    )
+    bad = client.get(f"/api/sessions/{sid}/revert-plan", params={"to_turn": "x"})
+
+    assert plain.json() == cli_json(reviewed.home, "revert", sid, "1", "--dry-run")
+    assert keeping.json() == cli_json(
+        reviewed.home, "revert", sid, "1", "--dry-run", "--keep-user-edits"
+    )
+    assert [f["path"] for f in plain.json()["delete"]] == ["CHANGES.md"]
+    assert [f["path"] for f in plain.json()["conflicts"]] == ["app.py"]
+    assert [(f["path"], f["reason"]) for f in plain.json()["keep"]] == [
+        ("by-hand.txt", "pre-existing")
+    ]
+    assert bad.status_code == 400 and "to_turn" in bad.json()["error"]["message"]
+    assert files(workspace) == before
+    assert tb.session(sid).reverts() == []
 
 
 def test_revert_and_undo_move_the_files_and_say_so(

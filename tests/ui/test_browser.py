@@ -185,15 +185,24 @@ def test_a_revert_is_previewed_confirmed_and_undone(
     page.locator("li.node").nth(0).get_by_role("button", name="Revert to here…").click()
     dialog = page.get_by_role("dialog")
     expect(dialog).to_contain_text("Revert to turn 1?")
-    expect(dialog.locator(".plan")).to_contain_text("app.py")
-    expect(dialog.locator(".plan")).to_contain_text("helper.py")
+    plan = dialog.locator(".plan")
+    expect(plan.locator(".plan-restore")).to_contain_text("app.py")
+    expect(plan.locator(".plan-delete")).to_contain_text("CHANGES.md")
+    expect(plan.locator(".plan-keep")).to_contain_text("by-hand.txt")
+    expect(plan.locator(".plan-keep")).to_contain_text("pre-existing")
     shot(page, "revert-preview")
+    dialog.get_by_label("Conversation only").check()
+    expect(plan).to_contain_text("no file is touched")
+    dialog.get_by_label("Files and conversation").check()
+    expect(plan.locator(".plan-delete")).to_contain_text("CHANGES.md")
     assert (workspace / "app.py").read_text() == 'def main():\n    return "two"\n'  # not yet
+    assert (workspace / "CHANGES.md").exists()
 
     dialog.get_by_role("button", name="Revert to turn 1").click()
 
     expect(page.locator("li.mark.revert")).to_contain_text("Reverted to turn 1")
     assert (workspace / "app.py").read_text() == 'def main():\n    return "one"\n'
+    assert not (workspace / "CHANGES.md").exists()
     assert (workspace / "by-hand.txt").exists()
     expect(page.locator("li.node.reverted")).to_have_count(2)
     shot(page, "reverted")
@@ -202,11 +211,12 @@ def test_a_revert_is_previewed_confirmed_and_undone(
 
     expect(page.locator("li.mark.revert")).to_contain_text("undone")
     assert (workspace / "app.py").read_text() == 'def main():\n    return "two"\n'
+    assert (workspace / "CHANGES.md").read_text() == "# Changes\n"
     expect(page.locator("li.node.reverted")).to_have_count(0)
     shot(page, "undone")
 
 
-def test_a_refused_revert_says_what_happened_and_what_to_do(
+def test_a_revert_that_would_fail_is_shown_so_and_a_refused_one_says_what_to_do(
     page: Page, reviewed: Reviewed, start_server: StartServer
 ) -> None:
     (reviewed.workspace / "app.py").write_text("my own edit\n")
@@ -217,15 +227,27 @@ def test_a_refused_revert_says_what_happened_and_what_to_do(
 
     page.locator("li.node").nth(0).get_by_role("button", name="Revert to here…").click()
     dialog = page.get_by_role("dialog")
+    confirm = dialog.get_by_role("button", name="Revert to turn 1")
+    expect(dialog.locator(".plan-conflict")).to_contain_text("the revert overwrites it")
+    expect(confirm).to_be_enabled()
     dialog.get_by_label("Keep my edits").check()
-    dialog.get_by_role("button", name="Revert to turn 1").click()
+    expect(dialog.locator(".plan-conflict")).to_contain_text("clashes")
+    expect(confirm).to_be_disabled()  # it would be refused: no pointless click
+    shot(page, "revert-conflict")
+    dialog.get_by_label("Keep my edits").uncheck()
+    expect(confirm).to_be_enabled()
 
-    alert = dialog.get_by_role("alert")
-    expect(alert).to_contain_text("What happened")
-    expect(alert).to_contain_text("app.py")
-    expect(alert).to_contain_text("What to do")
-    shot(page, "revert-refused")
+    with turnback.open(reviewed.home) as tb:  # a turn begins while the dialog is open
+        running = tb.session(reviewed.session).turn("meanwhile")
+        confirm.click()
+        alert = dialog.get_by_role("alert")
+        expect(alert).to_contain_text("What happened")
+        expect(alert).to_contain_text("is running")
+        expect(alert).to_contain_text("Wait until the running turn ends")
+        shot(page, "revert-refused")
+        running.cancel("done with the test")
     assert (reviewed.workspace / "app.py").read_text() == "my own edit\n"
+    assert (reviewed.workspace / "CHANGES.md").exists()
 
 
 def test_a_running_turn_grows_live(

@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from http.cookies import SimpleCookie
 from importlib.resources import files
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 from urllib.parse import parse_qsl, urlencode
 
 from starlette.applications import Starlette
@@ -52,6 +52,7 @@ from turnback.errors import (
     NothingToRevert,
     NotSetAside,
     RevertConflict,
+    RevertInProgress,
     RollbackUnavailable,
     SessionNotFound,
     TurnbackError,
@@ -60,6 +61,13 @@ from turnback.errors import (
 )
 
 T = TypeVar("T")
+
+
+class RevertOptions(TypedDict):
+    files: bool
+    conversation: bool
+    keep_user_edits: bool
+
 
 CSRF_HEADER = "x-turnback-csrf"
 _ID = re.compile(r"[0-9a-fA-F]{1,64}")
@@ -84,6 +92,8 @@ POLL_INTERVAL = 0.25
 
 # What to do next, worded for the page; the library's message says what happened.
 _HINTS: dict[type[TurnbackError], str] = {
+    RevertInProgress: "Wait until the other revert or undo ends, then reload; if its process died, "
+    "run `turnback recover` to settle it.",
     TurnInProgress: "Wait until the running turn ends (this page shows it live), then try again.",
     RevertConflict: "Keep a copy of your edits and revert without “keep my edits”, or leave the "
     "files as they are.",
@@ -416,18 +426,34 @@ class Api:
             return JSONResponse(body, status)
         return await self.answer(lambda: run(self.session(ref), data))
 
+    @classmethod
+    def revert_options(cls, data: Any) -> tuple[int, RevertOptions]:
+        """A revert's target and options, from a POST body or a plan's query."""
+        scope = data.get("scope", "both")
+        if scope not in ("both", "files", "conversation"):
+            raise InvalidId(f"scope must be both, files or conversation, not {str(scope)[:40]!r}")
+        keep = data.get("keep_user_edits", False)
+        options = RevertOptions(
+            files=scope != "conversation",
+            conversation=scope != "files",
+            keep_user_edits=keep in (True, "1", "true"),
+        )
+        return cls.number(data.get("to_turn"), "to_turn"), options
+
+    async def plan(self, request: Request) -> Response:
+        """What a revert would do, writing nothing: as ``revert --dry-run --json``."""
+
+        def build() -> dict[str, Any]:
+            handle = self.session(self.session_ref(request))
+            to_turn, options = self.revert_options(request.query_params)
+            return cli.plan_json(handle.revert_plan(to_turn, **options))
+
+        return await self.guarded(build)
+
     async def revert(self, request: Request) -> Response:
         def run(handle: Session, data: dict[str, Any]) -> dict[str, Any]:
-            scope = data.get("scope", "both")
-            if scope not in ("both", "files", "conversation"):
-                raise InvalidId(f"scope must be both, files or conversation, not {scope!r}")
-            result = handle.revert(
-                self.number(data.get("to_turn"), "to_turn"),
-                files=scope != "conversation",
-                conversation=scope != "files",
-                keep_user_edits=bool(data.get("keep_user_edits", False)),
-            )
-            return cli.revert_json(result)
+            to_turn, options = self.revert_options(data)
+            return cli.revert_json(handle.revert(to_turn, **options))
 
         return await self.action(request, run)
 
@@ -494,6 +520,7 @@ def build_app(
         Route(f"{session}/timeline", api.timeline),
         Route(f"{session}/stream", api.stream),
         Route(f"{session}/range", api.range),
+        Route(f"{session}/revert-plan", api.plan),
         Route(f"{session}/turns/{{turn}}", api.turn),
         Route(f"{session}/turns/{{turn}}/diff", api.diff),
     ]

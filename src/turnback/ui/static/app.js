@@ -430,31 +430,45 @@ async function timelinePage(sessionId) {
   }
 
   function revertDialog(number) {
-    const later = state.log.turns.filter((t) => t.reverted_by === null && t.number > number && t.status !== "set_aside" && t.status !== "running");
-    const changed = new Map();
-    for (const t of later) for (const f of t.files) changed.set(f.path, f);
     const scope = (value, label, checked) => el("label", { class: "choice" }, el("input", { type: "radio", name: "scope", value, checked }), label);
     const keep = el("input", { type: "checkbox", name: "keep" });
+    const plan = el("div", { class: "plan", "aria-live": "polite" }, el("p", { class: "muted", text: "Working out what the revert would do…" }));
     const result = el("div", { class: "result" });
-    const go = el("button", { type: "button", class: "danger", autofocus: true, text: `Revert to turn ${number}` });
+    const go = el("button", { type: "button", class: "danger", disabled: true, text: `Revert to turn ${number}` });
     const dialog = el("div", { class: "dialog", role: "dialog", "aria-label": `Revert to turn ${number}` },
       el("h2", { text: `Revert to turn ${number}?` }),
       el("p", {}, `Turns ${number + 1}–${head()} leave the conversation and are kept as reverted history. You can undo this revert.`),
       el("fieldset", {}, el("legend", { text: "What to rewind" }),
         scope("both", "Files and conversation", true), scope("files", "Files only", false), scope("conversation", "Conversation only", false),
         el("label", { class: "choice" }, keep, "Keep my edits: undo only the agent's changes")),
-      el("div", { class: "plan" },
-        el("h3", { text: `Files the undone turns changed (${changed.size})` }),
-        changed.size ? el("ul", { class: "plan-files mono small" }, [...changed.values()].slice(0, 200).map((f) =>
-          el("li", {}, el("b", { class: `k-${f.kind}`, text: KIND_LETTERS[f.kind] }), " ", f.path))) : el("p", { class: "muted", text: "None: only the conversation moves." }),
-        changed.size > 200 ? el("p", { class: "muted", text: `… and ${changed.size - 200} more` }) : null),
+      plan,
       result,
       el("div", { class: "buttons" }, el("button", { type: "button", onclick: closeOverlay, text: "Cancel" }), go));
+    const chosen = () => ({ to_turn: number, scope: dialog.querySelector("input[name=scope]:checked").value, keep_user_edits: keep.checked });
+    let asked = 0;
+    const preview = async () => {
+      const ask = ++asked;
+      const options = chosen();
+      go.disabled = true;
+      result.replaceChildren();
+      const query = new URLSearchParams({ to_turn: options.to_turn, scope: options.scope, keep_user_edits: options.keep_user_edits ? "1" : "0" });
+      try {
+        const found = await api(`/api/sessions/${sessionId}/revert-plan?${query}`);
+        if (ask !== asked) return;
+        plan.replaceChildren(...planView(found, options));
+        const refused = options.keep_user_edits && found.conflicts.length;
+        go.disabled = Boolean(refused);
+        if (refused) result.replaceChildren(el("p", { class: "problem", text: "Your edits clash with the agent's changes in the files above, so this revert would be refused and change nothing. Revert without “keep my edits” to overwrite them, or move your edits aside first." }));
+      } catch (error) {
+        if (ask !== asked) return;
+        plan.replaceChildren(problem(error));
+      }
+    };
+    dialog.addEventListener("change", preview);
     go.addEventListener("click", async () => {
       go.disabled = true;
-      const chosen = dialog.querySelector("input[name=scope]:checked").value;
       try {
-        const done = await api(`/api/sessions/${sessionId}/revert`, { to_turn: number, scope: chosen, keep_user_edits: keep.checked });
+        const done = await api(`/api/sessions/${sessionId}/revert`, chosen());
         closeOverlay();
         toast(`Reverted to turn ${number} (revert ${done.id}). “Undo” puts everything back.`, "good");
         await load();
@@ -464,6 +478,25 @@ async function timelinePage(sessionId) {
       }
     });
     openOverlay(dialog);
+    preview();
+  }
+
+  function planView(found, options) {
+    const counted = (f) => (f.binary ? el("span", { class: "muted", text: "binary" }) : counts([f]));
+    const group = (title, items, kind, extra) => (items.length
+      ? el("div", { class: `plan-group plan-${kind}` }, el("h3", {}, title, el("span", { class: "muted", text: ` ${items.length}` })),
+        el("ul", { class: "plan-files mono small" }, items.slice(0, 200).map((f) => el("li", {}, el("span", { class: "path", text: f.path }), " ", extra(f)))),
+        items.length > 200 ? el("p", { class: "muted", text: `… and ${items.length - 200} more` }) : null)
+      : null);
+    const clash = options.keep_user_edits ? "your edit clashes with the agent's change" : "your edit: the revert overwrites it";
+    const parts = [
+      group("Restored", found.restore, "restore", counted),
+      group("Deleted", found.delete, "delete", counted),
+      group("Kept as they are", found.keep, "keep", (f) => el("span", { class: "muted", text: `(${f.reason})` })),
+      group("Your edits in the way", found.conflicts, "conflict", () => el("span", { class: "warn", text: `(${clash})` })),
+    ].filter(Boolean);
+    if (options.scope === "conversation") return [el("p", { class: "muted", text: "Only the conversation moves: no file is touched." })];
+    return parts.length ? parts : [el("p", { class: "muted", text: "No file changes: the files are already as they were after this turn." })];
   }
 
   await load();
