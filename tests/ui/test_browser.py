@@ -272,3 +272,54 @@ def test_a_running_turn_grows_live(
 
     expect(page.locator("li.node.st-running")).to_have_count(0)
     expect(page.locator("li.node").nth(3)).to_contain_text("completed")
+
+
+def test_since_i_last_looked_shows_what_came_after_the_review_mark(
+    page: Page, reviewed: Reviewed, start_server: StartServer
+) -> None:
+    server = start_server(reviewed.home)
+    page.goto(server.url)
+    page.goto(f"{server.base}/sessions/{reviewed.session}")
+    ready(page)
+
+    page.get_by_role("button", name="Mark turns 1–3 reviewed").click()
+    expect(page.get_by_role("button", name="Mark turns 1–3 reviewed")).to_have_count(0)
+    with turnback.open(reviewed.home) as tb, tb.session(reviewed.session).turn("add a license"):
+        (reviewed.workspace / "LICENSE").write_text("MIT\n")
+
+    expect(page.locator("li.node").nth(3)).to_contain_text("new since review")
+    page.get_by_role("link", name="Since I last looked (turn 4)").click()
+    ready(page)
+
+    expect(page.locator("h1")).to_have_text("From the end of turn 3 to the end of turn 4")
+    expect(page.locator("section.file")).to_have_count(1)
+    expect(page.locator("section.file tr.add")).to_contain_text("MIT")
+    shot(page, "since-last-looked")
+
+
+def test_a_large_file_starts_collapsed_and_shows_a_chunk_at_a_time(
+    page: Page, tmp_path: Path, start_server: StartServer
+) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    home = tmp_path / "home"
+    with turnback.open(home) as tb:
+        session = tb.create_session(workspace, title="big")
+        with session.turn("generate the tables"):
+            (workspace / "big.py").write_text("".join(f"ROW_{i} = {i}\n" for i in range(700)))
+            (workspace / "small.py").write_text("SMALL = 1\n")
+    server = start_server(home)
+    page.goto(server.url)
+    page.goto(f"{server.base}/sessions/{session.id}/turns/1")
+    ready(page)
+
+    big = page.locator("section.file", has_text="big.py")
+    expect(big).to_have_class(re.compile("collapsed"))
+    expect(page.locator("section.file", has_text="small.py").locator("tr.add")).to_have_count(1)
+    big.get_by_role("button", name="Large diff: show 701 lines").click()
+    expect(big.locator("tr")).to_have_count(300)
+    big.get_by_role("button", name="Show more (401 lines left)").click()
+    expect(big.locator("tr")).to_have_count(600)
+    big.get_by_role("button", name="Show more (101 lines left)").click()
+    expect(big.locator("tr")).to_have_count(701)
+    expect(big.get_by_role("button", name=re.compile("Show more"))).to_have_count(0)

@@ -301,7 +301,7 @@ async function timelinePage(sessionId) {
     const canUndo = lastRevert && lastRevert.state === "committed";
     const actions = el("div", { class: "actions" },
       mark !== null && mark < top
-        ? el("a", { class: "button", href: `/sessions/${sessionId}/range?from=${mark}&to=${top}`, text: `Since I last looked (turns ${mark + 1}–${top})` })
+        ? el("a", { class: "button", href: `/sessions/${sessionId}/range?from=${mark}&to=${top}`, text: `Since I last looked (${mark + 1 === top ? `turn ${top}` : `turns ${mark + 1}–${top}`})` })
         : null,
       !CONFIG.readOnly && top > 0 && mark !== top
         ? el("button", { type: "button", onclick: () => setMark(top), text: top === 1 ? "Mark turn 1 reviewed" : `Mark turns 1–${top} reviewed` })
@@ -888,8 +888,18 @@ async function rangePage(sessionId) {
   const pane = el("div", {}, el("p", { class: "muted", text: "Loading…" }));
   main.replaceChildren(el("section", { class: "range-page" },
     el("h1", { text: +from === 0 ? `Everything up to the end of turn ${to}` : `From the end of turn ${from} to the end of turn ${to}` }),
-    el("p", { class: "muted", text: "The agent's turns and any edits made by hand in between, together." }),
+    el("div", { class: "line range-head" },
+      el("p", { class: "muted", text: "The agent's turns and any edits made by hand in between, together." }),
+      el("span", { class: "spacer" }),
+      CONFIG.readOnly ? null : el("button", { type: "button", onclick: markSeen, text: `Mark everything up to turn ${to} reviewed` })),
     pane));
+  async function markSeen(event) {
+    try {
+      await api(`/api/sessions/${sessionId}/review-mark`, { turn: +to });
+      event.target.disabled = true;
+      toast(`Marked everything up to turn ${to} as reviewed.`, "good");
+    } catch (error) { toast(`${error.message}. ${error.hint}`, "bad"); }
+  }
   try {
     const diff = await api(`/api/sessions/${sessionId}/range?from=${encodeURIComponent(from)}&to=${encodeURIComponent(to)}`);
     pane.replaceChildren(diff.files.length ? diffView(diff.files, diff.patch) : el("p", { class: "muted", text: "Nothing changed in this range." }));
