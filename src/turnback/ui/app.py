@@ -301,6 +301,20 @@ class Api:
     async def sessions(self, request: Request) -> Response:
         return await self.answer(cli.sessions_json, self.tb)
 
+    async def summary(self, request: Request) -> Response:
+        """The session and the numbers of its conversation's turns: what a turn's page needs to
+        name the session and step to the turns beside it, without the whole log."""
+
+        def build() -> dict[str, Any]:
+            handle = self.session(self.session_ref(request))
+            turns = handle.turns()
+            return {
+                "session": cli.session_json(handle.record),
+                "conversation": sorted(t.number for t in turns if t.in_conversation),
+            }
+
+        return await self.guarded(build)
+
     async def log(self, request: Request) -> Response:
         return await self.guarded(lambda: cli.log_json(self.session(self.session_ref(request))))
 
@@ -516,6 +530,7 @@ def build_app(
         Route("/sessions/{session}/range", api.page),
         Route("/assets/{name}", api.asset),
         Route("/api/sessions", api.sessions),
+        Route(session, api.summary),
         Route(f"{session}/log", api.log),
         Route(f"{session}/timeline", api.timeline),
         Route(f"{session}/stream", api.stream),

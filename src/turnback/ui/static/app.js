@@ -729,7 +729,7 @@ function diffView(files, patch, options) {
       for (const entry of entries) if (entry.isIntersecting) { observer.unobserve(entry.target); entry.target.fill(); }
     }, { rootMargin: "800px 0px" })
     : null;
-  const sections = files.map((f, index) => {
+  const build = (f, index) => {
     const piece = byPath.get(f.path) || "";
     const lines = pieceLines(piece);
     const body = el("div", { class: "file-body" });
@@ -786,8 +786,30 @@ function diffView(files, patch, options) {
       observer.observe(section);
     }
     return section;
-  });
-  list.append(...sections);
+  };
+  // Files are built a batch at a time: the first screen is drawn before the rest exist.
+  const sections = [];
+  let wanted = null;  // "Collapse all" or "Expand all", for the files not built yet
+  const grow = (upTo) => {
+    const end = Math.min(files.length, upTo);
+    if (sections.length >= end) return;
+    const batch = document.createDocumentFragment();
+    while (sections.length < end) {
+      const section = build(files[sections.length], sections.length);
+      if (wanted !== null) section.collapse(wanted);
+      sections.push(section);
+      batch.append(section);
+    }
+    list.append(batch);
+  };
+  const growLater = () => {
+    grow(sections.length + 200);
+    if (sections.length < files.length) setTimeout(growLater, 0);
+  };
+  grow(40);
+  if (sections.length < files.length) setTimeout(growLater, 0);
+  const all = (collapsed) => { wanted = collapsed; sections.forEach((s) => s.collapse(collapsed)); };
+  const reveal = (i) => { grow(i + 1); sections[i].collapse(false); sections[i].scrollIntoView(); sections[i].focus(); };
   const setMode = (next) => {
     mode = next;
     localStorage.setItem("turnback.diff-mode", mode);
@@ -801,12 +823,14 @@ function diffView(files, patch, options) {
     el("strong", { text: `${files.length} file${files.length === 1 ? "" : "s"} ` }), counts(files),
     el("span", { class: "spacer" }),
     el("span", { class: "segmented" }, unifiedButton, splitButton),
-    el("button", { type: "button", onclick: () => sections.forEach((s) => s.collapse(true)), text: "Collapse all" }),
-    el("button", { type: "button", onclick: () => sections.forEach((s) => s.collapse(false)), text: "Expand all" }));
+    el("button", { type: "button", onclick: () => all(true), text: "Collapse all" }),
+    el("button", { type: "button", onclick: () => all(false), text: "Expand all" }));
+  // The index of files is drawn when first opened: a long one costs nothing until wanted.
+  const entries = () => el("ol", { class: "mono small" }, files.map((f, i) => el("li", {}, el("a", { href: `#file-${i}`, onclick: (e) => { e.preventDefault(); reveal(i); } },
+    el("b", { class: `k-${f.kind}`, text: KIND_LETTERS[f.kind] }), " ", f.path), " ", f.binary ? "" : el("span", { class: "muted", text: `+${f.additions} −${f.deletions}` }))));
   const index = files.length > 1 ? el("details", { class: "file-index", open: files.length <= 30 },
-    el("summary", { text: "Files" }),
-    el("ol", { class: "mono small" }, files.map((f, i) => el("li", {}, el("a", { href: `#file-${i}`, onclick: (e) => { e.preventDefault(); sections[i].collapse(false); sections[i].scrollIntoView(); sections[i].focus(); } },
-      el("b", { class: `k-${f.kind}`, text: KIND_LETTERS[f.kind] }), " ", f.path), " ", f.binary ? "" : el("span", { class: "muted", text: `+${f.additions} −${f.deletions}` }))))) : null;
+    el("summary", { text: `Files (${files.length})` }), files.length <= 30 ? entries() : null) : null;
+  if (index && files.length > 30) index.addEventListener("toggle", () => { if (index.open && !index.querySelector("ol")) index.append(entries()); });
   const view = el("div", { class: "diff-view" }, toolbar, options && options.note ? options.note : null, index, list);
   view.setMode = setMode;
   view.toggleMode = () => setMode(mode === "unified" ? "split" : "unified");
@@ -825,28 +849,31 @@ function diffKeys() {
 // -- page: one turn ---------------------------------------------------------------------------
 
 async function turnPage(sessionId, ref) {
-  const [shown, log] = await Promise.all([
+  // The diff is asked for at once, beside the conversation: on a big turn it is the slow part.
+  const asked = Promise.all([
     api(`/api/sessions/${sessionId}/turns/${ref}`),
-    api(`/api/sessions/${sessionId}/log`),
+    api(`/api/sessions/${sessionId}`),
   ]);
+  const pending = api(`/api/sessions/${sessionId}/turns/${ref}/diff`).catch((error) => error);
+  const [shown, summary] = await asked;
   const turn = shown.turn;
-  const session = log.session;
+  const session = summary.session;
   document.title = `turnback · turn ${turn.number} · ${session.title || session.id.slice(0, 12)}`;
   setCrumbs(el("a", { href: "/", text: "sessions" }), el("a", { href: `/sessions/${sessionId}`, text: session.title || session.id.slice(0, 12) }), el("span", { text: `turn ${turn.number}` }));
-  const chain = log.turns.filter((t) => t.reverted_by === null && t.status !== "set_aside");
-  const at = chain.findIndex((t) => t.token === turn.token);
-  const prev = at > 0 ? chain[at - 1] : null;
-  const next = at >= 0 && at < chain.length - 1 ? chain[at + 1] : null;
-  const logged = log.turns.find((t) => t.token === turn.token);
+  const chain = summary.conversation;
+  const at = chain.indexOf(turn.number);
+  const inChain = at >= 0 && turn.status !== "set_aside";
+  const prev = inChain && at > 0 ? chain[at - 1] : null;
+  const next = inChain && at < chain.length - 1 ? chain[at + 1] : null;
   const talk = el("div", { class: "conversation", "aria-live": turn.status === "running" ? "polite" : null }, conversation(shown));
   const diffPane = el("div", { class: "diff-pane" }, el("p", { class: "muted", text: "Loading the diff…" }));
   main.replaceChildren(el("section", { class: "turn" },
     el("div", { class: "turn-head" },
-      el("div", { class: "line" }, el("h1", { text: `Turn ${turn.number}` }), badge(turn.status), logged && logged.reverted_by !== null ? badge("reverted", "reverted") : null,
+      el("div", { class: "line" }, el("h1", { text: `Turn ${turn.number}` }), badge(turn.status), !inChain && turn.status !== "running" && turn.status !== "set_aside" ? badge("reverted", "reverted") : null,
         el("span", { class: "muted small", title: exact(turn.started_at), text: when(turn.started_at) }),
         el("span", { class: "spacer" }),
-        prev ? el("a", { class: "button", href: `/sessions/${sessionId}/turns/${prev.number}`, title: "Previous turn ([)", text: `← #${prev.number}` }) : null,
-        next ? el("a", { class: "button", href: `/sessions/${sessionId}/turns/${next.number}`, title: "Next turn (])", text: `#${next.number} →` }) : null),
+        prev ? el("a", { class: "button", href: `/sessions/${sessionId}/turns/${prev}`, title: "Previous turn ([)", text: `← #${prev}` }) : null,
+        next ? el("a", { class: "button", href: `/sessions/${sessionId}/turns/${next}`, title: "Next turn (])", text: `#${next} →` }) : null),
       el("p", { class: "prompt-full", title: promptText(turn.prompt), text: promptText(turn.prompt) }),
       turn.detail ? el("div", { class: "detail", text: turn.detail }) : null),
     el("div", { class: "columns" },
@@ -856,11 +883,15 @@ async function turnPage(sessionId, ref) {
     diffPane.replaceChildren(el("p", { class: "muted", text: "The turn is running: its diff is ready when it ends." }));
   } else {
     try {
-      const diff = await api(`/api/sessions/${sessionId}/turns/${turn.token}/diff`);
+      const diff = await pending;
+      if (diff instanceof Error) throw diff;
       const note = diff.outside.length ? el("p", { class: "note" }, el("strong", { text: `${diff.outside.length} file${diff.outside.length === 1 ? "" : "s"} changed outside any turn` }), ` before this turn (not the agent's): ${diff.outside.slice(0, 5).map((f) => f.path).join(", ")}${diff.outside.length > 5 ? ", …" : ""}`) : null;
       if (!diff.available) diffPane.replaceChildren(el("p", { class: "problem" }, "This turn has no workspace checkpoint at its beginning or end (the capture failed, was skipped or pruned), so its diff is unavailable. The session's activities say why."));
       else if (!diff.files.length) diffPane.replaceChildren(note || "", el("p", { class: "muted", text: "This turn changed no files." }));
-      else diffPane.replaceChildren(diffView(diff.files, diff.patch, { note }));
+      else {
+        diffPane.replaceChildren(diffView(diff.files, diff.patch, { note }));
+        requestAnimationFrame(() => performance.mark("turnback:first-screen"));
+      }
     } catch (error) { diffPane.replaceChildren(problem(error)); }
   }
   listen(sessionId, {
@@ -869,8 +900,8 @@ async function turnPage(sessionId, ref) {
   });
   bindKeys([
     ...diffKeys(),
-    [["["], "previous turn", () => { if (prev) location.href = `/sessions/${sessionId}/turns/${prev.number}`; }],
-    [["]"], "next turn", () => { if (next) location.href = `/sessions/${sessionId}/turns/${next.number}`; }],
+    [["["], "previous turn", () => { if (prev) location.href = `/sessions/${sessionId}/turns/${prev}`; }],
+    [["]"], "next turn", () => { if (next) location.href = `/sessions/${sessionId}/turns/${next}`; }],
     [["u", "t"], "back to the timeline", () => { location.href = `/sessions/${sessionId}`; }],
   ]);
 }
@@ -881,8 +912,8 @@ async function rangePage(sessionId) {
   const query = new URLSearchParams(location.search);
   const from = query.get("from");
   const to = query.get("to");
-  const log = await api(`/api/sessions/${sessionId}/log`);
-  const session = log.session;
+  const pending = api(`/api/sessions/${sessionId}/range?from=${encodeURIComponent(from)}&to=${encodeURIComponent(to)}`).catch((error) => error);
+  const session = (await api(`/api/sessions/${sessionId}`)).session;
   setCrumbs(el("a", { href: "/", text: "sessions" }), el("a", { href: `/sessions/${sessionId}`, text: session.title || session.id.slice(0, 12) }), el("span", { text: `turns ${from}→${to}` }));
   document.title = `turnback · ${from}→${to} · ${session.title || session.id.slice(0, 12)}`;
   const pane = el("div", {}, el("p", { class: "muted", text: "Loading…" }));
@@ -901,7 +932,8 @@ async function rangePage(sessionId) {
     } catch (error) { toast(`${error.message}. ${error.hint}`, "bad"); }
   }
   try {
-    const diff = await api(`/api/sessions/${sessionId}/range?from=${encodeURIComponent(from)}&to=${encodeURIComponent(to)}`);
+    const diff = await pending;
+    if (diff instanceof Error) throw diff;
     pane.replaceChildren(diff.files.length ? diffView(diff.files, diff.patch) : el("p", { class: "muted", text: "Nothing changed in this range." }));
   } catch (error) { pane.replaceChildren(problem(error)); }
   bindKeys([...diffKeys(), [["u", "t"], "back to the timeline", () => { location.href = `/sessions/${sessionId}`; }]]);
