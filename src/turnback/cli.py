@@ -218,10 +218,11 @@ def show_json(handle: Session, turn: int | str) -> dict[str, Any]:
     }
 
 
-def diff_json(handle: Session, turn: int | str) -> dict[str, Any]:
-    """``diff --json``: a turn's files, the changes made outside it, and its patch."""
+def diff_json(handle: Session, turn: int | str, *, patch: bool = True) -> dict[str, Any]:
+    """``diff --json``: a turn's files, the changes made outside it, and its patch (None
+    without ``patch``, or when the checkpoints are unavailable)."""
     found = handle.diff(turn)
-    full = handle.diff(turn, patch=True).patch if found.available else None
+    full = handle.diff(turn, patch=True).patch if found.available and patch else None
     return {
         "turn": turn_json(found.turn),
         "available": found.available,

@@ -114,6 +114,23 @@ def test_reads_answer_exactly_what_the_cli_prints(client: TestClient, reviewed: 
     assert '+    return "two"' in diff["patch"]
 
 
+def test_a_big_turn_page_asks_for_the_files_first_and_their_patches_as_they_show(
+    client: TestClient, reviewed: Reviewed
+) -> None:
+    sid = reviewed.session
+    stat = client.get(f"/api/sessions/{sid}/turns/2/diff", params={"stat": 1}).json()
+    one = client.get(f"/api/sessions/{sid}/turns/2/patch", params={"path": "helper.py"}).json()
+    stray = client.get(f"/api/sessions/{sid}/turns/2/patch", params={"path": "../notes.txt"})
+    none = client.get(f"/api/sessions/{sid}/turns/2/patch")
+    many = client.get(f"/api/sessions/{sid}/turns/2/patch", params=[("path", "app.py")] * 201)
+
+    assert stat["patch"] is None and {f["path"] for f in stat["files"]} == {"app.py", "helper.py"}
+    assert one["paths"] == ["helper.py"]
+    assert "+HELP = 1" in one["patch"] and "app.py" not in one["patch"]
+    assert stray.status_code == 404 and "did not change '../notes.txt'" in stray.text
+    assert none.status_code == 400 and many.status_code == 400
+
+
 def test_a_range_diff_spans_turns_and_the_hand_edits_between(
     client: TestClient, reviewed: Reviewed
 ) -> None:

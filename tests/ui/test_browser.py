@@ -316,7 +316,7 @@ def test_a_large_file_starts_collapsed_and_shows_a_chunk_at_a_time(
     big = page.locator("section.file", has_text="big.py")
     expect(big).to_have_class(re.compile("collapsed"))
     expect(page.locator("section.file", has_text="small.py").locator("tr.add")).to_have_count(1)
-    big.get_by_role("button", name="Large diff: show 701 lines").click()
+    big.get_by_role("button", name="Large diff: show 700 changed lines").click()
     expect(big.locator("tr")).to_have_count(300)
     big.get_by_role("button", name="Show more (401 lines left)").click()
     expect(big.locator("tr")).to_have_count(600)

@@ -8,7 +8,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -431,9 +431,12 @@ class Session:
         with self._tb.store.read() as tx:
             return tx.run_events(token)
 
-    def diff(self, ref: int | str, *, patch: bool = False) -> TurnDiff:
+    def diff(
+        self, ref: int | str, *, patch: bool = False, paths: Sequence[str] | None = None
+    ) -> TurnDiff:
         """What a turn changed in the workspace (from its stored file changes; no git call
-        unless ``patch`` asks for the unified patch too)."""
+        unless ``patch`` asks for the unified patch too, of every file or only of ``paths``:
+        a rename needs its old path too)."""
         turn = self.get_turn(ref)
         with self._tb.store.read() as tx:
             files = tx.file_changes(turn.token, "turn")
@@ -450,7 +453,7 @@ class Session:
                 )
             assert turn.begin_checkpoint and turn.end_checkpoint
             text = self._tb.checkpoints.snapshots.patch(
-                Path(self.record.workspace), turn.begin_checkpoint, turn.end_checkpoint
+                Path(self.record.workspace), turn.begin_checkpoint, turn.end_checkpoint, paths
             )
         return TurnDiff(turn, tuple(files), tuple(outside), available, text)
 

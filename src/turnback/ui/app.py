@@ -87,6 +87,8 @@ _SECURITY_HEADERS = [
         b"connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
     ),
 ]
+# The most paths one request for a part of a patch may name.
+MAX_PATHS = 200
 # How often the live stream looks at the store for a change, in seconds.
 POLL_INTERVAL = 0.25
 
@@ -340,9 +342,34 @@ class Api:
         )
 
     async def diff(self, request: Request) -> Response:
+        stat = request.query_params.get("stat") in ("1", "true")
         return await self.guarded(
-            lambda: cli.diff_json(self.session(self.session_ref(request)), self.turn_ref(request))
+            lambda: cli.diff_json(
+                self.session(self.session_ref(request)), self.turn_ref(request), patch=not stat
+            )
         )
+
+    async def patch(self, request: Request) -> Response:
+        """The patch of some of a turn's files (``?path=…``, repeated): a big turn's page asks
+        for the files on screen first. Only paths the turn changed are passed on."""
+
+        def build() -> dict[str, Any]:
+            handle = self.session(self.session_ref(request))
+            wanted = request.query_params.getlist("path")
+            if not wanted or len(wanted) > MAX_PATHS:
+                raise InvalidId(f"ask for 1 to {MAX_PATHS} paths at a time, not {len(wanted)}")
+            found = handle.diff(self.turn_ref(request))
+            changed = {f.path for f in found.files} | {f.old_path for f in found.files}
+            strays = [p for p in wanted if p not in changed]
+            if strays:
+                raise TurnNotFound(
+                    f"turn {found.turn.number} did not change {strays[0][:200]!r}"
+                    + (f" (nor {len(strays) - 1} more)" if len(strays) > 1 else "")
+                )
+            shown = handle.diff(found.turn.token, patch=True, paths=wanted)
+            return {"paths": wanted, "patch": shown.patch}
+
+        return await self.guarded(build)
 
     async def range(self, request: Request) -> Response:
         def build() -> dict[str, Any]:
@@ -538,6 +565,7 @@ def build_app(
         Route(f"{session}/revert-plan", api.plan),
         Route(f"{session}/turns/{{turn}}", api.turn),
         Route(f"{session}/turns/{{turn}}/diff", api.diff),
+        Route(f"{session}/turns/{{turn}}/patch", api.patch),
     ]
     if not read_only:
         routes += [

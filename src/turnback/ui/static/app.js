@@ -714,14 +714,42 @@ function splitRows(lines, lang, start, stop) {
 
 // A diff view of many files that stays fast: headers for every file at once, bodies only when a
 // file scrolls into view, big files collapsed, long files shown a chunk at a time.
-function diffView(files, patch, options) {
-  const pieces = splitPatch(patch);
-  const byPath = new Map();
-  for (const piece of pieces) {
-    const header = piece.slice(0, piece.indexOf("\n") < 0 ? piece.length : piece.indexOf("\n"));
-    const m = / b\/(.*)$/.exec(header);
-    if (m) byPath.set(m[1], piece);
-  }
+// Where a diff view's patch comes from: a whole patch at hand, or a loader asked for the files
+// that come into view, a batch of paths at a time (a big turn's first screen needs only a few).
+function patchSource(patch, load) {
+  const known = new Map();
+  const add = (text) => {
+    for (const piece of splitPatch(text)) {
+      const end = piece.indexOf("\n");
+      const m = / b\/(.*)$/.exec(end < 0 ? piece : piece.slice(0, end));
+      if (m) known.set(m[1], piece);
+    }
+  };
+  if (patch) add(patch);
+  let queue = [];
+  let timer = null;
+  const flush = () => {
+    timer = null;
+    const batch = queue.splice(0, 100);
+    if (queue.length) timer = setTimeout(flush, 0);
+    const paths = batch.flatMap(({ file }) => (file.old_path ? [file.path, file.old_path] : [file.path]));
+    load(paths).then((text) => {
+      add(text || "");
+      for (const { file, resolve } of batch) resolve(known.get(file.path) || "");
+    }, (error) => { for (const { reject } of batch) reject(error); });
+  };
+  return (file) => {
+    if (known.has(file.path) || !load) return Promise.resolve(known.get(file.path) || "");
+    return new Promise((resolve, reject) => {
+      queue.push({ file, resolve, reject });
+      if (!timer) timer = setTimeout(flush, 0);
+    });
+  };
+}
+
+function diffView(files, source, options) {
+  const pieceOf = patchSource(source.patch, source.load);
+  let firstRows = options && options.onFirstRows;
   let mode = localStorage.getItem("turnback.diff-mode") || "unified";
   const list = el("div", { class: "files-diff" });
   const observer = "IntersectionObserver" in window
@@ -730,8 +758,8 @@ function diffView(files, patch, options) {
     }, { rootMargin: "800px 0px" })
     : null;
   const build = (f, index) => {
-    const piece = byPath.get(f.path) || "";
-    const lines = pieceLines(piece);
+    const size = (f.additions || 0) + (f.deletions || 0);
+    let lines = null;  // the file's diff lines, once its piece of the patch is here
     const body = el("div", { class: "file-body" });
     let shown = 0;
     let filled = false;
@@ -749,6 +777,7 @@ function diffView(files, patch, options) {
       const tbody = el("tbody", {}, rows);
       table.append(tbody);
       shown += CHUNK;
+      if (firstRows) { firstRows(); firstRows = null; }
       const old = body.querySelector(".more");
       if (old) old.remove();
       if (shown < lines.length) body.append(el("button", { type: "button", class: "more", onclick: more, text: `Show more (${lines.length - shown} lines left)` }));
@@ -756,9 +785,18 @@ function diffView(files, patch, options) {
     section.fill = () => {
       if (filled) return;
       filled = true;
-      body.replaceChildren();
       shown = 0;
-      if (f.binary) { body.append(el("p", { class: "muted pad", text: "Binary file: no text to show." })); return; }
+      if (f.binary) { body.replaceChildren(el("p", { class: "muted pad", text: "Binary file: no text to show." })); return; }
+      if (lines === null) {
+        if (!body.querySelector(".placeholder")) body.replaceChildren(el("p", { class: "muted pad", text: "Loading…" }));
+        pieceOf(f).then((piece) => {
+          lines = pieceLines(piece);
+          filled = false;
+          if (!section.classList.contains("collapsed")) section.fill();
+        }, (error) => { body.replaceChildren(problem(error)); });
+        return;
+      }
+      body.replaceChildren();
       if (!lines.length) { body.append(el("p", { class: "muted pad", text: f.kind === "renamed" ? "Renamed without changes." : "No text changes." })); return; }
       more();
     };
@@ -771,19 +809,18 @@ function diffView(files, patch, options) {
     };
     section.collapse = collapse;
     toggle.addEventListener("click", () => collapse(!section.classList.contains("collapsed")));
-    if (lines.length > COLLAPSE_OVER) {
+    if (size > COLLAPSE_OVER) {
       section.classList.add("collapsed");
       toggle.textContent = "▸";
       toggle.setAttribute("aria-expanded", "false");
-      body.append(el("button", { type: "button", class: "more", onclick: () => collapse(false), text: `Large diff: show ${lines.length} lines` }));
+      body.append(el("button", { type: "button", class: "more", onclick: () => collapse(false), text: `Large diff: show ${size} changed lines` }));
       body.classList.add("teaser");
-    } else if (index < 12 || !observer) {
-      section.fill();
     } else {
       const placeholder = el("div", { class: "placeholder" });
-      placeholder.style.height = `${Math.min(lines.length, CHUNK) * 20 + 8}px`;
+      placeholder.style.height = `${Math.min(size + 2, CHUNK) * 20 + 8}px`;
       body.append(placeholder);
-      observer.observe(section);
+      if (index < 12 || !observer) section.fill();
+      else observer.observe(section);
     }
     return section;
   };
@@ -807,7 +844,12 @@ function diffView(files, patch, options) {
     if (sections.length < files.length) setTimeout(growLater, 0);
   };
   grow(40);
-  if (sections.length < files.length) setTimeout(growLater, 0);
+  // The rest is built once the first screen is drawn (or after a moment), not before it.
+  let started = false;
+  const startGrowing = () => { if (!started && sections.length < files.length) { started = true; setTimeout(growLater, 0); } };
+  const drawn = firstRows;
+  firstRows = () => { if (drawn) drawn(); startGrowing(); };
+  setTimeout(startGrowing, 500);
   const all = (collapsed) => { wanted = collapsed; sections.forEach((s) => s.collapse(collapsed)); };
   const reveal = (i) => { grow(i + 1); sections[i].collapse(false); sections[i].scrollIntoView(); sections[i].focus(); };
   const setMode = (next) => {
@@ -854,7 +896,7 @@ async function turnPage(sessionId, ref) {
     api(`/api/sessions/${sessionId}/turns/${ref}`),
     api(`/api/sessions/${sessionId}`),
   ]);
-  const pending = api(`/api/sessions/${sessionId}/turns/${ref}/diff`).catch((error) => error);
+  const pending = api(`/api/sessions/${sessionId}/turns/${ref}/diff?stat=1`).catch((error) => error);
   const [shown, summary] = await asked;
   const turn = shown.turn;
   const session = summary.session;
@@ -889,8 +931,9 @@ async function turnPage(sessionId, ref) {
       if (!diff.available) diffPane.replaceChildren(el("p", { class: "problem" }, "This turn has no workspace checkpoint at its beginning or end (the capture failed, was skipped or pruned), so its diff is unavailable. The session's activities say why."));
       else if (!diff.files.length) diffPane.replaceChildren(note || "", el("p", { class: "muted", text: "This turn changed no files." }));
       else {
-        diffPane.replaceChildren(diffView(diff.files, diff.patch, { note }));
-        requestAnimationFrame(() => performance.mark("turnback:first-screen"));
+        const load = (paths) => api(`/api/sessions/${sessionId}/turns/${turn.token}/patch?${paths.map((p) => `path=${encodeURIComponent(p)}`).join("&")}`).then((r) => r.patch);
+        const onFirstRows = () => requestAnimationFrame(() => performance.mark("turnback:first-screen"));
+        diffPane.replaceChildren(diffView(diff.files, { load }, { note, onFirstRows }));
       }
     } catch (error) { diffPane.replaceChildren(problem(error)); }
   }
@@ -934,7 +977,7 @@ async function rangePage(sessionId) {
   try {
     const diff = await pending;
     if (diff instanceof Error) throw diff;
-    pane.replaceChildren(diff.files.length ? diffView(diff.files, diff.patch) : el("p", { class: "muted", text: "Nothing changed in this range." }));
+    pane.replaceChildren(diff.files.length ? diffView(diff.files, { patch: diff.patch }) : el("p", { class: "muted", text: "Nothing changed in this range." }));
   } catch (error) { pane.replaceChildren(problem(error)); }
   bindKeys([...diffKeys(), [["u", "t"], "back to the timeline", () => { location.href = `/sessions/${sessionId}`; }]]);
 }
