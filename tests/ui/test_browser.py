@@ -75,6 +75,14 @@ def ready(page: Page) -> None:
     assert page.errors == []  # type: ignore[attr-defined]
 
 
+def open_page(page: Page, start_server: StartServer, home: Path, path: str) -> None:
+    """Serve ``home``, take the token's cookie, and open ``path`` once it is drawn."""
+    server = start_server(home)
+    page.goto(server.url)
+    page.goto(server.base + path)
+    ready(page)
+
+
 def test_without_the_token_the_page_is_refused(
     page: Page, reviewed: Reviewed, start_server: StartServer
 ) -> None:
@@ -136,10 +144,7 @@ def test_the_timeline_of_a_demo_session(
 def test_a_turn_shows_its_conversation_beside_its_diff(
     page: Page, reviewed: Reviewed, start_server: StartServer
 ) -> None:
-    server = start_server(reviewed.home)
-    page.goto(server.url)
-    page.goto(f"{server.base}/sessions/{reviewed.session}/turns/2")
-    ready(page)
+    open_page(page, start_server, reviewed.home, f"/sessions/{reviewed.session}/turns/2")
 
     talk = page.locator(".conversation")
     expect(talk).to_contain_text("change the app, add a helper")
@@ -177,10 +182,7 @@ def test_a_revert_is_previewed_confirmed_and_undone(
     page: Page, reviewed: Reviewed, start_server: StartServer
 ) -> None:
     workspace = reviewed.workspace
-    server = start_server(reviewed.home)
-    page.goto(server.url)
-    page.goto(f"{server.base}/sessions/{reviewed.session}")
-    ready(page)
+    open_page(page, start_server, reviewed.home, f"/sessions/{reviewed.session}")
 
     page.locator("li.node").nth(0).get_by_role("button", name="Revert to here…").click()
     dialog = page.get_by_role("dialog")
@@ -220,10 +222,7 @@ def test_a_revert_that_would_fail_is_shown_so_and_a_refused_one_says_what_to_do(
     page: Page, reviewed: Reviewed, start_server: StartServer
 ) -> None:
     (reviewed.workspace / "app.py").write_text("my own edit\n")
-    server = start_server(reviewed.home)
-    page.goto(server.url)
-    page.goto(f"{server.base}/sessions/{reviewed.session}")
-    ready(page)
+    open_page(page, start_server, reviewed.home, f"/sessions/{reviewed.session}")
 
     page.locator("li.node").nth(0).get_by_role("button", name="Revert to here…").click()
     dialog = page.get_by_role("dialog")
@@ -253,10 +252,7 @@ def test_a_revert_that_would_fail_is_shown_so_and_a_refused_one_says_what_to_do(
 def test_a_running_turn_grows_live(
     page: Page, reviewed: Reviewed, start_server: StartServer
 ) -> None:
-    server = start_server(reviewed.home)
-    page.goto(server.url)
-    page.goto(f"{server.base}/sessions/{reviewed.session}")
-    ready(page)
+    open_page(page, start_server, reviewed.home, f"/sessions/{reviewed.session}")
     expect(page.locator("li.node")).to_have_count(3)
 
     with turnback.open(reviewed.home, durability="strict") as tb:
@@ -277,10 +273,7 @@ def test_a_running_turn_grows_live(
 def test_since_i_last_looked_shows_what_came_after_the_review_mark(
     page: Page, reviewed: Reviewed, start_server: StartServer
 ) -> None:
-    server = start_server(reviewed.home)
-    page.goto(server.url)
-    page.goto(f"{server.base}/sessions/{reviewed.session}")
-    ready(page)
+    open_page(page, start_server, reviewed.home, f"/sessions/{reviewed.session}")
 
     page.get_by_role("button", name="Mark turns 1–3 reviewed").click()
     expect(page.get_by_role("button", name="Mark turns 1–3 reviewed")).to_have_count(0)
@@ -308,10 +301,7 @@ def test_a_large_file_starts_collapsed_and_shows_a_chunk_at_a_time(
         with session.turn("generate the tables"):
             (workspace / "big.py").write_text("".join(f"ROW_{i} = {i}\n" for i in range(700)))
             (workspace / "small.py").write_text("SMALL = 1\n")
-    server = start_server(home)
-    page.goto(server.url)
-    page.goto(f"{server.base}/sessions/{session.id}/turns/1")
-    ready(page)
+    open_page(page, start_server, home, f"/sessions/{session.id}/turns/1")
 
     big = page.locator("section.file", has_text="big.py")
     expect(big).to_have_class(re.compile("collapsed"))
