@@ -35,6 +35,7 @@ def test_exported_members() -> None:
         "NotSetAside",
         "NothingToRevert",
         "RecoveryReport",
+        "RestoreIncomplete",
         "ResumeUnavailable",
         "Revert",
         "RevertConflict",

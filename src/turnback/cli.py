@@ -625,15 +625,17 @@ def revert(
 
 
 def _conflicts_as_json(as_json: bool, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``call``, printing a RevertConflict's paths as JSON under ``--json`` (exit code 3)."""
-    from turnback.errors import RevertConflict
+    """``call``, printing the paths of a RevertConflict (exit code 3) or of files a restore could
+    not write (exit code 1) as JSON under ``--json``."""
+    from turnback.errors import RestoreIncomplete, RevertConflict
 
     try:
         return call(*args, **kwargs)
-    except RevertConflict as error:
+    except (RevertConflict, RestoreIncomplete) as error:
         if not as_json:
             raise
-        _emit_json({"error": str(error), "conflicts": list(error.paths)})
+        key = "conflicts" if isinstance(error, RevertConflict) else "paths"
+        _emit_json({"error": str(error), key: list(error.paths)})
         click.echo(_colour(f"error: {error}", fg="red"), err=True)
         sys.exit(error.exit_code)
 
