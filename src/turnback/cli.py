@@ -760,8 +760,12 @@ def acp(
 @json_option
 def demo(keep: bool, workspace: str | None, as_json: bool) -> None:
     """Show turnback at work: durable turns, a crash mid-turn, and its recovery."""
-    from turnback.demo import run
+    from turnback.demo import check_workspace, run
 
+    try:
+        check_workspace(workspace)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="'--workspace'") from error
     summary = run(keep=keep, workspace=workspace, echo=(lambda _: None) if as_json else click.echo)
     if as_json:
         _emit_json(summary)
