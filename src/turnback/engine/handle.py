@@ -169,10 +169,16 @@ class Turnback:
     def gc(self, keep: int | None = None, older_than: float | None = None) -> GcReport:
         """Prune workspace checkpoints: refs no row names (older than ``older_than`` seconds,
         default an hour), and with ``keep`` the checkpoints of all but each session's last
-        ``keep`` turns. Reports bytes freed."""
-        if self.checkpoints is None:
-            return GcReport()
-        return collect_garbage(self.store, self.checkpoints, keep=keep, older_than=older_than)
+        ``keep`` turns, and give back the space the database no longer needs. Reports the bytes
+        freed in the home."""
+        report = (
+            GcReport()
+            if self.checkpoints is None
+            else collect_garbage(self.store, self.checkpoints, keep=keep, older_than=older_than)
+        )
+        self.journal.flush()
+        freed = self.store.compact()  # the database's log, left at full size by a killed process
+        return dataclasses.replace(report, bytes_freed=report.bytes_freed + freed)
 
     def doctor(self) -> list[HealthCheck]:
         """Check git, the home, the database, recovery and every shadow repository."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -184,6 +185,22 @@ class SQLiteStore:
     def integrity_problems(self) -> list[str]:
         with self.read() as tx:
             return tx.integrity_problems()
+
+    def compact(self) -> int:
+        """Checkpoint the write-ahead log and truncate it: a process killed with the database
+        open leaves its log at full size until some connection does this."""
+
+        def size() -> int:
+            total = 0
+            for suffix in ("", "-wal"):
+                with contextlib.suppress(OSError):
+                    total += os.stat(f"{self.path}{suffix}").st_size
+            return total
+
+        before = size()
+        with self._lock, self._translated():
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        return max(0, before - size())
 
     def close(self) -> None:
         with self._lock:
