@@ -14,6 +14,7 @@ from typing import Any
 
 from turnback.engine import recovery, revert
 from turnback.engine.checkpoints import WorkspaceCheckpoints, collect_garbage
+from turnback.engine.fold import fold, superseded
 from turnback.engine.journal import Journal
 from turnback.engine.owners import is_alive
 from turnback.engine.turns import RunningTurn, begin, encode, reopen, validate_prompt
@@ -23,6 +24,7 @@ from turnback.errors import (
     InvalidId,
     RevertInProgress,
     SessionNotFound,
+    TurnbackError,
     TurnInProgress,
     TurnNotFound,
 )
@@ -30,6 +32,7 @@ from turnback.model import (
     Activity,
     ActivityLevel,
     Durability,
+    FileChange,
     GcReport,
     HealthCheck,
     Message,
@@ -42,6 +45,7 @@ from turnback.model import (
     SweepReport,
     Turn,
     TurnDiff,
+    TurnStatus,
     UnrecoveredTurn,
 )
 from turnback.store import Store, Tx, open_store, sqlite_url
@@ -146,6 +150,12 @@ class Turnback:
         with self.store.read() as tx:
             return tx.list_sessions()
 
+    def conversations(self) -> dict[str, tuple[int, Any]]:
+        """Per session id: how many turns its conversation holds, and its first prompt (one
+        query for every session; a session with no turn is absent)."""
+        with self.store.read() as tx:
+            return tx.conversation_overview()
+
     # recovery
 
     def recover(self) -> RecoveryReport:
@@ -201,6 +211,16 @@ class Turnback:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _live_counts(tx: Tx, turns: list[Turn]) -> list[Turn]:
+    """``turns`` with a running turn's event count read from its journal."""
+    return [
+        dataclasses.replace(t, event_count=tx.journal_size(t.token)[0])
+        if t.status is TurnStatus.RUNNING
+        else t
+        for t in turns
+    ]
 
 
 class Session:
@@ -379,8 +399,33 @@ class Session:
         return begin(self._tb.store, self.id, prompt, token=token, prepare=prepare)
 
     def turns(self) -> list[Turn]:
+        """Every turn of the session, oldest first; a running turn counts its events so far."""
         with self._tb.store.read() as tx:
-            return tx.session_turns(self.id)
+            return _live_counts(tx, tx.session_turns(self.id))
+
+    def timeline(self) -> list[TurnDiff]:
+        """Every turn with the files it changed and those changed before it outside any turn,
+        oldest first, from a fixed number of queries whatever the session's length."""
+        with self._tb.store.read() as tx:
+            turns = _live_counts(tx, tx.session_turns(self.id))
+            changes = tx.session_file_changes(self.id)
+        return [
+            TurnDiff(
+                t,
+                tuple(changes.get((t.token, "turn"), ())),
+                tuple(changes.get((t.token, "before"), ())),
+                bool(t.begin_checkpoint and t.end_checkpoint),
+            )
+            for t in turns
+        ]
+
+    def is_live(self, turn: Turn) -> bool:
+        """Whether ``turn`` is running under a live process (one that died leaves it running
+        until recovery settles it)."""
+        if turn.status is not TurnStatus.RUNNING:
+            return False
+        with self._tb.store.read() as tx:
+            return is_alive(tx.get_owner(turn.owner_id) if turn.owner_id else None)
 
     def get_turn(self, ref: int | str) -> Turn:
         """A turn by number (its position in the conversation) or by token prefix."""
@@ -388,6 +433,7 @@ class Session:
         if isinstance(ref, int) or (isinstance(ref, str) and ref.strip().isdigit()):
             number = int(ref)
             found = [t for t in turns if t.number == number and t.in_conversation]
+            found = found or [t for t in turns if t.number == number and t.status == "running"]
             if found:
                 return found[-1]
             if isinstance(ref, str):  # all digits may also be a token prefix
@@ -415,9 +461,17 @@ class Session:
             return tx.messages(self.id)
 
     def turn_messages(self, ref: int | str) -> list[Message]:
-        token = self.get_turn(ref).token
+        """A turn's messages; a running turn's are folded from its journal so far."""
+        turn = self.get_turn(ref)
         with self._tb.store.read() as tx:
-            return tx.turn_messages(token)
+            if turn.status is not TurnStatus.RUNNING:
+                return tx.turn_messages(turn.token)
+            timeline = tx.run_events(turn.token)
+        void = superseded((event.seq, event.event) for event in timeline)
+        folded = fold(turn.prompt, [e.event for e in timeline if e.seq not in void])
+        return [
+            Message(self.id, turn.token, i, kind, data) for i, (kind, data) in enumerate(folded)
+        ]
 
     def run_events(self, ref: int | str) -> list[RunEvent]:
         token = self.get_turn(ref).token
@@ -431,6 +485,8 @@ class Session:
         with self._tb.store.read() as tx:
             files = tx.file_changes(turn.token, "turn")
             outside = tx.file_changes(turn.token, "before")
+        if turn.status is TurnStatus.RUNNING and turn.begin_checkpoint and self._tb.checkpoints:
+            return self._running_diff(turn, tuple(outside), patch)
         available = bool(turn.begin_checkpoint and turn.end_checkpoint)
         text = None
         if patch:
@@ -446,6 +502,53 @@ class Session:
                 Path(self.record.workspace), turn.begin_checkpoint, turn.end_checkpoint
             )
         return TurnDiff(turn, tuple(files), tuple(outside), available, text)
+
+    def changes_since_head(self) -> list[FileChange] | None:
+        """What changed in the workspace since the head turn ended (by hand, or a ``git pull``):
+        the head's end checkpoint against the workspace now, captured under a ref that is gone
+        once this returns. ``None`` when that cannot be known (checkpoints off, no head, or no
+        capture possible, as on a read-only home)."""
+        checkpoints = self._tb.checkpoints
+        record = self.record
+        with self._tb.store.read() as tx:
+            head = tx.get_turn(record.head) if record.head else None
+        if checkpoints is None or head is None or not head.end_checkpoint:
+            return None
+        ref = f"{self.id}/now-{uuid.uuid4().hex}"
+        captured, _notes = checkpoints.capture(record.workspace, ref)
+        if captured is None:
+            return None
+        snapshots, path = checkpoints.snapshots, Path(record.workspace)
+        try:
+            return snapshots.changes(path, head.end_checkpoint, captured.commit)
+        except TurnbackError:
+            return None
+        finally:
+            snapshots.delete_refs(path, [ref])
+
+    def _running_diff(self, turn: Turn, outside: tuple[FileChange, ...], patch: bool) -> TurnDiff:
+        """A running turn's diff so far: its begin checkpoint against the workspace now,
+        captured under a ref that is gone once this returns."""
+        checkpoints = self._tb.checkpoints
+        assert checkpoints is not None and turn.begin_checkpoint
+        workspace = self.record.workspace
+        ref = f"{self.id}/now-{uuid.uuid4().hex}"
+        captured, notes = checkpoints.capture(workspace, ref)
+        if captured is None:
+            if patch:
+                reason = notes[-1].message if notes else "the capture failed"
+                raise CheckpointUnavailable(
+                    f"turn {turn.number} is running and the workspace cannot be captured now "
+                    f"({reason}), so its diff so far is unavailable"
+                )
+            return TurnDiff(turn, (), outside, False)
+        snapshots, path = checkpoints.snapshots, Path(workspace)
+        try:
+            files = snapshots.changes(path, turn.begin_checkpoint, captured.commit)
+            text = snapshots.patch(path, turn.begin_checkpoint, captured.commit) if patch else None
+        finally:
+            snapshots.delete_refs(path, [ref])
+        return TurnDiff(turn, tuple(files), outside, True, text)
 
     def revert(
         self,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from turnback.errors import StoreNotFound, StoreUnavailable
 from turnback.model import (
@@ -51,6 +51,10 @@ class Tx(Protocol):
     def running_turn(self, session_id: str) -> Turn | None: ...
     def turns_with_status(self, status: TurnStatus) -> list[Turn]: ...
     def session_turns(self, session_id: str) -> list[Turn]: ...
+    def conversation_overview(self) -> dict[str, tuple[int, Any]]:
+        """Per session with a conversation: how many turns it holds, and its first prompt."""
+        ...
+
     def end_turn(
         self,
         token: str,
@@ -143,6 +147,10 @@ class Tx(Protocol):
         ...
 
     def file_changes(self, token: str, scope: str) -> list[FileChange]: ...
+    def session_file_changes(self, session_id: str) -> dict[tuple[str, str], list[FileChange]]:
+        """Every file change of a session's turns, by (turn token, scope), in one query."""
+        ...
+
     def release_checkpoints(self, tokens: Sequence[str]) -> None:
         """Stop naming the turns' workspace checkpoints (gc may then prune them)."""
         ...
