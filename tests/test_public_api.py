@@ -36,6 +36,7 @@ def test_exported_members() -> None:
         "NothingToRevert",
         "RangeDiff",
         "RecoveryReport",
+        "RestoreIncomplete",
         "ResumeUnavailable",
         "Revert",
         "RevertConflict",

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
+import unicodedata
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
         RevertPlan,
         SessionRecord,
         Turn,
+        TurnDiff,
         UnrecoveredTurn,
     )
 
@@ -67,6 +71,52 @@ _STATUS_COLOURS = {
 
 def _status(status: str) -> str:
     return _colour(status, fg=_STATUS_COLOURS.get(status))
+
+
+def _width(text: str) -> int:
+    """Columns ``text`` takes on a terminal: wide characters two, combining marks none."""
+    return sum(
+        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        for c in text
+    )
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` terminal columns, with an ellipsis when cut."""
+    if _width(text) <= width:
+        return text
+    out, used = [], 0
+    for c in text:
+        used += _width(c)
+        if used > width - 1:
+            break
+        out.append(c)
+    return "".join(out) + "…"
+
+
+_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\v": "\\v",
+    "\f": "\\f",
+    "\r": "\\r",
+    '"': '\\"',
+    "\\": "\\\\",
+}
+
+
+def _quote(path: str) -> str:
+    """A path as git quotes one with unusual characters: in double quotes, control characters
+    escaped (``\\t``, ``\\n``, octal), so a name cannot break a row or move the cursor."""
+    if not any(c in _ESCAPES or ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        return path
+    body = "".join(
+        _ESCAPES.get(c) or (f"\\{ord(c):03o}" if ord(c) < 0x20 or ord(c) == 0x7F else c)
+        for c in path
+    )
+    return f'"{body}"'
 
 
 def _short(text: str, width: int = 60) -> str:
@@ -127,7 +177,8 @@ _KIND_LETTERS = {
 
 def _changes_line(changes: Sequence[FileChange], limit: int = 6) -> str:
     shown = [
-        f"{_KIND_LETTERS[c.kind.value]} " + (f"{c.old_path} -> {c.path}" if c.old_path else c.path)
+        f"{_KIND_LETTERS[c.kind.value]} "
+        + (f"{_quote(c.old_path)} -> {_quote(c.path)}" if c.old_path else _quote(c.path))
         for c in changes[:limit]
     ]
     more = f", … {len(changes) - limit} more" if len(changes) > limit else ""
@@ -174,33 +225,47 @@ def unrecovered_json(item: UnrecoveredTurn) -> dict[str, Any]:
 
 
 def sessions_json(tb: Turnback) -> list[dict[str, Any]]:
-    """``sessions --json``: every session, most recently active first, with how many turns ended
-    and how many are set aside."""
-    listed = []
-    for record in tb.sessions():
-        turns = tb.session(record.id).turns()
-        data = session_json(record, len([t for t in turns if t.status.ended]))
-        data["set_aside"] = len([t for t in turns if t.status == "set_aside"])
-        listed.append(data)
-    return listed
+    """``sessions --json``: every session, most recently active first, with how many turns its
+    conversation holds and how many are set aside."""
+    records = tb.sessions()
+    overview = tb.conversations() if records else {}
+    aside = Counter(u.turn.session_id for u in tb.unrecovered()) if records else Counter()
+    return [
+        {**session_json(r, overview.get(r.id, (0, None))[0]), "set_aside": aside[r.id]}
+        for r in records
+    ]
+
+
+def _log_data(
+    handle: Session,
+) -> tuple[SessionRecord, list[TurnDiff], list[Revert], list[FileChange] | None]:
+    """What ``log`` shows: the session, its timeline, its reverts, and the changes since the
+    head (``None`` while a turn runs, or when they cannot be known)."""
+    record = handle.record
+    timeline = handle.timeline()
+    running = [d.turn for d in timeline if d.turn.status == "running"]
+    since = None if running else handle.changes_since_head()
+    return record, timeline, handle.reverts(), since
 
 
 def log_json(handle: Session) -> dict[str, Any]:
-    """``log --json``: the session and each of its turns with its files and checkpoints."""
-    turns = handle.turns()
-    diffs = {t.token: handle.diff(t.token) for t in turns}
+    """``log --json``: the session, each turn with its files and checkpoints, the reverts, and
+    what changed since the head."""
+    record, timeline, reverts, since = _log_data(handle)
     return {
-        "session": session_json(handle.record),
+        "session": session_json(record),
         "turns": [
             {
-                **turn_json(t),
-                "files": [change_json(f) for f in diffs[t.token].files],
-                "outside": [change_json(f) for f in diffs[t.token].outside],
-                "checkpoints": {"begin": t.begin_checkpoint, "end": t.end_checkpoint},
-                "reverted_by": t.reverted_by,
+                **turn_json(d.turn),
+                "files": [change_json(f) for f in d.files],
+                "outside": [change_json(f) for f in d.outside],
+                "checkpoints": {"begin": d.turn.begin_checkpoint, "end": d.turn.end_checkpoint},
+                "reverted_by": d.turn.reverted_by,
             }
-            for t in turns
+            for d in timeline
         ],
+        "reverts": [revert_json(r) for r in reverts],
+        "since_head": None if since is None else [change_json(f) for f in since],
     }
 
 
@@ -338,46 +403,67 @@ def sessions(state: Context, as_json: bool) -> None:
 @json_option
 @pass_state
 def log(state: Context, session: str, as_json: bool) -> None:
-    """Show a session's turns: number, status, events and prompt."""
+    """Show a session's timeline: its turns (the head marked) with their files and +/-, the
+    changes made between turns, its reverts and undos where they happened, and what changed
+    since the last turn."""
     handle = state.tb.session(session)
     if as_json:
         _emit_json(log_json(handle))
         return
-    turns = handle.turns()
-    diffs = {t.token: handle.diff(t.token) for t in turns}
-    record = handle.record
+    record, timeline, reverts, since = _log_data(handle)
+    width = shutil.get_terminal_size((100, 24)).columns
     click.echo(f"session {record.id}  {record.title or ''}".rstrip())
-    click.echo(f"workspace {record.workspace}\n")
-    if not turns:
+    click.echo(f"workspace {_quote(record.workspace)}\n")
+    if not timeline:
         click.echo("No turns yet.")
         return
-    for t in turns:
-        diff = diffs[t.token]
-        if diff.outside:
-            click.echo(
-                _colour(f"   changed outside any turn: {_changes_line(diff.outside)}", dim=True)
-            )
+    after: dict[str | None, list[Revert]] = {}
+    for r in reverts:
+        after.setdefault(r.from_head, []).append(r)
+    numbers = {d.turn.token: d.turn.number for d in timeline}
+    for d in timeline:
+        t = d.turn
+        if d.outside:
+            line = f"   changed outside any turn: {_changes_line(d.outside)}"
+            click.echo(_colour(_fit(line, width), dim=True))
         number = str(t.number) if t.status.ended or t.status == "running" else "-"
-        status = _status(t.status.value) + (
-            _colour(" (reverted)", dim=True) if t.reverted_by else ""
-        )
-        added = sum(f.additions for f in diff.files)
-        removed = sum(f.deletions for f in diff.files)
-        click.echo(
-            f"{number:>3}  {t.token[:12]}  {status}  {_when(t.started_at)}  "
-            f"{t.event_count} events  {_short(t.prompt_text, 50)}"
-        )
-        if diff.files:
+        status = _status(t.status.value)
+        if t.reverted_by:
+            status += _colour(" (reverted)", dim=True)
+        if t.token == record.head:
+            status += " " + _colour("<- head", bold=True)
+        head = f"{number:>3}  {t.token[:12]}  {status}  {_when(t.started_at)}  "
+        head += f"{t.event_count} events" + (" so far" if t.status == "running" else "") + "  "
+        room = max(10, width - _width(click.unstyle(head)))
+        click.echo(head + _fit(" ".join(t.prompt_text.split()), room))
+        if t.status == "running" and not handle.is_live(t):
             click.echo(
-                f"     {len(diff.files)} file(s) "
-                + _colour(f"+{added}", fg="green")
-                + " "
-                + _colour(f"-{removed}", fg="red")
-                + f": {_changes_line(diff.files)}"
+                _colour(
+                    "     its process is gone; `turnback recover` settles it "
+                    "(or beginning a turn does)",
+                    fg="yellow",
+                )
             )
-        elif not diff.available and t.status != "running":
+        if d.files:
+            added = sum(f.additions for f in d.files)
+            removed = sum(f.deletions for f in d.files)
+            counts = _colour(f"+{added}", fg="green") + " " + _colour(f"-{removed}", fg="red")
+            prefix = f"     {len(d.files)} file(s) {counts}: "
+            room = max(10, width - _width(click.unstyle(prefix)))
+            click.echo(prefix + _fit(_changes_line(d.files), room))
+        elif not d.available and t.status != "running":
             click.echo(_colour("     workspace checkpoint unavailable", fg="yellow"))
-    aside = [t for t in turns if t.status == "set_aside"]
+        for r in after.get(t.token, []):
+            to = numbers.get(r.to_turn, 0) if r.to_turn else 0
+            what = f"revert {r.id}: back to turn {to}" + (
+                ", keeping hand edits" if r.keep_user_edits else ""
+            )
+            when = f"undone {_when(r.ended_at)}" if r.state == "undone" else r.state.value
+            click.echo(_colour(f"   <- {what} ({when})", fg="magenta"))
+    if since:
+        line = f"   changed since the head, in no turn yet: {_changes_line(since)}"
+        click.echo(_colour(_fit(line, width), dim=True))
+    aside = [d.turn for d in timeline if d.turn.status == "set_aside"]
     if aside:
         click.echo(
             f"\n{len(aside)} turn(s) set aside: `turnback unrecovered {record.id[:12]}` shows them."
@@ -660,15 +746,17 @@ def revert(
 
 
 def _conflicts_as_json(as_json: bool, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``call``, printing a RevertConflict's paths as JSON under ``--json`` (exit code 3)."""
-    from turnback.errors import RevertConflict
+    """``call``, printing the paths of a RevertConflict (exit code 3) or of files a restore could
+    not write (exit code 1) as JSON under ``--json``."""
+    from turnback.errors import RestoreIncomplete, RevertConflict
 
     try:
         return call(*args, **kwargs)
-    except RevertConflict as error:
+    except (RevertConflict, RestoreIncomplete) as error:
         if not as_json:
             raise
-        _emit_json({"error": str(error), "conflicts": list(error.paths)})
+        key = "conflicts" if isinstance(error, RevertConflict) else "paths"
+        _emit_json({"error": str(error), key: list(error.paths)})
         click.echo(_colour(f"error: {error}", fg="red"), err=True)
         sys.exit(error.exit_code)
 
@@ -826,8 +914,12 @@ def ui(state: Context, host: str, port: int, no_open: bool, read_only: bool) -> 
 @json_option
 def demo(keep: bool, workspace: str | None, as_json: bool) -> None:
     """Show turnback at work: durable turns, a crash mid-turn, and its recovery."""
-    from turnback.demo import run
+    from turnback.demo import check_workspace, run
 
+    try:
+        check_workspace(workspace)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="'--workspace'") from error
     summary = run(keep=keep, workspace=workspace, echo=(lambda _: None) if as_json else click.echo)
     if as_json:
         _emit_json(summary)

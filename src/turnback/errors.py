@@ -118,6 +118,14 @@ class RevertConflict(WorkspaceError):
         self.paths = paths
 
 
+class RestoreIncomplete(WorkspaceError):
+    """Files of a restore could not be written (a full disk, say); ``paths`` names them."""
+
+    def __init__(self, message: str, paths: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.paths = paths
+
+
 class AgentError(TurnbackError):
     """Something about the agent process or its protocol went wrong."""
 

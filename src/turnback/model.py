@@ -133,13 +133,18 @@ class Turn:
 
     @property
     def prompt_text(self) -> str:
-        if isinstance(self.prompt, str):
-            return self.prompt
-        return "".join(
-            block.get("text", "")
-            for block in self.prompt
-            if isinstance(block, dict) and block.get("type") == "text"
-        )
+        return prompt_text(self.prompt)
+
+
+def prompt_text(prompt: Any) -> str:
+    """The text of a prompt: a string, or the text blocks of a list of ACP content blocks."""
+    if isinstance(prompt, str):
+        return prompt
+    return "".join(
+        block.get("text", "")
+        for block in prompt
+        if isinstance(block, dict) and block.get("type") == "text"
+    )
 
 
 @dataclass(frozen=True, slots=True)

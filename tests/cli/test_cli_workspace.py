@@ -154,3 +154,53 @@ def test_the_revert_prompt_goes_to_the_terminal_not_to_standard_output(
     assert b"restore" in seen and b"a.py" in seen  # the plan, shown before asking
     assert json.loads(out)["state"] == "committed"
     assert (workspace / "a.py").read_text() == "one\ntwo\n"
+
+
+def test_a_running_turn_is_first_class_in_log_show_and_diff(
+    home: Path, workspace: Path, session_id: str
+) -> None:
+    with turnback.open(home, durability="strict") as tb:
+        running = tb.session(session_id).turn("still at work")
+        for text in ("one", "two", "three"):
+            running.record(
+                {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+            )
+        (workspace / "new.py").write_text("so far\n")
+        [*_, turn] = ok_json(home, "log", session_id)["turns"]
+        assert (turn["number"], turn["status"], turn["events"]) == (3, "running", 3)
+        text = ok(home, "log", session_id)
+        assert "3 events so far" in text and "process is gone" not in text
+        assert "still at work" in ok(home, "show", session_id, "3")
+        data = ok_json(home, "diff", session_id, "3")
+        assert data["available"] and [f["path"] for f in data["files"]] == ["new.py"]
+        assert "+so far" in ok(home, "diff", session_id, "3")
+        running.complete()
+
+
+def test_log_is_a_timeline(home: Path, workspace: Path, session_id: str) -> None:
+    with turnback.open(home) as tb:
+        session = tb.session(session_id)
+        session.revert(1)
+        session.undo_revert()
+        session.revert(1, files=False)
+    (workspace / "tab\there.txt").write_text("by hand, after the last turn\n")
+    text = ok(home, "log", session_id)
+    lines = text.splitlines()
+    assert "<- head" in next(line for line in lines if line.lstrip().startswith("1 "))
+    reverts = [line for line in lines if "revert " in line and "back to turn 1" in line]
+    assert len(reverts) == 2 and "undone" in reverts[0] and "committed" in reverts[1]
+    assert lines.index(reverts[0]) > lines.index(
+        next(line for line in lines if line.lstrip().startswith("2 "))
+    )
+    since = next(line for line in lines if "changed since the head, in no turn yet" in line)
+    assert since.endswith('A "tab\\there.txt"')  # quoted as git quotes it: one row, one line
+    data = ok_json(home, "log", session_id)
+    assert [r["state"] for r in data["reverts"]] == ["undone", "committed"]
+    assert [f["path"] for f in data["since_head"]] == ["a.py", "hand.txt", "tab\there.txt"]
+
+
+def test_log_fits_the_terminal_and_counts_wide_characters() -> None:
+    from turnback.cli import _fit, _width
+
+    assert _width("日本語") == 6 and _width("abc") == 3
+    assert _fit("日本語のプロンプト", 7) == "日本語…" and _width(_fit("x" * 50, 10)) == 10

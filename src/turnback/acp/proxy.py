@@ -50,7 +50,7 @@ from turnback.acp import commands, transcript
 from turnback.acp.wire import EditorWire, open_stdio
 from turnback.engine.handle import Session, Turnback
 from turnback.errors import TurnbackError
-from turnback.model import SessionRecord, TurnStatus
+from turnback.model import SessionRecord, TurnStatus, prompt_text
 from turnback.runtime import AgentError, AgentRuntime, InputRequest, PermissionRequest
 from turnback.runtime.reactor import Notice
 from turnback.runtime.relay import Reply
@@ -349,24 +349,27 @@ class Proxy:
             after = _read_cursor(params["cursor"])
             start = next((i for i, r in enumerate(records) if _list_key(r) > after), len(records))
         page = records[start : start + LIST_PAGE]
-        result: dict[str, Any] = {"sessions": [self._listed(record) for record in page]}
+        overview = self.tb.conversations() if page else {}
+        result: dict[str, Any] = {
+            "sessions": [
+                self._listed(record, *overview.get(record.id, (0, None))) for record in page
+            ]
+        }
         if start + LIST_PAGE < len(records):
             result["nextCursor"] = json.dumps(_list_key(page[-1]))
         return result
 
-    def _listed(self, record: SessionRecord) -> dict[str, Any]:
+    def _listed(self, record: SessionRecord, turns: int, prompt: Any) -> dict[str, Any]:
         title = record.title
-        turns = self.tb.session(record.id).turns()
-        if title is None and turns:
-            first = min(turns, key=lambda t: t.number)
-            title = " ".join(first.prompt_text.split())[:80] or None
+        if title is None and prompt is not None:
+            title = " ".join(prompt_text(prompt).split())[:80] or None
         info: dict[str, Any] = {
             "sessionId": record.id,
             "cwd": record.workspace,
             "updatedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.updated_at)),
             "_meta": {
                 "turnback": {
-                    "turns": sum(t.in_conversation for t in turns),
+                    "turns": turns,
                     "agent": record.agent,
                 }
             },

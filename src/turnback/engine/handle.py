@@ -30,6 +30,7 @@ from turnback.errors import (
     InvalidId,
     RevertInProgress,
     SessionNotFound,
+    TurnbackError,
     TurnInProgress,
     TurnNotFound,
 )
@@ -37,6 +38,7 @@ from turnback.model import (
     Activity,
     ActivityLevel,
     Durability,
+    FileChange,
     GcReport,
     HealthCheck,
     Message,
@@ -155,6 +157,12 @@ class Turnback:
         with self.store.read() as tx:
             return tx.list_sessions()
 
+    def conversations(self) -> dict[str, tuple[int, Any]]:
+        """Per session id: how many turns its conversation holds, and its first prompt (one
+        query for every session; a session with no turn is absent)."""
+        with self.store.read() as tx:
+            return tx.conversation_overview()
+
     # recovery
 
     def recover(self) -> RecoveryReport:
@@ -178,10 +186,16 @@ class Turnback:
     def gc(self, keep: int | None = None, older_than: float | None = None) -> GcReport:
         """Prune workspace checkpoints: refs no row names (older than ``older_than`` seconds,
         default an hour), and with ``keep`` the checkpoints of all but each session's last
-        ``keep`` turns. Reports bytes freed."""
-        if self.checkpoints is None:
-            return GcReport()
-        return collect_garbage(self.store, self.checkpoints, keep=keep, older_than=older_than)
+        ``keep`` turns, and give back the space the database no longer needs. Reports the bytes
+        freed in the home."""
+        report = (
+            GcReport()
+            if self.checkpoints is None
+            else collect_garbage(self.store, self.checkpoints, keep=keep, older_than=older_than)
+        )
+        self.journal.flush()
+        freed = self.store.compact()  # the database's log, left at full size by a killed process
+        return dataclasses.replace(report, bytes_freed=report.bytes_freed + freed)
 
     def doctor(self) -> list[HealthCheck]:
         """Check git, the home, the database, recovery and every shadow repository."""
@@ -204,6 +218,16 @@ class Turnback:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _live_counts(tx: Tx, turns: list[Turn]) -> list[Turn]:
+    """``turns`` with a running turn's event count read from its journal."""
+    return [
+        dataclasses.replace(t, event_count=tx.journal_size(t.token)[0])
+        if t.status is TurnStatus.RUNNING
+        else t
+        for t in turns
+    ]
 
 
 class Session:
@@ -382,8 +406,33 @@ class Session:
         return begin(self._tb.store, self.id, prompt, token=token, prepare=prepare)
 
     def turns(self) -> list[Turn]:
+        """Every turn of the session, oldest first; a running turn counts its events so far."""
         with self._tb.store.read() as tx:
-            return tx.session_turns(self.id)
+            return _live_counts(tx, tx.session_turns(self.id))
+
+    def timeline(self) -> list[TurnDiff]:
+        """Every turn with the files it changed and those changed before it outside any turn,
+        oldest first, from a fixed number of queries whatever the session's length."""
+        with self._tb.store.read() as tx:
+            turns = _live_counts(tx, tx.session_turns(self.id))
+            changes = tx.session_file_changes(self.id)
+        return [
+            TurnDiff(
+                t,
+                tuple(changes.get((t.token, "turn"), ())),
+                tuple(changes.get((t.token, "before"), ())),
+                bool(t.begin_checkpoint and t.end_checkpoint),
+            )
+            for t in turns
+        ]
+
+    def is_live(self, turn: Turn) -> bool:
+        """Whether ``turn`` is running under a live process (one that died leaves it running
+        until recovery settles it)."""
+        if turn.status is not TurnStatus.RUNNING:
+            return False
+        with self._tb.store.read() as tx:
+            return is_alive(tx.get_owner(turn.owner_id) if turn.owner_id else None)
 
     def get_turn(self, ref: int | str) -> Turn:
         """A turn by number (its position in the conversation) or by token prefix."""
@@ -391,6 +440,7 @@ class Session:
         if isinstance(ref, int) or (isinstance(ref, str) and ref.strip().isdigit()):
             number = int(ref)
             found = [t for t in turns if t.number == number and t.in_conversation]
+            found = found or [t for t in turns if t.number == number and t.status == "running"]
             if found:
                 return found[-1]
             if isinstance(ref, str):  # all digits may also be a token prefix
@@ -418,8 +468,8 @@ class Session:
             return tx.messages(self.id)
 
     def turn_messages(self, ref: int | str) -> list[Message]:
-        """A turn's conversation; for a running or set-aside turn, its journal as it stands,
-        folded the way it will be when the turn ends."""
+        """A turn's messages; a running turn's are folded from its journal so far, and a
+        set-aside turn's from its journal as recovery left it."""
         turn = self.get_turn(ref)
         with self._tb.store.read() as tx:
             if turn.status in (TurnStatus.RUNNING, TurnStatus.SET_ASIDE):
@@ -441,6 +491,8 @@ class Session:
         with self._tb.store.read() as tx:
             files = tx.file_changes(turn.token, "turn")
             outside = tx.file_changes(turn.token, "before")
+        if turn.status is TurnStatus.RUNNING and turn.begin_checkpoint and self._tb.checkpoints:
+            return self._running_diff(turn, tuple(outside), patch)
         available = bool(turn.begin_checkpoint and turn.end_checkpoint)
         text = None
         if patch:
@@ -485,6 +537,53 @@ class Session:
                 "or end there"
             )
         return commit
+
+    def changes_since_head(self) -> list[FileChange] | None:
+        """What changed in the workspace since the head turn ended (by hand, or a ``git pull``):
+        the head's end checkpoint against the workspace now, captured under a ref that is gone
+        once this returns. ``None`` when that cannot be known (checkpoints off, no head, or no
+        capture possible, as on a read-only home)."""
+        checkpoints = self._tb.checkpoints
+        record = self.record
+        with self._tb.store.read() as tx:
+            head = tx.get_turn(record.head) if record.head else None
+        if checkpoints is None or head is None or not head.end_checkpoint:
+            return None
+        ref = f"{self.id}/now-{uuid.uuid4().hex}"
+        captured, _notes = checkpoints.capture(record.workspace, ref)
+        if captured is None:
+            return None
+        snapshots, path = checkpoints.snapshots, Path(record.workspace)
+        try:
+            return snapshots.changes(path, head.end_checkpoint, captured.commit)
+        except TurnbackError:
+            return None
+        finally:
+            snapshots.delete_refs(path, [ref])
+
+    def _running_diff(self, turn: Turn, outside: tuple[FileChange, ...], patch: bool) -> TurnDiff:
+        """A running turn's diff so far: its begin checkpoint against the workspace now,
+        captured under a ref that is gone once this returns."""
+        checkpoints = self._tb.checkpoints
+        assert checkpoints is not None and turn.begin_checkpoint
+        workspace = self.record.workspace
+        ref = f"{self.id}/now-{uuid.uuid4().hex}"
+        captured, notes = checkpoints.capture(workspace, ref)
+        if captured is None:
+            if patch:
+                reason = notes[-1].message if notes else "the capture failed"
+                raise CheckpointUnavailable(
+                    f"turn {turn.number} is running and the workspace cannot be captured now "
+                    f"({reason}), so its diff so far is unavailable"
+                )
+            return TurnDiff(turn, (), outside, False)
+        snapshots, path = checkpoints.snapshots, Path(workspace)
+        try:
+            files = snapshots.changes(path, turn.begin_checkpoint, captured.commit)
+            text = snapshots.patch(path, turn.begin_checkpoint, captured.commit) if patch else None
+        finally:
+            snapshots.delete_refs(path, [ref])
+        return TurnDiff(turn, tuple(files), outside, True, text)
 
     def revert(
         self,

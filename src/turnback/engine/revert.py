@@ -40,6 +40,7 @@ from turnback.engine.turns import UNFINISHED_REVERTS, require_no_revert
 from turnback.errors import (
     CheckpointUnavailable,
     NothingToRevert,
+    RestoreIncomplete,
     SessionNotFound,
     TurnbackError,
     TurnInProgress,
@@ -177,6 +178,16 @@ def revert(
         if conversation and rollback is not None:
             kept = [m for m in transcript if m.turn in {t.token for t in chain[:to_turn]}]
             rollback.apply(len(later), kept)
+    except RestoreIncomplete as error:
+        # Files it could not write (a full disk): a revert is all or nothing, so roll it back
+        # and name them. If the rollback cannot write either, _roll_back says so instead.
+        _roll_back(
+            store, checkpoints, record, workspace, f"the revert failed: {error}", error.paths
+        )
+        raise RestoreIncomplete(
+            f"{error}; the revert was rolled back: files and conversation are as before it",
+            error.paths,
+        ) from error
     except (TurnbackError, OSError) as error:
         _roll_back(store, checkpoints, record, workspace, f"the revert failed: {error}")
         raise
@@ -316,8 +327,12 @@ def _roll_back(
     record: Revert,
     workspace: str,
     why: str,
+    paths: tuple[str, ...] = (),
 ) -> None:
-    """Put the files back as they were before ``record`` began, and mark it rolled back."""
+    """Put the files back as they were before ``record`` began, and mark it rolled back.
+
+    When some files cannot be put back either, the revert stays unfinished -- holding its
+    workspace, for recovery to finish once they can be written -- and an activity names them."""
     if record.files and record.undo_checkpoint and checkpoints is not None:
         snapshots, path = checkpoints.snapshots, Path(workspace)
         current, _notes = checkpoints.capture(
@@ -328,7 +343,25 @@ def _roll_back(
                 f"revert {record.id} must be rolled back but the workspace cannot be captured; "
                 "run `turnback recover` again once it can"
             )
-        snapshots.restore(path, record.undo_checkpoint, current=current.commit)
+        try:
+            snapshots.restore(path, record.undo_checkpoint, current=current.commit)
+        except RestoreIncomplete as error:
+            with store.atomic() as tx:
+                tx.insert_activity(
+                    record.session_id,
+                    None,
+                    ActivityLevel.ERROR,
+                    "checkpoint.revert.incomplete",
+                    f"revert {record.id} failed and could not be rolled back yet: {error}. It "
+                    "holds the workspace until recovery puts those files back",
+                    {"revert": record.id, "paths": list(error.paths)},
+                    time.time(),
+                )
+            raise RestoreIncomplete(
+                f"{why}, and rolling it back failed too: {error}. Free space and run "
+                "`turnback recover` to put the files back",
+                error.paths,
+            ) from error
     faults.point("revert.rollback.files")
     with store.atomic() as tx:
         now = time.time()
@@ -339,7 +372,7 @@ def _roll_back(
             ActivityLevel.ERROR,
             "checkpoint.revert.failed",
             f"revert {record.id} was rolled back, files and conversation are as before it: {why}",
-            {"revert": record.id},
+            {"revert": record.id, **({"paths": list(paths)} if paths else {})},
             now,
         )
 
@@ -427,15 +460,21 @@ def recover_reverts(
         if is_alive(owner) or session is None:
             continue
         if record.state is RevertState.UNDOING:
-            settled.append(_finish_undo(store, checkpoints, record, session.workspace))
+            try:
+                settled.append(_finish_undo(store, checkpoints, record, session.workspace))
+            except RestoreIncomplete:
+                continue  # still unfinished, holding the workspace; the next recovery retries
         else:
-            _roll_back(
-                store,
-                checkpoints,
-                record,
-                session.workspace,
-                "the process running it stopped before it finished",
-            )
+            try:
+                _roll_back(
+                    store,
+                    checkpoints,
+                    record,
+                    session.workspace,
+                    "the process running it stopped before it finished",
+                )
+            except RestoreIncomplete:
+                continue  # still unfinished; the activity names the files
             with store.read() as tx:
                 done = tx.get_revert(record.id)
             if done is not None:

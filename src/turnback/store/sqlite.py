@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -184,6 +185,22 @@ class SQLiteStore:
     def integrity_problems(self) -> list[str]:
         with self.read() as tx:
             return tx.integrity_problems()
+
+    def compact(self) -> int:
+        """Checkpoint the write-ahead log and truncate it: a process killed with the database
+        open leaves its log at full size until some connection does this."""
+
+        def size() -> int:
+            total = 0
+            for suffix in ("", "-wal"):
+                with contextlib.suppress(OSError):
+                    total += os.stat(f"{self.path}{suffix}").st_size
+            return total
+
+        before = size()
+        with self._lock, self._translated():
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        return max(0, before - size())
 
     def close(self) -> None:
         with self._lock:
@@ -421,6 +438,17 @@ class _SQLiteTx:
             (session_id,),
         )
         return [_turn(row) for row in rows]
+
+    def conversation_overview(self) -> dict[str, tuple[int, Any]]:
+        rows = self._all(
+            "SELECT session_id, turns, prompt FROM (SELECT session_id, prompt, "
+            "count(*) OVER (PARTITION BY session_id) AS turns, "
+            "row_number() OVER (PARTITION BY session_id ORDER BY number) AS position "
+            f"FROM turns WHERE status IN ({_marks(_ENDED)}) AND reverted_by IS NULL) "
+            "WHERE position = 1",
+            _ENDED,
+        )
+        return {row[0]: (int(row[1]), json.loads(row[2])) for row in rows}
 
     def end_turn(
         self,
@@ -688,6 +716,19 @@ class _SQLiteTx:
             (token, scope),
         )
         return [FileChange(r[0], ChangeKind(r[1]), r[2], r[3], bool(r[4]), r[5]) for r in rows]
+
+    def session_file_changes(self, session_id: str) -> dict[tuple[str, str], list[FileChange]]:
+        rows = self._all(
+            "SELECT f.turn, f.scope, f.path, f.kind, f.additions, f.deletions, f.binary, "
+            "f.old_path FROM file_changes f JOIN turns t ON t.token = f.turn "
+            "WHERE t.session_id = ? ORDER BY f.turn, f.scope, f.path",
+            (session_id,),
+        )
+        found: dict[tuple[str, str], list[FileChange]] = {}
+        for r in rows:
+            change = FileChange(r[2], ChangeKind(r[3]), r[4], r[5], bool(r[6]), r[7])
+            found.setdefault((r[0], r[1]), []).append(change)
+        return found
 
     def checkpoint_commits(self) -> set[str]:
         rows = self._all(

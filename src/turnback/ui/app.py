@@ -321,14 +321,13 @@ class Api:
         return await self.guarded(lambda: cli.log_json(self.session(self.session_ref(request))))
 
     async def timeline(self, request: Request) -> Response:
-        """What the session page shows beside ``log``: reverts, set-aside turns, the review
-        mark and the activities."""
+        """What the session page shows beside ``log``: set-aside turns with the reason, the
+        review mark and the latest activities."""
 
         def build() -> dict[str, Any]:
             handle = self.session(self.session_ref(request))
             activities = handle.activities()
             return {
-                "reverts": [cli.revert_json(r) for r in handle.reverts()],
                 "unrecovered": [cli.unrecovered_json(u) for u in handle.unrecovered()],
                 "review_mark": review_mark(activities),
                 "activities": [cli.activity_json(a) for a in activities[-50:]],

@@ -35,6 +35,7 @@ from pathlib import Path
 from turnback.errors import (
     CheckpointUnavailable,
     GitFailed,
+    RestoreIncomplete,
     RevertConflict,
 )
 from turnback.faults import point
@@ -690,9 +691,13 @@ class Snapshots:
         present: Mapping[str, Entry | None],
         deadline: float,
     ) -> tuple[list[str], list[tuple[str, str]]]:
-        """Delete, prune, then write: the paths done and the paths refused (with why)."""
+        """Delete, prune, then write: the paths done and the paths refused (with why).
+
+        A path that could not be written or deleted (a full disk, a read-only file system) does
+        not stop the others; once all were tried, :class:`RestoreIncomplete` names them."""
         done: list[str] = []
         refused: list[tuple[str, str]] = []
+        failed: list[tuple[str, OSError]] = []
         with WorkspaceWriter(shadow.workspace) as writer:
             deleted = []
             for path in sorted(p for p, e in plan.items() if e is None):
@@ -700,8 +705,10 @@ class Snapshots:
                     if writer.delete(path):
                         done.append(path)
                         deleted.append(path)
-                except (Refused, OSError) as error:
+                except Refused as error:
                     refused.append((path, str(error)))
+                except OSError as error:
+                    failed.append((path, error))
                 point("restore.file")
             for path in sorted(deleted, key=lambda p: -p.count("/")):
                 writer.prune(path)
@@ -713,9 +720,19 @@ class Snapshots:
                     try:
                         writer.write(path, entry, blobs[entry.oid], absent=present[path] is None)
                         done.append(path)
-                    except (Refused, OSError) as error:
+                    except Refused as error:
                         refused.append((path, str(error)))
+                    except OSError as error:
+                        failed.append((path, error))
                     point("restore.file")
+        if failed:
+            paths = tuple(path for path, _error in failed)
+            raise RestoreIncomplete(
+                f"{len(paths)} path(s) of {shadow.workspace} could not be written "
+                f"({failed[0][1].strerror or failed[0][1]}): {', '.join(paths[:10])}"
+                + (" …" if len(paths) > 10 else ""),
+                paths,
+            )
         return sorted(done), refused
 
     # -- refs and pruning -----------------------------------------------------------------

@@ -285,7 +285,7 @@ async function timelinePage(sessionId) {
     const top = head();
     const byToken = new Map(log.turns.map((t) => [t.token, t]));
     const revertsAfter = new Map();
-    for (const r of extra.reverts) {
+    for (const r of log.reverts) {
       const key = r.from_head || "";
       if (!revertsAfter.has(key)) revertsAfter.set(key, []);
       revertsAfter.get(key).push(r);
@@ -297,7 +297,8 @@ async function timelinePage(sessionId) {
       items.push(turnNode(turn, mark));
       for (const r of revertsAfter.get(turn.token) || []) items.push(revertMark(r, byToken));
     }
-    const lastRevert = extra.reverts.length ? extra.reverts[extra.reverts.length - 1] : null;
+    if (log.since_head && log.since_head.length) items.push(sinceMark(log.since_head, top));
+    const lastRevert = log.reverts.length ? log.reverts[log.reverts.length - 1] : null;
     const canUndo = lastRevert && lastRevert.state === "committed";
     const actions = el("div", { class: "actions" },
       mark !== null && mark < top
@@ -366,6 +367,14 @@ async function timelinePage(sessionId) {
       el("div", {}, el("strong", { text: "Changed outside any turn" }), ` before turn ${turn.number}: `,
         el("span", { class: "mono small", text: turn.outside.slice(0, 5).map((f) => `${KIND_LETTERS[f.kind]} ${f.path}`).join(", ") + (turn.outside.length > 5 ? `, … ${turn.outside.length - 5} more` : "") }),
         " ", counts(turn.outside)));
+  }
+
+  function sinceMark(files, top) {
+    return el("li", { class: "mark outside since" },
+      el("span", { class: "dot", "aria-hidden": "true" }),
+      el("div", {}, el("strong", { text: "Changed since the head" }), ` (turn ${top}), in no turn yet: `,
+        el("span", { class: "mono small", text: files.slice(0, 5).map((f) => `${KIND_LETTERS[f.kind]} ${f.path}`).join(", ") + (files.length > 5 ? `, … ${files.length - 5} more` : "") }),
+        " ", counts(files)));
   }
 
   function revertMark(r, byToken) {
