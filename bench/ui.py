@@ -244,20 +244,16 @@ def bench(turns: int, files: int, rounds: int, scratch: Path, browser: bool) -> 
         }
 
     rows = [
-        ratio(
-            "t", f"timeline of a {turns:,}-turn session: `log --json` vs GET /log (s)", "tc", "ts"
-        ),
-        ratio(
-            "p", "all the timeline page's data (/log and /timeline) vs `log --json` (s)", "tc", "ps"
-        ),
-        ratio("d", f"diff of a {files:,}-file turn: `diff --json` vs GET /diff (s)", "dc", "ds"),
+        ratio("t", f"timeline of a {turns:,}-turn session: `log --json` vs GET /log", "tc", "ts"),
+        ratio("p", "the timeline page's data (/log, /timeline) vs `log --json`", "tc", "ps"),
+        ratio("d", f"diff of a {files:,}-file turn: `diff --json` vs GET /diff", "dc", "ds"),
     ]
     if shown:
         first = spread(shown)
         rows.append(
             {
                 "id": "f",
-                "what": f"Chromium: first screen of the {files:,}-file diff (ms)",
+                "what": f"Chromium: first screen of the {files:,}-file turn's page",
                 "cli": None,
                 "server": first,
                 "value": first["median"],
@@ -323,7 +319,8 @@ def main() -> int:
     now = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     print(
         f"turnback {turnback.__version__} ui benchmark, {now}, {platform.node()} "
-        f"({platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()})"
+        f"({platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}), "
+        f"load average {os.getloadavg()[0]:.1f}"
     )
     print(f"command: {' '.join(sys.argv)}\n")
     print(table(report))
