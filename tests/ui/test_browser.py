@@ -264,8 +264,22 @@ def test_a_running_turn_grows_live(
         say(turn, "Writing docs/index.md now.")
         expect(running.locator(".livebox")).to_contain_text("Writing docs/index.md now.")
         shot(page, "running")
+        (reviewed.workspace / "index.md").write_text("# Docs\n")
+        running.get_by_role("link", name="#4").click()
+        ready(page)
+        expect(page.locator(".diff-pane")).to_contain_text("still running")
+        expect(page.locator("section.file", has_text="index.md").locator("tr.add")).to_contain_text(
+            "# Docs"
+        )
+        say(turn, " Done with the index.")
+        expect(page.locator(".conversation")).to_contain_text("Done with the index.")
+        shot(page, "running-turn")
         turn.complete()
 
+    expect(page.locator(".turn-head")).to_contain_text("completed")  # reloaded as it ended
+    expect(page.locator(".diff-pane")).not_to_contain_text("still running")
+    page.goto(f"{page.url.rsplit('/turns/', 1)[0]}")
+    ready(page)
     expect(page.locator("li.node.st-running")).to_have_count(0)
     expect(page.locator("li.node").nth(3)).to_contain_text("completed")
 

@@ -345,7 +345,7 @@ async function timelinePage(sessionId) {
           reverted ? badge("reverted", "reverted") : null,
           fresh ? badge("new", "new since review") : null,
           el("span", { class: "muted small", title: exact(turn.started_at), text: when(turn.started_at) }),
-          turn.status === "running" ? null : el("span", { class: "muted small", text: `${turn.events} event${turn.events === 1 ? "" : "s"}` }),
+          el("span", { class: "muted small", text: `${turn.events} event${turn.events === 1 ? "" : "s"}${turn.status === "running" ? " so far" : ""}` }),
           turn.files.length ? el("span", { class: "small" }, `${turn.files.length} file${turn.files.length === 1 ? "" : "s"} `, counts(turn.files)) : null),
         el("a", { class: "prompt", href: link, text: short(promptText(turn.prompt), 200) || "(no text)" }),
         turn.detail ? el("div", { class: "detail", text: turn.detail }) : null,
@@ -930,15 +930,15 @@ async function turnPage(sessionId, ref) {
     el("div", { class: "columns" },
       el("aside", { class: "talk-pane", "aria-label": "Conversation" }, el("h2", { text: "Conversation" }), talk),
       el("div", { class: "diff-col", "aria-label": "Diff" }, el("h2", { text: "Changes" }), diffPane))));
-  if (turn.status === "running") {
-    diffPane.replaceChildren(el("p", { class: "muted", text: "The turn is running: its diff is ready when it ends." }));
-  } else {
+  {
     try {
       const diff = await pending;
       if (diff instanceof Error) throw diff;
-      const note = diff.outside.length ? el("p", { class: "note" }, el("strong", { text: `${diff.outside.length} file${diff.outside.length === 1 ? "" : "s"} changed outside any turn` }), ` before this turn (not the agent's): ${diff.outside.slice(0, 5).map((f) => f.path).join(", ")}${diff.outside.length > 5 ? ", …" : ""}`) : null;
-      if (!diff.available) diffPane.replaceChildren(el("p", { class: "problem" }, "This turn has no workspace checkpoint at its beginning or end (the capture failed, was skipped or pruned), so its diff is unavailable. The session's activities say why."));
-      else if (!diff.files.length) diffPane.replaceChildren(note || "", el("p", { class: "muted", text: "This turn changed no files." }));
+      const running = turn.status === "running" ? el("p", { class: "note" }, el("strong", { text: "The turn is still running: " }), "this is its diff so far, against the workspace as it is now.") : null;
+      const outside = diff.outside.length ? el("p", { class: "note" }, el("strong", { text: `${diff.outside.length} file${diff.outside.length === 1 ? "" : "s"} changed outside any turn` }), ` before this turn (not the agent's): ${diff.outside.slice(0, 5).map((f) => f.path).join(", ")}${diff.outside.length > 5 ? ", …" : ""}`) : null;
+      const note = running || outside ? el("div", {}, running, outside) : null;
+      if (!diff.available && !running) diffPane.replaceChildren(el("p", { class: "problem" }, "This turn has no workspace checkpoint at its beginning or end (the capture failed, was skipped or pruned), so its diff is unavailable. The session's activities say why."));
+      else if (!diff.files.length) diffPane.replaceChildren(note || "", el("p", { class: "muted", text: running ? "No file has changed yet." : "This turn changed no files." }));
       else {
         const load = (paths) => api(`/api/sessions/${sessionId}/turns/${turn.token}/patch?${paths.map((p) => `path=${encodeURIComponent(p)}`).join("&")}`).then((r) => r.patch);
         const onFirstRows = () => requestAnimationFrame(() => performance.mark("turnback:first-screen"));
