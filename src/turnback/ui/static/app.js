@@ -232,16 +232,16 @@ async function sessionsPage() {
     return;
   }
   const rows = sessions.map((s) => el("tr", { class: "row", tabindex: "0", "data-href": `/sessions/${s.id}` },
-    el("td", {}, el("a", { href: `/sessions/${s.id}`, class: "title", text: s.title || s.id.slice(0, 12) }),
+    el("td", { "data-label": "session" }, el("a", { href: `/sessions/${s.id}`, class: "title", text: s.title || s.id.slice(0, 12) }),
       el("div", { class: "muted mono small", text: s.id.slice(0, 12) })),
-    el("td", { class: "workspace mono", title: s.workspace, text: s.workspace }),
-    el("td", { text: s.agent || "–" }),
-    el("td", { class: "num", text: s.turns }),
-    el("td", { class: "mono", text: s.head ? s.head.slice(0, 8) : "–" }),
-    el("td", {}, el("span", { class: `badge s-${s.status}`, text: s.status })),
-    el("td", { class: "num" }, s.pending_requests.length ? el("span", { class: "badge s-running", text: s.pending_requests.length }) : "–"),
-    el("td", { class: "num" }, s.set_aside ? el("span", { class: "badge s-set_aside", text: s.set_aside }) : "–"),
-    el("td", { title: exact(s.updated_at), text: when(s.updated_at) })));
+    el("td", { "data-label": "workspace", class: "workspace mono", title: s.workspace, text: s.workspace }),
+    el("td", { "data-label": "agent", text: s.agent || "–" }),
+    el("td", { "data-label": "turns", class: "num", text: s.turns }),
+    el("td", { "data-label": "head", class: "mono", text: s.head ? s.head.slice(0, 8) : "–" }),
+    el("td", { "data-label": "status" }, el("span", { class: `badge s-${s.status}`, text: s.status })),
+    el("td", { "data-label": "pending", class: "num" }, s.pending_requests.length ? el("span", { class: "badge s-running", text: s.pending_requests.length }) : "–"),
+    el("td", { "data-label": "set aside", class: "num" }, s.set_aside ? el("span", { class: "badge s-set_aside", text: s.set_aside }) : "–"),
+    el("td", { "data-label": "last activity", title: exact(s.updated_at), text: when(s.updated_at) })));
   main.replaceChildren(el("section", {},
     el("h1", { text: "Sessions" }),
     el("div", { class: "scroll" }, el("table", { class: "sessions" },
