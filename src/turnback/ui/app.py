@@ -315,10 +315,10 @@ class Api:
                 "conversation": sorted(t.number for t in turns if t.in_conversation),
             }
 
-        return await self.guarded(build)
+        return await self.answer(build)
 
     async def log(self, request: Request) -> Response:
-        return await self.guarded(lambda: cli.log_json(self.session(self.session_ref(request))))
+        return await self.answer(lambda: cli.log_json(self.session(self.session_ref(request))))
 
     async def timeline(self, request: Request) -> Response:
         """What the session page shows beside ``log``: set-aside turns with the reason, the
@@ -333,16 +333,16 @@ class Api:
                 "activities": [cli.activity_json(a) for a in activities[-50:]],
             }
 
-        return await self.guarded(build)
+        return await self.answer(build)
 
     async def turn(self, request: Request) -> Response:
-        return await self.guarded(
+        return await self.answer(
             lambda: cli.show_json(self.session(self.session_ref(request)), self.turn_ref(request))
         )
 
     async def diff(self, request: Request) -> Response:
         stat = request.query_params.get("stat") in ("1", "true")
-        return await self.guarded(
+        return await self.answer(
             lambda: cli.diff_json(
                 self.session(self.session_ref(request)), self.turn_ref(request), patch=not stat
             )
@@ -368,7 +368,7 @@ class Api:
             shown = handle.diff(found.turn.token, patch=True, paths=wanted)
             return {"paths": wanted, "patch": shown.patch}
 
-        return await self.guarded(build)
+        return await self.answer(build)
 
     async def range(self, request: Request) -> Response:
         def build() -> dict[str, Any]:
@@ -383,9 +383,6 @@ class Api:
                 "patch": found.patch,
             }
 
-        return await self.guarded(build)
-
-    async def guarded(self, build: Callable[[], Any]) -> Response:
         return await self.answer(build)
 
     async def stream(self, request: Request) -> Response:
@@ -488,7 +485,7 @@ class Api:
             to_turn, options = self.revert_options(request.query_params)
             return cli.plan_json(handle.revert_plan(to_turn, **options))
 
-        return await self.guarded(build)
+        return await self.answer(build)
 
     async def revert(self, request: Request) -> Response:
         def run(handle: Session, data: dict[str, Any]) -> dict[str, Any]:
