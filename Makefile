@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/snapshots.py
 	$(BIN)/python bench/runtime.py
 	$(BIN)/python bench/proxy.py
+	$(BIN)/python bench/log.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

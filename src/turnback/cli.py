@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -71,25 +73,29 @@ def _status(status: str) -> str:
     return _colour(status, fg=_STATUS_COLOURS.get(status))
 
 
+def _char_width(c: str) -> int:
+    if unicodedata.combining(c):
+        return 0
+    return 2 if unicodedata.east_asian_width(c) in "WF" else 1
+
+
 def _width(text: str) -> int:
     """Columns ``text`` takes on a terminal: wide characters two, combining marks none."""
-    return sum(
-        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
-        for c in text
-    )
+    return len(text) if text.isascii() else sum(_char_width(c) for c in text)
 
 
 def _fit(text: str, width: int) -> str:
     """``text`` cut to ``width`` terminal columns, with an ellipsis when cut."""
-    if _width(text) <= width:
-        return text
-    out, used = [], 0
+    if text.isascii():
+        return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+    out: list[str] = []
+    used = 0
     for c in text:
-        used += _width(c)
+        used += _char_width(c)
         if used > width - 1:
-            break
+            return "".join(out) + "…" if _width(text) > width else text
         out.append(c)
-    return "".join(out) + "…"
+    return text
 
 
 _ESCAPES = {
@@ -105,10 +111,13 @@ _ESCAPES = {
 }
 
 
+_PLAIN = re.compile(r'[^\x00-\x1f\x7f"\\]*')
+
+
 def _quote(path: str) -> str:
     """A path as git quotes one with unusual characters: in double quotes, control characters
     escaped (``\\t``, ``\\n``, octal), so a name cannot break a row or move the cursor."""
-    if not any(c in _ESCAPES or ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+    if _PLAIN.fullmatch(path):
         return path
     body = "".join(
         _ESCAPES.get(c) or (f"\\{ord(c):03o}" if ord(c) < 0x20 or ord(c) == 0x7F else c)
@@ -327,8 +336,12 @@ def log(state: Context, session: str, as_json: bool) -> None:
     timeline = handle.timeline()
     reverts = handle.reverts()
     running = [d.turn for d in timeline if d.turn.status == "running"]
-    since = None if running else handle.changes_since_head()
+    # The capture for "since the head" runs git while the rows are rendered.
+    pool = ThreadPoolExecutor(max_workers=1)
+    pending = None if running else pool.submit(handle.changes_since_head)
+    pool.shutdown(wait=False)
     if as_json:
+        since = pending.result() if pending else None
         _emit_json(
             {
                 "session": session_json(record),
@@ -351,10 +364,12 @@ def log(state: Context, session: str, as_json: bool) -> None:
         )
         return
     width = shutil.get_terminal_size((100, 24)).columns
-    click.echo(f"session {record.id}  {record.title or ''}".rstrip())
-    click.echo(f"workspace {_quote(record.workspace)}\n")
+    lines: list[str] = []
+    emit = lines.append
+    emit(f"session {record.id}  {record.title or ''}".rstrip())
+    emit(f"workspace {_quote(record.workspace)}\n")
     if not timeline:
-        click.echo("No turns yet.")
+        click.echo("\n".join([*lines, "No turns yet."]))
         return
     after: dict[str | None, list[Revert]] = {}
     for r in reverts:
@@ -364,7 +379,7 @@ def log(state: Context, session: str, as_json: bool) -> None:
         t = d.turn
         if d.outside:
             line = f"   changed outside any turn: {_changes_line(d.outside)}"
-            click.echo(_colour(_fit(line, width), dim=True))
+            emit(_colour(_fit(line, width), dim=True))
         number = str(t.number) if t.status.ended or t.status == "running" else "-"
         status = _status(t.status.value)
         if t.reverted_by:
@@ -374,9 +389,9 @@ def log(state: Context, session: str, as_json: bool) -> None:
         head = f"{number:>3}  {t.token[:12]}  {status}  {_when(t.started_at)}  "
         head += f"{t.event_count} events" + (" so far" if t.status == "running" else "") + "  "
         room = max(10, width - _width(click.unstyle(head)))
-        click.echo(head + _fit(" ".join(t.prompt_text.split()), room))
+        emit(head + _fit(" ".join(t.prompt_text.split()), room))
         if t.status == "running" and not handle.is_live(t):
-            click.echo(
+            emit(
                 _colour(
                     "     its process is gone; `turnback recover` settles it "
                     "(or beginning a turn does)",
@@ -389,24 +404,26 @@ def log(state: Context, session: str, as_json: bool) -> None:
             counts = _colour(f"+{added}", fg="green") + " " + _colour(f"-{removed}", fg="red")
             prefix = f"     {len(d.files)} file(s) {counts}: "
             room = max(10, width - _width(click.unstyle(prefix)))
-            click.echo(prefix + _fit(_changes_line(d.files), room))
+            emit(prefix + _fit(_changes_line(d.files), room))
         elif not d.available and t.status != "running":
-            click.echo(_colour("     workspace checkpoint unavailable", fg="yellow"))
+            emit(_colour("     workspace checkpoint unavailable", fg="yellow"))
         for r in after.get(t.token, []):
             to = numbers.get(r.to_turn, 0) if r.to_turn else 0
             what = f"revert {r.id}: back to turn {to}" + (
                 ", keeping hand edits" if r.keep_user_edits else ""
             )
             when = f"undone {_when(r.ended_at)}" if r.state == "undone" else r.state.value
-            click.echo(_colour(f"   <- {what} ({when})", fg="magenta"))
+            emit(_colour(f"   <- {what} ({when})", fg="magenta"))
+    since = pending.result() if pending else None
     if since:
         line = f"   changed since the head, in no turn yet: {_changes_line(since)}"
-        click.echo(_colour(_fit(line, width), dim=True))
+        emit(_colour(_fit(line, width), dim=True))
     aside = [d.turn for d in timeline if d.turn.status == "set_aside"]
     if aside:
-        click.echo(
+        emit(
             f"\n{len(aside)} turn(s) set aside: `turnback unrecovered {record.id[:12]}` shows them."
         )
+    click.echo("\n".join(lines))
 
 
 @cli.command()
