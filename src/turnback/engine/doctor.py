@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 def doctor(tb: Turnback) -> list[HealthCheck]:
     return [
         _git(tb),
-        _home(tb.home),
+        _home(tb),
         _database(tb),
         *_turns(tb),
         *_shadows(tb),
@@ -41,7 +41,8 @@ def _git(tb: Turnback) -> HealthCheck:
     return HealthCheck("git", True, f"git {version} at {git.executable}")
 
 
-def _home(home: Path) -> HealthCheck:
+def _home(tb: Turnback) -> HealthCheck:
+    home = tb.home
     try:
         with tempfile.NamedTemporaryFile(dir=home, prefix=".doctor-"):
             pass
@@ -61,7 +62,20 @@ def _home(home: Path) -> HealthCheck:
             f"{home} has only {free / 2**20:.0f} MiB free",
             "free some space: journals and checkpoints need room to be durable",
         )
-    return HealthCheck("home", True, f"{home} is writable, {free / 2**30:.1f} GiB free")
+    detail = f"{home} is writable, {free / 2**30:.1f} GiB free"
+    inside = sorted(
+        {s.workspace for s in tb.sessions() if home.resolve().is_relative_to(s.workspace)}
+    )
+    if inside:
+        return HealthCheck(
+            "home",
+            True,
+            f"{detail}; it is inside the workspace {inside[0]}: checkpoints leave it out, but "
+            "the agent can see and change turnback's files there",
+            "keep the home outside your workspaces (move it, then point --home or "
+            "TURNBACK_HOME at it)",
+        )
+    return HealthCheck("home", True, detail)
 
 
 def _database(tb: Turnback) -> HealthCheck:
