@@ -17,7 +17,14 @@ from turnback.engine.checkpoints import WorkspaceCheckpoints, collect_garbage
 from turnback.engine.fold import fold, superseded
 from turnback.engine.journal import Journal
 from turnback.engine.owners import is_alive
-from turnback.engine.turns import RunningTurn, begin, encode, reopen, validate_prompt
+from turnback.engine.turns import (
+    RunningTurn,
+    begin,
+    encode,
+    reopen,
+    stranded,
+    validate_prompt,
+)
 from turnback.errors import (
     AmbiguousId,
     CheckpointUnavailable,
@@ -332,7 +339,9 @@ class Session:
     def turn(self, prompt: Any) -> RunningTurn:
         """Begin a turn: its row and prompt are durable when this returns.
 
-        A running turn whose owner died is recovered first; a live one raises TurnInProgress.
+        A running turn whose owner died is recovered first; a live one raises TurnInProgress,
+        unless it is this process's own that the store could not end (a full disk): that one is
+        ended first, as it was to end.
         So is a revert of the workspace a dead process left half done (rolled back, or its undo
         finished); a live one raises RevertInProgress."""
         store = self._tb.store
@@ -346,13 +355,18 @@ class Session:
             revert.recover_reverts(store, self._tb.checkpoints)
             turn = self._begin(prompt)
         except TurnInProgress as busy:
-            with store.read() as tx:
-                running = tx.get_turn(busy.running_token)
-                owner = tx.get_owner(running.owner_id) if running and running.owner_id else None
-            if running is None or is_alive(owner):
-                raise
-            recovery.recover_turn(store, running, self._tb.checkpoints)
-            turn = self._begin(prompt)
+            left = stranded(busy.running_token)
+            if left is not None:  # this process could not write its end: end it now
+                left.end_stranded()
+                turn = self._begin(prompt)
+            else:
+                with store.read() as tx:
+                    running = tx.get_turn(busy.running_token)
+                    owner = tx.get_owner(running.owner_id) if running and running.owner_id else None
+                if running is None or is_alive(owner):
+                    raise
+                recovery.recover_turn(store, running, self._tb.checkpoints)
+                turn = self._begin(prompt)
         return RunningTurn(
             store,
             self._tb.journal,
