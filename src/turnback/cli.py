@@ -16,6 +16,7 @@ import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -806,7 +807,16 @@ def doctor(state: Context, as_json: bool) -> None:
     """Check git, the home, the database and the checkpoints; say what to do for each problem.
 
     Exits 1 when something needs attention."""
-    checks = state.tb.doctor()
+    from turnback.errors import StoreError
+
+    try:
+        checks = state.tb.doctor()
+    except StoreError as error:  # the database cannot be opened: the checks that need none
+        from turnback.engine.doctor import doctor_unopened
+        from turnback.engine.handle import default_home
+
+        home = Path(state.home).expanduser() if state.home else default_home()
+        checks = doctor_unopened(home.absolute(), error)
     if as_json:
         _emit_json([{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix} for c in checks])
     else:

@@ -133,6 +133,10 @@ class Snapshots:
             self._shadows[root] = shadow
         return shadow
 
+    def shadow_dir(self, workspace: Path) -> Path:
+        """Where the workspace's shadow repository lives."""
+        return self._shadow(workspace).dir
+
     def _progress(self, stage: str, done: int, total: int) -> None:
         if self.progress is not None:
             self.progress(stage, done, total)
