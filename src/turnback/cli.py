@@ -261,7 +261,17 @@ class Progress:
 class Context:
     def __init__(self, home: str | None) -> None:
         self.home = home
+        self.pager = True
         self._tb: Turnback | None = None
+
+    def page(self, lines: Sequence[str]) -> None:
+        """Long output: through the pager (``$PAGER``, else ``less``) on a terminal, as git
+        does, unless ``--no-pager``; printed otherwise."""
+        text = "\n".join(lines)
+        if self.pager and sys.stdout.isatty():
+            click.echo_via_pager(text + "\n")
+        else:
+            click.echo(text)
 
     @property
     def tb(self) -> Turnback:
@@ -286,11 +296,13 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
     envvar="TURNBACK_HOME",
     help="turnback's home directory (default: $TURNBACK_HOME, else the platform data dir).",
 )
+@click.option("--no-pager", is_flag=True, help="Print long output instead of paging it.")
 @click.version_option(package_name="turnback")
 @click.pass_context
-def cli(ctx: click.Context, home: str | None) -> None:
+def cli(ctx: click.Context, home: str | None, no_pager: bool) -> None:
     """turnback: durable, resumable, reviewable and reversible turns for AI coding agents."""
     state = Context(home)
+    state.pager = not no_pager
     ctx.obj = state
     ctx.call_on_close(state.close)
 
@@ -451,22 +463,25 @@ def show(state: Context, session: str, turn: str, events: bool, as_json: bool) -
             }
         )
         return
-    click.echo(f"turn {found.number} ({found.token})  {_status(found.status.value)}")
+    lines = [f"turn {found.number} ({found.token})  {_status(found.status.value)}"]
     if found.detail:
-        click.echo(f"  {found.detail}")
-    click.echo()
+        lines.append(f"  {found.detail}")
+    lines.append("")
     if found.status in ("running", "set_aside"):
-        click.echo(f"This turn is {found.status.value}: its events are still in the journal.")
+        lines.append(f"This turn is {found.status.value}: its events are still in the journal.")
     for message in messages:
         label = _colour(f"[{message.kind.value}]", bold=True)
         body = message.text
         if message.kind == "tool_call":
             body = f"{message.data.get('title', '')} ({message.data.get('status', '?')})"
-        click.echo(f"{label} {body}")
-    if events:
-        click.echo()
-        for e in timeline:
-            click.echo(f"{e.seq:>5} {e.kind} {json.dumps(e.event, ensure_ascii=False)}")
+        lines.append(f"{label} {body}")
+    if not events:
+        click.echo("\n".join(lines))
+        return
+    lines.append("")
+    for e in timeline:
+        lines.append(f"{e.seq:>5} {e.kind} {json.dumps(e.event, ensure_ascii=False)}")
+    state.page(lines)
 
 
 @cli.command()
@@ -622,18 +637,30 @@ def diff(state: Context, session: str, turn: str, stat: bool, as_json: bool) -> 
         click.echo(f"turn {found.turn.number}: workspace checkpoint unavailable")
         return
     if stat or not found.patch:
-        width = max((len(c.path) for c in found.files), default=0)
-        for c in found.files:
-            counts = "binary" if c.binary else f"+{c.additions} -{c.deletions}"
-            label = f"{c.old_path} -> {c.path}" if c.old_path else c.path
-            click.echo(f"  {_KIND_LETTERS[c.kind.value]} {label.ljust(width)}  {counts}")
+        labels = [
+            f"{_quote(c.old_path)} -> {_quote(c.path)}" if c.old_path else _quote(c.path)
+            for c in found.files
+        ]
+        width = max(map(_width, labels), default=0)
+        for c, label in zip(found.files, labels, strict=True):
+            counts = (
+                "binary"
+                if c.binary
+                else _colour(f"+{c.additions}", fg="green")
+                + " "
+                + _colour(f"-{c.deletions}", fg="red")
+            )
+            padding = " " * (width - _width(label))
+            click.echo(f"  {_KIND_LETTERS[c.kind.value]} {label}{padding}  {counts}")
         if not found.files:
             click.echo(f"turn {found.turn.number} changed no files")
         return
+    lines = []
     for line in found.patch.splitlines():
         colour = {"+": "green", "-": "red", "@": "cyan"}.get(line[:1])
         bold = line.startswith(("+++", "---", "diff "))
-        click.echo(_colour(line, fg=None if bold else colour, bold=bold))
+        lines.append(_colour(line, fg=None if bold else colour, bold=bold))
+    state.page(lines)
 
 
 @cli.command()
@@ -745,6 +772,16 @@ def plan_json(plan: RevertPlan) -> dict[str, Any]:
     }
 
 
+def _counts(change: FileChange) -> str:
+    if change.binary:
+        return "binary"
+    return (
+        _colour(f"+{change.additions}", fg="green")
+        + " "
+        + _colour(f"-{change.deletions}", fg="red")
+    )
+
+
 def _plan_lines(plan: RevertPlan, keep_user_edits: bool) -> list[str]:
     lines = []
     for label, changes, colour in (
@@ -752,7 +789,7 @@ def _plan_lines(plan: RevertPlan, keep_user_edits: bool) -> list[str]:
         ("delete", plan.delete, "red"),
     ):
         for c in changes:
-            counts = "binary" if c.binary else f"+{c.additions} -{c.deletions}"
+            counts = _counts(c)
             lines.append(f"  {_colour(label.ljust(8), fg=colour)} {c.path}  {counts}")
     for c in plan.keep:
         lines.append(f"  {'keep'.ljust(8)} {c.path}  ({plan.kept_because.get(c.path)})")
