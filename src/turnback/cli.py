@@ -286,10 +286,25 @@ class Context:
             self._tb.close()
 
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def _home_after_command(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(Context).home = value
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def json_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--json``, and ``--home`` accepted after the command as well as before it."""
+    command = click.option(
+        "--home",
+        type=click.Path(file_okay=False),
+        expose_value=False,
+        is_eager=True,
+        callback=_home_after_command,
+        help="turnback's home directory (as the global --home).",
+    )(command)
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(command)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.option(
     "--home",
     type=click.Path(file_okay=False),
@@ -305,6 +320,8 @@ def cli(ctx: click.Context, home: str | None, no_pager: bool) -> None:
     state.pager = not no_pager
     ctx.obj = state
     ctx.call_on_close(state.close)
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
 
 
 pass_state = click.make_pass_decorator(Context)
@@ -557,9 +574,14 @@ def unrecovered(
         result: dict[str, Any] = {"applied": turn_json(applied)}
         text = f"applied turn {applied.token[:12]} as turn {applied.number}"
     else:
+        token = handle.get_turn(turn).token if turn.strip().isdigit() else None
+        token = token or next(
+            (u.turn.token for u in handle.unrecovered() if u.turn.token.startswith(turn.lower())),
+            turn,
+        )
         count = handle.discard(turn)
-        result = {"discarded": turn, "events": count}
-        text = f"discarded set-aside turn {turn} and its {count} events"
+        result = {"discarded": token, "events": count}
+        text = f"discarded set-aside turn {token} and its {count} events"
     if as_json:
         _emit_json(result)
     else:
@@ -614,10 +636,19 @@ def diff(state: Context, session: str, turn: str, stat: bool, as_json: bool) -> 
 
     Changes made between turns, by hand or by a `git pull`, are listed apart: they are not
     the agent's."""
+    from turnback.errors import CheckpointUnavailable
+
     handle = state.tb.session(session)
-    found = handle.diff(turn, patch=not stat and not as_json)
+    try:
+        found = handle.diff(turn, patch=not stat)
+    except CheckpointUnavailable:
+        if not as_json:
+            raise
+        found = handle.diff(turn)  # --json says "available": false
+    if not found.available and not as_json:
+        handle.diff(turn, patch=True)  # raises CheckpointUnavailable, saying why (exit code 1)
     if as_json:
-        full = handle.diff(turn, patch=found.available).patch if found.available else None
+        full = found.patch
         _emit_json(
             {
                 "turn": turn_json(found.turn),
@@ -633,9 +664,6 @@ def diff(state: Context, session: str, turn: str, stat: bool, as_json: bool) -> 
         for change in found.outside:
             click.echo(f"  {_KIND_LETTERS[change.kind.value]} {change.path}")
         click.echo()
-    if not found.available:
-        click.echo(f"turn {found.turn.number}: workspace checkpoint unavailable")
-        return
     if stat or not found.patch:
         labels = [
             f"{_quote(c.old_path)} -> {_quote(c.path)}" if c.old_path else _quote(c.path)
@@ -704,9 +732,13 @@ def revert(
         raise click.UsageError("`revert --undo SESSION` takes no TURN: it undoes the last revert")
     if undo and dry_run:
         raise click.UsageError("--dry-run previews a revert to a TURN, not --undo")
-    if not undo and (turn is None or not turn.strip().isdigit()):
-        raise click.UsageError("revert needs the TURN number to go back to (0: before the first)")
+    if not undo and turn is None:
+        raise click.UsageError(
+            "revert needs the TURN to go back to: a number (0: before the first) or token prefix"
+        )
     handle = state.tb.session(session)
+    if turn is not None and not turn.strip().isdigit():
+        turn = str(handle.get_turn(turn).number)
     options = {
         "files": not conversation_only,
         "conversation": not files_only,

@@ -461,7 +461,11 @@ class Session:
         prefix = normalise_id(str(ref), "turn")
         found = [t for t in turns if t.token.startswith(prefix)]
         if len(found) > 1:
-            raise AmbiguousId(f"{ref!r} matches {len(found)} turns; give more characters")
+            names = ", ".join(f"{t.token[:12]} (turn {t.number}, {t.status})" for t in found[:5])
+            raise AmbiguousId(
+                f"{ref!r} matches {len(found)} turns: {names}{' …' if len(found) > 5 else ''}; "
+                "give more characters"
+            )
         if not found:
             raise TurnNotFound(f"session {self.id[:12]} has no turn matching {ref!r}")
         return found[0]
