@@ -40,6 +40,7 @@ bench: $(STAMP) $(BROWSER_STAMP)
 	$(BIN)/python bench/snapshots.py
 	$(BIN)/python bench/runtime.py
 	$(BIN)/python bench/proxy.py
+	$(BIN)/python bench/log.py
 	$(BIN)/python bench/ui.py
 
 clean:

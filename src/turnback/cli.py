@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -29,7 +32,6 @@ if TYPE_CHECKING:
         RevertPlan,
         SessionRecord,
         Turn,
-        TurnDiff,
         UnrecoveredTurn,
     )
 
@@ -73,25 +75,29 @@ def _status(status: str) -> str:
     return _colour(status, fg=_STATUS_COLOURS.get(status))
 
 
+def _char_width(c: str) -> int:
+    if unicodedata.combining(c):
+        return 0
+    return 2 if unicodedata.east_asian_width(c) in "WF" else 1
+
+
 def _width(text: str) -> int:
     """Columns ``text`` takes on a terminal: wide characters two, combining marks none."""
-    return sum(
-        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
-        for c in text
-    )
+    return len(text) if text.isascii() else sum(_char_width(c) for c in text)
 
 
 def _fit(text: str, width: int) -> str:
     """``text`` cut to ``width`` terminal columns, with an ellipsis when cut."""
-    if _width(text) <= width:
-        return text
-    out, used = [], 0
+    if text.isascii():
+        return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+    out: list[str] = []
+    used = 0
     for c in text:
-        used += _width(c)
+        used += _char_width(c)
         if used > width - 1:
-            break
+            return "".join(out) + "…" if _width(text) > width else text
         out.append(c)
-    return "".join(out) + "…"
+    return text
 
 
 _ESCAPES = {
@@ -107,10 +113,13 @@ _ESCAPES = {
 }
 
 
+_PLAIN = re.compile(r'[^\x00-\x1f\x7f"\\]*')
+
+
 def _quote(path: str) -> str:
     """A path as git quotes one with unusual characters: in double quotes, control characters
     escaped (``\\t``, ``\\n``, octal), so a name cannot break a row or move the cursor."""
-    if not any(c in _ESCAPES or ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+    if _PLAIN.fullmatch(path):
         return path
     body = "".join(
         _ESCAPES.get(c) or (f"\\{ord(c):03o}" if ord(c) < 0x20 or ord(c) == 0x7F else c)
@@ -236,22 +245,13 @@ def sessions_json(tb: Turnback) -> list[dict[str, Any]]:
     ]
 
 
-def _log_data(
-    handle: Session,
-) -> tuple[SessionRecord, list[TurnDiff], list[Revert], list[FileChange] | None]:
-    """What ``log`` shows: the session, its timeline, its reverts, and the changes since the
-    head (``None`` while a turn runs, or when they cannot be known)."""
+def log_json(handle: Session) -> dict[str, Any]:
+    """``log --json``: the session, each turn with its files and checkpoints, the reverts, and
+    what changed since the head (``None`` while a turn runs, or when it cannot be known)."""
     record = handle.record
     timeline = handle.timeline()
     running = [d.turn for d in timeline if d.turn.status == "running"]
     since = None if running else handle.changes_since_head()
-    return record, timeline, handle.reverts(), since
-
-
-def log_json(handle: Session) -> dict[str, Any]:
-    """``log --json``: the session, each turn with its files and checkpoints, the reverts, and
-    what changed since the head."""
-    record, timeline, reverts, since = _log_data(handle)
     return {
         "session": session_json(record),
         "turns": [
@@ -264,7 +264,7 @@ def log_json(handle: Session) -> dict[str, Any]:
             }
             for d in timeline
         ],
-        "reverts": [revert_json(r) for r in reverts],
+        "reverts": [revert_json(r) for r in handle.reverts()],
         "since_head": None if since is None else [change_json(f) for f in since],
     }
 
@@ -285,15 +285,19 @@ def show_json(handle: Session, turn: int | str) -> dict[str, Any]:
 
 def diff_json(handle: Session, turn: int | str, *, patch: bool = True) -> dict[str, Any]:
     """``diff --json``: a turn's files, the changes made outside it, and its patch (None
-    without ``patch``, or when the checkpoints are unavailable)."""
-    found = handle.diff(turn)
-    full = handle.diff(turn, patch=True).patch if found.available and patch else None
+    without ``patch``, as under ``--stat``, or when the checkpoints are unavailable)."""
+    from turnback.errors import CheckpointUnavailable
+
+    try:
+        found = handle.diff(turn, patch=patch)
+    except CheckpointUnavailable:
+        found = handle.diff(turn)  # "available": false says so
     return {
         "turn": turn_json(found.turn),
         "available": found.available,
         "files": [change_json(f) for f in found.files],
         "outside": [change_json(f) for f in found.outside],
-        "patch": full,
+        "patch": found.patch,
     }
 
 
@@ -331,7 +335,17 @@ class Progress:
 class Context:
     def __init__(self, home: str | None) -> None:
         self.home = home
+        self.pager = True
         self._tb: Turnback | None = None
+
+    def page(self, lines: Sequence[str]) -> None:
+        """Long output: through the pager (``$PAGER``, else ``less``) on a terminal, as git
+        does, unless ``--no-pager``; printed otherwise."""
+        text = "\n".join(lines)
+        if self.pager and sys.stdout.isatty():
+            click.echo_via_pager(text + "\n")
+        else:
+            click.echo(text)
 
     @property
     def tb(self) -> Turnback:
@@ -346,23 +360,42 @@ class Context:
             self._tb.close()
 
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def _home_after_command(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(Context).home = value
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def json_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--json``, and ``--home`` accepted after the command as well as before it."""
+    command = click.option(
+        "--home",
+        type=click.Path(file_okay=False),
+        expose_value=False,
+        is_eager=True,
+        callback=_home_after_command,
+        help="turnback's home directory (as the global --home).",
+    )(command)
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(command)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.option(
     "--home",
     type=click.Path(file_okay=False),
     envvar="TURNBACK_HOME",
     help="turnback's home directory (default: $TURNBACK_HOME, else the platform data dir).",
 )
+@click.option("--no-pager", is_flag=True, help="Print long output instead of paging it.")
 @click.version_option(package_name="turnback")
 @click.pass_context
-def cli(ctx: click.Context, home: str | None) -> None:
+def cli(ctx: click.Context, home: str | None, no_pager: bool) -> None:
     """turnback: durable, resumable, reviewable and reversible turns for AI coding agents."""
     state = Context(home)
+    state.pager = not no_pager
     ctx.obj = state
     ctx.call_on_close(state.close)
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
 
 
 pass_state = click.make_pass_decorator(Context)
@@ -410,12 +443,21 @@ def log(state: Context, session: str, as_json: bool) -> None:
     if as_json:
         _emit_json(log_json(handle))
         return
-    record, timeline, reverts, since = _log_data(handle)
+    record = handle.record
+    timeline = handle.timeline()
+    reverts = handle.reverts()
+    running = [d.turn for d in timeline if d.turn.status == "running"]
+    # The capture for "since the head" runs git while the rows are rendered.
+    pool = ThreadPoolExecutor(max_workers=1)
+    pending = None if running else pool.submit(handle.changes_since_head)
+    pool.shutdown(wait=False)
     width = shutil.get_terminal_size((100, 24)).columns
-    click.echo(f"session {record.id}  {record.title or ''}".rstrip())
-    click.echo(f"workspace {_quote(record.workspace)}\n")
+    lines: list[str] = []
+    emit = lines.append
+    emit(f"session {record.id}  {record.title or ''}".rstrip())
+    emit(f"workspace {_quote(record.workspace)}\n")
     if not timeline:
-        click.echo("No turns yet.")
+        click.echo("\n".join([*lines, "No turns yet."]))
         return
     after: dict[str | None, list[Revert]] = {}
     for r in reverts:
@@ -425,7 +467,7 @@ def log(state: Context, session: str, as_json: bool) -> None:
         t = d.turn
         if d.outside:
             line = f"   changed outside any turn: {_changes_line(d.outside)}"
-            click.echo(_colour(_fit(line, width), dim=True))
+            emit(_colour(_fit(line, width), dim=True))
         number = str(t.number) if t.status.ended or t.status == "running" else "-"
         status = _status(t.status.value)
         if t.reverted_by:
@@ -435,9 +477,9 @@ def log(state: Context, session: str, as_json: bool) -> None:
         head = f"{number:>3}  {t.token[:12]}  {status}  {_when(t.started_at)}  "
         head += f"{t.event_count} events" + (" so far" if t.status == "running" else "") + "  "
         room = max(10, width - _width(click.unstyle(head)))
-        click.echo(head + _fit(" ".join(t.prompt_text.split()), room))
+        emit(head + _fit(" ".join(t.prompt_text.split()), room))
         if t.status == "running" and not handle.is_live(t):
-            click.echo(
+            emit(
                 _colour(
                     "     its process is gone; `turnback recover` settles it "
                     "(or beginning a turn does)",
@@ -450,24 +492,26 @@ def log(state: Context, session: str, as_json: bool) -> None:
             counts = _colour(f"+{added}", fg="green") + " " + _colour(f"-{removed}", fg="red")
             prefix = f"     {len(d.files)} file(s) {counts}: "
             room = max(10, width - _width(click.unstyle(prefix)))
-            click.echo(prefix + _fit(_changes_line(d.files), room))
+            emit(prefix + _fit(_changes_line(d.files), room))
         elif not d.available and t.status != "running":
-            click.echo(_colour("     workspace checkpoint unavailable", fg="yellow"))
+            emit(_colour("     workspace checkpoint unavailable", fg="yellow"))
         for r in after.get(t.token, []):
             to = numbers.get(r.to_turn, 0) if r.to_turn else 0
             what = f"revert {r.id}: back to turn {to}" + (
                 ", keeping hand edits" if r.keep_user_edits else ""
             )
             when = f"undone {_when(r.ended_at)}" if r.state == "undone" else r.state.value
-            click.echo(_colour(f"   <- {what} ({when})", fg="magenta"))
+            emit(_colour(f"   <- {what} ({when})", fg="magenta"))
+    since = pending.result() if pending else None
     if since:
         line = f"   changed since the head, in no turn yet: {_changes_line(since)}"
-        click.echo(_colour(_fit(line, width), dim=True))
+        emit(_colour(_fit(line, width), dim=True))
     aside = [d.turn for d in timeline if d.turn.status == "set_aside"]
     if aside:
-        click.echo(
+        emit(
             f"\n{len(aside)} turn(s) set aside: `turnback unrecovered {record.id[:12]}` shows them."
         )
+    click.echo("\n".join(lines))
 
 
 @cli.command()
@@ -485,22 +529,25 @@ def show(state: Context, session: str, turn: str, events: bool, as_json: bool) -
     found = handle.get_turn(turn)
     messages = handle.turn_messages(found.token)
     timeline = handle.run_events(found.token)
-    click.echo(f"turn {found.number} ({found.token})  {_status(found.status.value)}")
+    lines = [f"turn {found.number} ({found.token})  {_status(found.status.value)}"]
     if found.detail:
-        click.echo(f"  {found.detail}")
-    click.echo()
+        lines.append(f"  {found.detail}")
+    lines.append("")
     if found.status in ("running", "set_aside"):
-        click.echo(f"This turn is {found.status.value}: its events are still in the journal.")
+        lines.append(f"This turn is {found.status.value}: its events are still in the journal.")
     for message in messages:
         label = _colour(f"[{message.kind.value}]", bold=True)
         body = message.text
         if message.kind == "tool_call":
             body = f"{message.data.get('title', '')} ({message.data.get('status', '?')})"
-        click.echo(f"{label} {body}")
-    if events:
-        click.echo()
-        for e in timeline:
-            click.echo(f"{e.seq:>5} {e.kind} {json.dumps(e.event, ensure_ascii=False)}")
+        lines.append(f"{label} {body}")
+    if not events:
+        click.echo("\n".join(lines))
+        return
+    lines.append("")
+    for e in timeline:
+        lines.append(f"{e.seq:>5} {e.kind} {json.dumps(e.event, ensure_ascii=False)}")
+    state.page(lines)
 
 
 @cli.command()
@@ -576,9 +623,14 @@ def unrecovered(
         result: dict[str, Any] = {"applied": turn_json(applied)}
         text = f"applied turn {applied.token[:12]} as turn {applied.number}"
     else:
+        token = handle.get_turn(turn).token if turn.strip().isdigit() else None
+        token = token or next(
+            (u.turn.token for u in handle.unrecovered() if u.turn.token.startswith(turn.lower())),
+            turn,
+        )
         count = handle.discard(turn)
-        result = {"discarded": turn, "events": count}
-        text = f"discarded set-aside turn {turn} and its {count} events"
+        result = {"discarded": token, "events": count}
+        text = f"discarded set-aside turn {token} and its {count} events"
     if as_json:
         _emit_json(result)
     else:
@@ -635,30 +687,41 @@ def diff(state: Context, session: str, turn: str, stat: bool, as_json: bool) -> 
     the agent's."""
     handle = state.tb.session(session)
     if as_json:
-        _emit_json(diff_json(handle, turn))
+        _emit_json(diff_json(handle, turn, patch=not stat))
         return
     found = handle.diff(turn, patch=not stat)
+    if not found.available:
+        handle.diff(turn, patch=True)  # raises CheckpointUnavailable, saying why (exit code 1)
     if found.outside:
         click.echo(f"changed outside any turn, before turn {found.turn.number}:")
         for change in found.outside:
             click.echo(f"  {_KIND_LETTERS[change.kind.value]} {change.path}")
         click.echo()
-    if not found.available:
-        click.echo(f"turn {found.turn.number}: workspace checkpoint unavailable")
-        return
     if stat or not found.patch:
-        width = max((len(c.path) for c in found.files), default=0)
-        for c in found.files:
-            counts = "binary" if c.binary else f"+{c.additions} -{c.deletions}"
-            label = f"{c.old_path} -> {c.path}" if c.old_path else c.path
-            click.echo(f"  {_KIND_LETTERS[c.kind.value]} {label.ljust(width)}  {counts}")
+        labels = [
+            f"{_quote(c.old_path)} -> {_quote(c.path)}" if c.old_path else _quote(c.path)
+            for c in found.files
+        ]
+        width = max(map(_width, labels), default=0)
+        for c, label in zip(found.files, labels, strict=True):
+            counts = (
+                "binary"
+                if c.binary
+                else _colour(f"+{c.additions}", fg="green")
+                + " "
+                + _colour(f"-{c.deletions}", fg="red")
+            )
+            padding = " " * (width - _width(label))
+            click.echo(f"  {_KIND_LETTERS[c.kind.value]} {label}{padding}  {counts}")
         if not found.files:
             click.echo(f"turn {found.turn.number} changed no files")
         return
+    lines = []
     for line in found.patch.splitlines():
         colour = {"+": "green", "-": "red", "@": "cyan"}.get(line[:1])
         bold = line.startswith(("+++", "---", "diff "))
-        click.echo(_colour(line, fg=None if bold else colour, bold=bold))
+        lines.append(_colour(line, fg=None if bold else colour, bold=bold))
+    state.page(lines)
 
 
 @cli.command()
@@ -702,9 +765,13 @@ def revert(
         raise click.UsageError("`revert --undo SESSION` takes no TURN: it undoes the last revert")
     if undo and dry_run:
         raise click.UsageError("--dry-run previews a revert to a TURN, not --undo")
-    if not undo and (turn is None or not turn.strip().isdigit()):
-        raise click.UsageError("revert needs the TURN number to go back to (0: before the first)")
+    if not undo and turn is None:
+        raise click.UsageError(
+            "revert needs the TURN to go back to: a number (0: before the first) or token prefix"
+        )
     handle = state.tb.session(session)
+    if turn is not None and not turn.strip().isdigit():
+        turn = str(handle.get_turn(turn).number)
     options = {
         "files": not conversation_only,
         "conversation": not files_only,
@@ -770,6 +837,16 @@ def plan_json(plan: RevertPlan) -> dict[str, Any]:
     }
 
 
+def _counts(change: FileChange) -> str:
+    if change.binary:
+        return "binary"
+    return (
+        _colour(f"+{change.additions}", fg="green")
+        + " "
+        + _colour(f"-{change.deletions}", fg="red")
+    )
+
+
 def _plan_lines(plan: RevertPlan, keep_user_edits: bool) -> list[str]:
     lines = []
     for label, changes, colour in (
@@ -777,7 +854,7 @@ def _plan_lines(plan: RevertPlan, keep_user_edits: bool) -> list[str]:
         ("delete", plan.delete, "red"),
     ):
         for c in changes:
-            counts = "binary" if c.binary else f"+{c.additions} -{c.deletions}"
+            counts = _counts(c)
             lines.append(f"  {_colour(label.ljust(8), fg=colour)} {c.path}  {counts}")
     for c in plan.keep:
         lines.append(f"  {'keep'.ljust(8)} {c.path}  ({plan.kept_because.get(c.path)})")
@@ -832,7 +909,16 @@ def doctor(state: Context, as_json: bool) -> None:
     """Check git, the home, the database and the checkpoints; say what to do for each problem.
 
     Exits 1 when something needs attention."""
-    checks = state.tb.doctor()
+    from turnback.errors import StoreError
+
+    try:
+        checks = state.tb.doctor()
+    except StoreError as error:  # the database cannot be opened: the checks that need none
+        from turnback.engine.doctor import doctor_unopened
+        from turnback.engine.handle import default_home
+
+        home = Path(state.home).expanduser() if state.home else default_home()
+        checks = doctor_unopened(home.absolute(), error)
     if as_json:
         _emit_json([{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix} for c in checks])
     else:

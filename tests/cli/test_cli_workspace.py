@@ -204,3 +204,48 @@ def test_log_fits_the_terminal_and_counts_wide_characters() -> None:
 
     assert _width("日本語") == 6 and _width("abc") == 3
     assert _fit("日本語のプロンプト", 7) == "日本語…" and _width(_fit("x" * 50, 10)) == 10
+
+
+def _on_a_terminal(args: list[str], env: dict[str, str]) -> str:
+    """Run the CLI with its standard output on a terminal; what reached the terminal."""
+    controller, terminal = pty.openpty()
+    try:
+        child = subprocess.Popen(
+            [TURNBACK, *args], stdin=terminal, stdout=terminal, stderr=terminal, env=env
+        )
+        os.close(terminal)
+        seen = b""
+        while True:
+            try:
+                data = os.read(controller, 65536)
+            except OSError:  # the terminal closed with the child
+                break
+            if not data:
+                break
+            seen += data
+        child.wait(timeout=60)
+    finally:
+        os.close(controller)
+    assert child.returncode == 0, seen
+    return seen.decode(errors="replace")
+
+
+def test_long_output_goes_through_the_pager_on_a_terminal(
+    home: Path, session_id: str, tmp_path: Path
+) -> None:
+    paged = tmp_path / "paged.txt"
+    pager = tmp_path / "pager"
+    pager.write_text(f"#!/bin/sh\ncat > {paged}\n")
+    pager.chmod(0o755)
+    env = {**os.environ, "NO_COLOR": "1", "PAGER": str(pager)}
+    shown = _on_a_terminal(["--home", str(home), "diff", session_id, "2"], env)
+    assert "+TWO" in paged.read_text() and "+TWO" not in shown
+    paged.unlink()
+    shown = _on_a_terminal(["--home", str(home), "--no-pager", "diff", session_id, "2"], env)
+    assert "+TWO" in shown and not paged.exists()
+    _on_a_terminal(["--home", str(home), "show", session_id, "2", "--events"], env)
+    assert "user_message_chunk" in paged.read_text() or "edit a" in paged.read_text()
+    # on a terminal, --stat is coloured
+    colour = {k: v for k, v in env.items() if k != "NO_COLOR"}
+    stat = _on_a_terminal(["--home", str(home), "diff", session_id, "2", "--stat"], colour)
+    assert "\x1b[32m+1" in stat and "\x1b[31m-1" in stat

@@ -22,6 +22,7 @@ from turnback.engine.turns import (
     encode,
     journal_messages,
     reopen,
+    stranded,
     validate_prompt,
 )
 from turnback.errors import (
@@ -339,7 +340,9 @@ class Session:
     def turn(self, prompt: Any) -> RunningTurn:
         """Begin a turn: its row and prompt are durable when this returns.
 
-        A running turn whose owner died is recovered first; a live one raises TurnInProgress.
+        A running turn whose owner died is recovered first; a live one raises TurnInProgress,
+        unless it is this process's own that the store could not end (a full disk): that one is
+        ended first, as it was to end.
         So is a revert of the workspace a dead process left half done (rolled back, or its undo
         finished); a live one raises RevertInProgress."""
         store = self._tb.store
@@ -353,13 +356,18 @@ class Session:
             revert.recover_reverts(store, self._tb.checkpoints)
             turn = self._begin(prompt)
         except TurnInProgress as busy:
-            with store.read() as tx:
-                running = tx.get_turn(busy.running_token)
-                owner = tx.get_owner(running.owner_id) if running and running.owner_id else None
-            if running is None or is_alive(owner):
-                raise
-            recovery.recover_turn(store, running, self._tb.checkpoints)
-            turn = self._begin(prompt)
+            left = stranded(busy.running_token)
+            if left is not None:  # this process could not write its end: end it now
+                left.end_stranded()
+                turn = self._begin(prompt)
+            else:
+                with store.read() as tx:
+                    running = tx.get_turn(busy.running_token)
+                    owner = tx.get_owner(running.owner_id) if running and running.owner_id else None
+                if running is None or is_alive(owner):
+                    raise
+                recovery.recover_turn(store, running, self._tb.checkpoints)
+                turn = self._begin(prompt)
         return RunningTurn(
             store,
             self._tb.journal,
@@ -454,7 +462,11 @@ class Session:
         prefix = normalise_id(str(ref), "turn")
         found = [t for t in turns if t.token.startswith(prefix)]
         if len(found) > 1:
-            raise AmbiguousId(f"{ref!r} matches {len(found)} turns; give more characters")
+            names = ", ".join(f"{t.token[:12]} (turn {t.number}, {t.status})" for t in found[:5])
+            raise AmbiguousId(
+                f"{ref!r} matches {len(found)} turns: {names}{' …' if len(found) > 5 else ''}; "
+                "give more characters"
+            )
         if not found:
             raise TurnNotFound(f"session {self.id[:12]} has no turn matching {ref!r}")
         return found[0]

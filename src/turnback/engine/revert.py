@@ -7,8 +7,12 @@ A revert's write order, each step a fault point of the crash suite:
    need exist, and the agent's conversation can be rolled back (``rollback.check``).
 2. Capture the workspace as it is now: the *undo checkpoint* (``revert.captured``). Its objects
    and ref are on disk before step 3 names it (invariant 4).
-3. One transaction: a revert row in state ``started``, naming the undo checkpoint and its owner
-   (``revert.started``).
+3. One transaction: again no turn runs on the workspace and the head has not moved (the capture
+   may have taken long), then a revert row in state ``started``, naming the undo checkpoint and
+   its owner (``revert.started``). From this row until step 5 or a rollback, the revert *holds*
+   its workspace: a turn's begin refuses while a revert row of the workspace is unfinished
+   (``turns.require_no_revert``). The row is durable, so a killed revert holds until recovery
+   settles it, and no turn can commit on a parent the revert is taking away.
 4. Move the files: restore checkpoint N, or with ``keep_user_edits`` undo only the agent's changes
    (the ``restore.*`` points). Then the agent's own rollback, if there is one (``revert.files``).
 5. One transaction: later turns marked reverted (kept as history), head moved back, the row
@@ -18,7 +22,10 @@ A crash after 3 and before 5 commits leaves a ``started`` revert whose owner is 
 ``recover()`` rolls it back: it restores the undo checkpoint -- exactly the files as they were
 before the revert -- and marks the row ``rolled_back``. Rolling back is always possible (it needs
 no agent and no other checkpoint) and idempotent (restoring an exact checkpoint twice changes
-nothing the second time). A revert that fails or conflicts rolls back the same way, at once.
+nothing the second time). A revert that fails or conflicts rolls back the same way, at once; so
+does one that could not write every file (a full disk: ``RestoreIncomplete`` names them). When
+the rollback cannot write them either, the revert stays unfinished, holding its workspace, and
+recovery finishes the rollback once it can.
 
 ``undo_revert`` runs the same order in reverse -- capture, row ``undoing``, restore the undo
 checkpoint, then one transaction that puts the turns and head back and marks the row ``undone`` --

@@ -42,6 +42,7 @@ from turnback.errors import (
     ResumeUnavailable,
     RevertInProgress,
     SessionNotFound,
+    StoreError,
     TurnInProgress,
     TurnNotFound,
     TurnNotRunning,
@@ -429,6 +430,17 @@ def _validate_step(update: JSON) -> None:
         raise InvalidEvent(f"a step checkpoint's storePath is a string, not {store_path!r}")
 
 
+#: Turns of this process whose end could not be written (the store failed), by token, with how
+#: each was to end: the next turn begun in their session ends them first (``stranded``).
+_STRANDED: dict[str, tuple[RunningTurn, TurnStatus, str | None, tuple[JSON, ...]]] = {}
+
+
+def stranded(token: str) -> RunningTurn | None:
+    """The running turn ``token`` if this process failed to write its end, else None."""
+    found = _STRANDED.get(token)
+    return found[0] if found else None
+
+
 class RunningTurn:
     """A turn this process is running. As a context manager: a normal exit completes it, an
     exception fails it (cancellation cancels it) and propagates."""
@@ -606,6 +618,19 @@ class RunningTurn:
 
     def _end(self, status: TurnStatus, detail: str | None, extra: Sequence[JSON] = ()) -> Turn:
         self._require_running()
+        try:
+            ended = self._commit_end(status, detail, extra)
+        except StoreError:
+            # The store cannot write (a full disk, say): remember how this turn was to end, so
+            # this process ends it once it can instead of holding the session (end_stranded).
+            _STRANDED[self.turn.token] = (self, status, detail, tuple(extra))
+            raise
+        _STRANDED.pop(self.turn.token, None)
+        return ended
+
+    def _commit_end(
+        self, status: TurnStatus, detail: str | None, extra: Sequence[JSON] = ()
+    ) -> Turn:
         self._journal.flush()
         capture = None
         if self._checkpoints is not None and self._workspace is not None:
@@ -635,6 +660,11 @@ class RunningTurn:
         assert ended is not None
         self.turn = ended
         return ended
+
+    def end_stranded(self) -> Turn:
+        """End this turn as an earlier attempt meant to, before the store failed it."""
+        _own, status, detail, extra = _STRANDED[self.turn.token]
+        return self._end(status, detail, extra)
 
     def _require_running(self) -> None:
         if self._ended:

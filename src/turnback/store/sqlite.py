@@ -20,8 +20,10 @@ import contextlib
 import json
 import os
 import sqlite3
+import tempfile
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -72,18 +74,67 @@ class SQLiteStore:
                 f"cannot create turnback's home {path.parent}: {error.strerror or error}; "
                 "make it writable or choose another home (--home or TURNBACK_HOME)"
             ) from error
+        #: opened read-only: its directory cannot be written (reads work; writes raise)
+        self.read_only = False
         try:
-            self._conn = sqlite3.connect(
-                str(path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            self._conn = self._connect(str(path), uri=False)
+        except StoreUnavailable:
+            if not path.is_file() or _writable(path.parent):
+                raise
+            self._open_read_only()
+        else:
+            try:
+                self._prepare()
+            except StoreUnavailable:
+                self._conn.close()
+                if not path.is_file() or _writable(path.parent):
+                    raise
+                self._open_read_only()
+            except BaseException:
+                self._conn.close()
+                raise
+        self._tx = _SQLiteTx(self._conn)
+
+    def _connect(self, target: str, *, uri: bool) -> sqlite3.Connection:
+        try:
+            return sqlite3.connect(
+                target,
+                timeout=self.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                uri=uri,
             )
         except sqlite3.Error as error:
             raise self._translate_error(error) from error
-        try:
-            self._prepare()
-        except BaseException:
-            self._conn.close()
-            raise
-        self._tx = _SQLiteTx(self._conn)
+
+    def _open_read_only(self) -> None:
+        """Open a database whose directory cannot be written, for reading: through its log
+        when one is there, else as an unchanging file (no process can be writing it)."""
+        base = "file:" + urllib.parse.quote(str(self.path)) + "?mode=ro"
+        for target in (base, base + "&immutable=1"):
+            self._conn = self._connect(target, uri=True)
+            try:
+                with self._translated():
+                    self._check_identity()
+                    version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            except StoreUnavailable:
+                self._conn.close()
+                continue
+            except BaseException:
+                self._conn.close()
+                raise
+            if version != SCHEMA_VERSION:
+                self._conn.close()
+                raise StoreUnavailable(
+                    f"the database {self.path} needs upgrading to schema {SCHEMA_VERSION} and "
+                    "its directory cannot be written; make it writable once"
+                )
+            self.read_only = True
+            return
+        raise StoreUnavailable(
+            f"cannot read the database {self.path} in a directory that cannot be written; "
+            "make it writable or choose another home (--home or TURNBACK_HOME)"
+        )
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -239,6 +290,14 @@ class SQLiteStore:
                 "choose another home (--home or TURNBACK_HOME)"
             )
         return StoreError(f"the database {self.path} failed: {text}")
+
+
+def _writable(directory: Path) -> bool:
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".turnback-probe-"):
+            return True
+    except OSError:
+        return False
 
 
 # -- rows to records ---------------------------------------------------------------------------

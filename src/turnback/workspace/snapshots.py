@@ -56,7 +56,7 @@ from turnback.workspace.writer import Refused, WorkspaceWriter
 #: Longest any operation other than a capture may take.
 OPERATION_TIMEOUT = 600.0
 #: Paths handed to one ``update-index`` process; progress is reported between batches.
-BATCH = 4000
+BATCH = 1000
 #: Objects younger than this survive :meth:`Snapshots.gc` even when unreferenced, so a capture
 #: running in another process cannot lose its objects before its ref is written.
 OBJECT_GRACE = 3600.0
@@ -132,6 +132,10 @@ class Snapshots:
             shadow = ShadowRepo(self.git, self.home, root, report=report, fsync=self.fsync)
             self._shadows[root] = shadow
         return shadow
+
+    def shadow_dir(self, workspace: Path) -> Path:
+        """Where the workspace's shadow repository lives."""
+        return self._shadow(workspace).dir
 
     def _progress(self, stage: str, done: int, total: int) -> None:
         if self.progress is not None:
@@ -314,7 +318,7 @@ class Snapshots:
                 deadline=deadline,
                 input=b"\0".join(add[start : start + BATCH]) + b"\0",
             )
-        if len(add) > BATCH:
+        if add:
             self._progress("capture", len(add), len(add))
         skipped += self._add_nested(shadow, nested, deadline)
         point("capture.index")
