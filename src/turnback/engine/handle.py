@@ -450,7 +450,7 @@ class Session:
             found = found or [t for t in turns if t.number == number and t.status == "running"]
             if found:
                 return found[-1]
-            if isinstance(ref, str):  # all digits may also be a token prefix
+            if isinstance(ref, str) and len(ref.strip()) >= 4:  # 4+ digits: a token prefix too
                 by_token = [t for t in turns if t.token.startswith(ref.strip())]
                 if len(by_token) == 1:
                     return by_token[0]
