@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench fuzz clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ bench: $(STAMP)
 	$(BIN)/python bench/runtime.py
 	$(BIN)/python bench/proxy.py
 	$(BIN)/python bench/log.py
+
+# the proxy's property test with many more examples than CI runs
+fuzz: $(STAMP)
+	TURNBACK_FUZZ_EXAMPLES=$${TURNBACK_FUZZ_EXAMPLES:-2000} $(BIN)/pytest tests/acp/test_fuzz.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
