@@ -48,3 +48,20 @@ def test_the_timeline_and_the_overview_cost_the_same_for_3_or_30_turns(tmp_path:
             turn.record({"sessionUpdate": "agent_message_chunk", "content": {"type": "text"}})
             tb.journal.flush()
             assert long.turns()[-1].event_count == 1
+
+
+def test_a_short_number_is_never_taken_for_a_token_prefix(tmp_path: Path) -> None:
+    from turnback.engine.turns import RunningTurn, begin
+    from turnback.errors import TurnNotFound
+
+    with turnback.open(tmp_path / "home", checkpoints=False) as tb:
+        session = tb.create_session(tmp_path)
+        token = "7123" + "0" * 28
+        RunningTurn(tb.store, tb.journal, begin(tb.store, session.id, "x", token=token)).complete()
+        try:
+            session.get_turn("7")
+        except TurnNotFound as error:
+            assert "no turn 7" in str(error)
+        else:
+            raise AssertionError("turn 7 does not exist, yet '7' found a turn by its token")
+        assert session.get_turn("7123").token == token and session.get_turn("1").token == token

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from turnback.engine import recovery, revert
-from turnback.engine.checkpoints import WorkspaceCheckpoints, collect_garbage
+from turnback.engine.checkpoints import DELETED, WorkspaceCheckpoints, collect_garbage
 from turnback.engine.journal import Journal
 from turnback.engine.owners import is_alive
 from turnback.engine.turns import (
@@ -22,6 +22,7 @@ from turnback.engine.turns import (
     encode,
     journal_messages,
     reopen,
+    require_idle,
     stranded,
     validate_prompt,
 )
@@ -330,6 +331,37 @@ class Session:
             )
         return Session(self._tb, fork.id)
 
+    def delete(self) -> None:
+        """Remove this session from the store: its turns, conversation, timeline, activities
+        and reverts. Its workspace checkpoints are named by nothing any more, so ``gc``
+        releases them. Refused while a turn runs (TurnInProgress) and while a turn is set
+        aside (invariant 7: only apply or discard removes one)."""
+        with self._tb.store.atomic() as tx:
+            if tx.get_session(self.id) is None:
+                raise SessionNotFound(f"session {self.id} no longer exists")
+            require_idle(tx, self.id, "deleting the session")
+            aside = [t for t in tx.session_turns(self.id) if t.status is TurnStatus.SET_ASIDE]
+            if aside:
+                raise TurnInProgress(
+                    f"session {self.id[:12]} has {len(aside)} set-aside turn(s) (turn "
+                    f"{aside[0].number} first); apply or discard them before deleting it",
+                    aside[0].token,
+                )
+            record = tx.get_session(self.id)
+            assert record is not None
+            tx.delete_session(self.id)
+            # Kept outside the session (which is gone): says what went, and tells gc which
+            # workspace's shadow repository holds the checkpoints nothing names any more.
+            tx.insert_activity(
+                None,
+                None,
+                ActivityLevel.INFO,
+                DELETED,
+                f"session {self.id[:12]} in {record.workspace} was deleted",
+                {"session": self.id, "workspace": record.workspace},
+                time.time(),
+            )
+
     def set_agent_state(self, state: dict[str, object]) -> None:
         """Remember what the runtime needs of the agent behind this session (its own session
         id, say): kept on the session record, read back as ``record.agent_state``."""
@@ -451,7 +483,7 @@ class Session:
             found = found or [t for t in turns if t.number == number and t.status == "running"]
             if found:
                 return found[-1]
-            if isinstance(ref, str):  # all digits may also be a token prefix
+            if isinstance(ref, str) and len(ref.strip()) >= 4:  # 4+ digits: a token prefix too
                 by_token = [t for t in turns if t.token.startswith(ref.strip())]
                 if len(by_token) == 1:
                     return by_token[0]

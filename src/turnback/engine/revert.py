@@ -91,9 +91,9 @@ def _require_quiet(tx: Tx, session_id: str, workspace: str) -> None:
         turn = running[0]
         where = "this session" if turn.session_id == session_id else f"session {turn.session_id}"
         raise TurnInProgress(
-            f"turn {turn.number} of {where} is running in {workspace}; revert once it has "
-            "ended (or run `turnback recover` if its process died)",
+            f"turn {turn.number} of {where} is running in {workspace}; revert once it has ended",
             turn.token,
+            turn=turn.number,
         )
     require_no_revert(tx, workspace)
 

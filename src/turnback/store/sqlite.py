@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from turnback import jsontext
 from turnback.errors import SchemaTooNew, StoreCorrupt, StoreError, StoreLocked, StoreUnavailable
 from turnback.model import (
     Activity,
@@ -46,12 +47,29 @@ from turnback.model import (
     StepCheckpoint,
     Turn,
     TurnStatus,
+    unreadable,
 )
 from turnback.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return jsontext.dumps(value)  # unpaired surrogates escaped: SQLite stores UTF-8
+
+
+def _loads(text: Any, fallback: Any = None) -> Any:
+    """A stored JSON value; one that cannot be read back is shown as unreadable (or as
+    ``fallback``, for the store's own bookkeeping), never raised: one damaged row must not
+    hide a session's others."""
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError, RecursionError) as error:
+        return unreadable(text, error) if fallback is None else fallback
+
+
+def _text(value: str | None) -> str | None:
+    """A sentence for people (a detail, a title, an activity): one that quotes an agent's
+    unpaired surrogate keeps a replacement character in its place."""
+    return jsontext.readable(value) if value is not None else None
 
 
 _ENDED = tuple(status.value for status in TurnStatus if status.ended)
@@ -311,10 +329,10 @@ def _session(row: sqlite3.Row | tuple[Any, ...]) -> SessionRecord:
         agent=row[3],
         head=row[4],
         status=row[5],
-        pending_requests=tuple(json.loads(row[6])),
+        pending_requests=tuple(_loads(row[6], [])),
         created_at=row[7],
         updated_at=row[8],
-        agent_state=json.loads(row[9]),
+        agent_state=_loads(row[9], {}),
     )
 
 
@@ -341,7 +359,7 @@ def _turn(row: tuple[Any, ...]) -> Turn:
         parent=row[3],
         owner_id=row[4],
         status=TurnStatus(row[5]),
-        prompt=json.loads(row[6]),
+        prompt=_loads(row[6]),
         started_at=row[7],
         ended_at=row[8],
         detail=row[9],
@@ -404,7 +422,7 @@ class _SQLiteTx:
             (
                 session.id,
                 session.workspace,
-                session.title,
+                _text(session.title),
                 session.agent,
                 session.head,
                 session.status,
@@ -430,6 +448,9 @@ class _SQLiteTx:
     def list_sessions(self) -> list[SessionRecord]:
         rows = self._all(f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY updated_at DESC")
         return [_session(row) for row in rows]
+
+    def delete_session(self, session_id: str) -> None:
+        self._c.execute("DELETE FROM sessions WHERE id = ?", (session_id,))  # rows cascade
 
     def set_head(self, session_id: str, head: str | None, now: float) -> None:
         self._c.execute(
@@ -522,7 +543,7 @@ class _SQLiteTx:
         cursor = self._c.execute(
             "UPDATE turns SET status = ?, ended_at = ?, detail = ?, event_count = ? "
             "WHERE token = ? AND status = ?",
-            (status.value, ended_at, detail, event_count, token, expected.value),
+            (status.value, ended_at, _text(detail), event_count, token, expected.value),
         )
         return cursor.rowcount == 1
 
@@ -625,7 +646,7 @@ class _SQLiteTx:
             "WHERE e.turn = ? AND t.status NOT IN (?, ?) ORDER BY e.seq",
             (token, *_KEEPS_JOURNAL),
         )
-        return [RunEvent(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5]) for r in rows]
+        return [RunEvent(r[0], r[1], r[2], r[3], _loads(r[4]), r[5]) for r in rows]
 
     # step checkpoints
 
@@ -683,7 +704,7 @@ class _SQLiteTx:
         cursor = self._c.execute(
             "INSERT INTO activities (session_id, turn, level, code, message, data, at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (session_id, turn, level.value, code, message, _dumps(data), at),
+            (session_id, turn, level.value, code, _text(message), _dumps(data), at),
         )
         return int(cursor.lastrowid or 0)
 
@@ -695,7 +716,7 @@ class _SQLiteTx:
             (*params, limit),
         )
         return [
-            Activity(r[0], r[1], r[2], ActivityLevel(r[3]), r[4], r[5], json.loads(r[6]), r[7])
+            Activity(r[0], r[1], r[2], ActivityLevel(r[3]), r[4], r[5], _loads(r[6]), r[7])
             for r in reversed(rows)
         ]
 
@@ -887,4 +908,7 @@ def _marks(values: Sequence[object]) -> str:
 
 
 def _message(row: tuple[Any, ...]) -> Message:
-    return Message(row[0], row[1], row[2], MessageKind(row[3]), json.loads(row[4]))
+    try:
+        return Message(row[0], row[1], row[2], MessageKind(row[3]), json.loads(row[4]))
+    except (ValueError, TypeError, RecursionError) as error:
+        return Message(row[0], row[1], row[2], MessageKind.UNREADABLE, unreadable(row[4], error))
