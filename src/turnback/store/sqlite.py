@@ -528,7 +528,7 @@ class _SQLiteTx:
             "WHERE position = 1",
             _ENDED,
         )
-        return {row[0]: (int(row[1]), json.loads(row[2])) for row in rows}
+        return {row[0]: (int(row[1]), _loads(row[2])) for row in rows}
 
     def end_turn(
         self,
