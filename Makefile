@@ -6,6 +6,9 @@ STAMP := $(VENV)/.installed
 # The TypeScript agent the acp tests run: an agent on the other official ACP SDK.
 TS_AGENT := tests/acp/ts_agent
 TS_STAMP := $(TS_AGENT)/node_modules/.installed
+# The browser tests of `turnback ui` drive Debian's Chromium; CI runs as root where apt works.
+CHROMIUM := /usr/bin/chromium
+BROWSER_STAMP := $(VENV)/.chromium
 
 .PHONY: demo test lint typecheck pytest bench fuzz clean
 
@@ -20,6 +23,11 @@ $(TS_STAMP): $(TS_AGENT)/package.json $(TS_AGENT)/package-lock.json
 	npm ci --prefix $(TS_AGENT) --no-audit --no-fund --loglevel=error >/dev/null
 	touch $(TS_STAMP)
 
+$(BROWSER_STAMP): $(STAMP)
+	test -x $(CHROMIUM) || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
+	test -x $(CHROMIUM)
+	touch $(BROWSER_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/turnback demo
 
@@ -30,16 +38,18 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) $(TS_STAMP)
+pytest: $(STAMP) $(TS_STAMP) $(BROWSER_STAMP)
 	$(BIN)/pytest
 
 test: lint typecheck pytest
 
-bench: $(STAMP) $(TS_STAMP)
+bench: $(STAMP) $(TS_STAMP) $(BROWSER_STAMP)
 	$(BIN)/python bench/journal.py
 	$(BIN)/python bench/snapshots.py
 	$(BIN)/python bench/runtime.py
 	$(BIN)/python bench/proxy.py
+	$(BIN)/python bench/log.py
+	$(BIN)/python bench/ui.py
 
 # the proxy's property test with many more examples than CI runs
 fuzz: $(STAMP)

@@ -60,7 +60,15 @@ from turnback.errors import (
     TurnbackError,
     TurnNotFound,
 )
-from turnback.model import Activity, ActivityLevel, Message, SessionRecord, Turn, TurnStatus
+from turnback.model import (
+    Activity,
+    ActivityLevel,
+    Message,
+    SessionRecord,
+    Turn,
+    TurnStatus,
+    prompt_text,
+)
 from turnback.runtime import (
     AgentError,
     AgentRuntime,
@@ -455,21 +463,27 @@ class Proxy:
             after = _read_cursor(params["cursor"])
             start = next((i for i, r in enumerate(records) if _list_key(r) > after), len(records))
         page = records[start : start + LIST_PAGE]
-        result: dict[str, Any] = {"sessions": [self._listed(record) for record in page]}
+        overview = self.tb.conversations() if page else {}
+        result: dict[str, Any] = {
+            "sessions": [
+                self._listed(record, *overview.get(record.id, (0, None))) for record in page
+            ]
+        }
         if start + LIST_PAGE < len(records):
             result["nextCursor"] = json.dumps(_list_key(page[-1]))
         return result
 
-    def _listed(self, record: SessionRecord) -> dict[str, Any]:
-        turns = self.tb.session(record.id).turns()
-        title = _title(record, turns)
+    def _listed(self, record: SessionRecord, turns: int, prompt: Any) -> dict[str, Any]:
+        title = record.title
+        if title is None and prompt is not None:
+            title = " ".join(prompt_text(prompt).split())[:80] or None
         info: dict[str, Any] = {
             "sessionId": record.id,
             "cwd": record.workspace,
             "updatedAt": _iso(record.updated_at),
             "_meta": {
                 "turnback": {
-                    "turns": sum(t.in_conversation for t in turns),
+                    "turns": turns,
                     "agent": record.agent,
                 }
             },

@@ -41,7 +41,9 @@ from turnback.engine.owners import current_owner
 from turnback.errors import (
     InvalidEvent,
     ResumeUnavailable,
+    RevertInProgress,
     SessionNotFound,
+    StoreError,
     TurnInProgress,
     TurnNotFound,
     TurnNotRunning,
@@ -52,6 +54,7 @@ from turnback.model import (
     JournalEntry,
     Message,
     MessageKind,
+    RevertState,
     RunEvent,
     StepCheckpoint,
     Turn,
@@ -249,6 +252,7 @@ def begin(
         if session is None:
             raise SessionNotFound(f"no session {session_id}")
         require_idle(tx, session_id, "beginning another")
+        require_no_revert(tx, session.workspace)
         head = tx.get_turn(session.head) if session.head else None
         turn = Turn(
             token=token or uuid.uuid4().hex,
@@ -283,6 +287,27 @@ def require_idle(tx: Tx, session_id: str, before: str) -> None:
         )
 
 
+#: Revert states that hold the workspace: the files may be moving.
+UNFINISHED_REVERTS = (RevertState.STARTED, RevertState.FILES_RESTORED, RevertState.UNDOING)
+
+
+def require_no_revert(tx: Tx, workspace: str) -> None:
+    """Raise RevertInProgress if a revert or undo of any session on ``workspace`` has not
+    finished. A revert holds its workspace against new turns from the transaction that writes
+    its row to the one that commits or rolls it back; the row is durable, so a revert killed
+    midway still holds until recovery settles it (DESIGN.md invariant 9)."""
+    for record in tx.reverts(None, UNFINISHED_REVERTS):
+        session = tx.get_session(record.session_id)
+        if session is not None and session.workspace == workspace:
+            raise RevertInProgress(
+                f"revert {record.id} of session {record.session_id[:12]} is moving the files "
+                f"of {workspace}; begin once it has finished (or run `turnback recover` if its "
+                "process died)",
+                record.id,
+                record.owner_id,
+            )
+
+
 def reopen(store: Store, token: str) -> tuple[Turn, int]:
     """Continue an interrupted turn from its last step checkpoint (from its beginning if it has
     none), in one transaction: the reverse of recovery's apply, then a rewind. Returns the turn,
@@ -312,6 +337,7 @@ def reopen(store: Store, token: str) -> tuple[Turn, int]:
                 + (", reverted" if turn.reverted_by else "")
             )
         require_idle(tx, turn.session_id, "continuing an interrupted turn")
+        require_no_revert(tx, session.workspace)
         tx.upsert_owner(owner)
         changed = tx.reopen_turn(token, owner.id)
         assert changed, "checked interrupted in this same transaction"
@@ -421,6 +447,19 @@ def commit_turn(
     return True
 
 
+def journal_messages(tx: Tx, turn: Turn) -> list[Message]:
+    """A turn that has not ended, as the conversation it would fold into now: its journal,
+    without what a resume superseded. Reads only; the journal stays as it is."""
+    entries = tx.journal(turn.token)
+    events = [parse(entry, keep_unreadable=True) for entry in entries]
+    void = superseded((entry.seq, event) for entry, event in zip(entries, events, strict=True))
+    live = [event for entry, event in zip(entries, events, strict=True) if entry.seq not in void]
+    return [
+        Message(turn.session_id, turn.token, i, kind, data)
+        for i, (kind, data) in enumerate(fold(turn.prompt, live))
+    ]
+
+
 def _end(
     tx: Tx,
     turn: Turn,
@@ -457,6 +496,17 @@ def _validate_step(update: JSON) -> None:
     store_path = update.get("storePath")
     if store_path is not None and not isinstance(store_path, str):
         raise InvalidEvent(f"a step checkpoint's storePath is a string, not {store_path!r}")
+
+
+#: Turns of this process whose end could not be written (the store failed), by token, with how
+#: each was to end: the next turn begun in their session ends them first (``stranded``).
+_STRANDED: dict[str, tuple[RunningTurn, TurnStatus, str | None, tuple[JSON, ...]]] = {}
+
+
+def stranded(token: str) -> RunningTurn | None:
+    """The running turn ``token`` if this process failed to write its end, else None."""
+    found = _STRANDED.get(token)
+    return found[0] if found else None
 
 
 class RunningTurn:
@@ -661,6 +711,19 @@ class RunningTurn:
 
     def _end(self, status: TurnStatus, detail: str | None, extra: Sequence[JSON] = ()) -> Turn:
         self._require_running()
+        try:
+            ended = self._commit_end(status, detail, extra)
+        except StoreError:
+            # The store cannot write (a full disk, say): remember how this turn was to end, so
+            # this process ends it once it can instead of holding the session (end_stranded).
+            _STRANDED[self.turn.token] = (self, status, detail, tuple(extra))
+            raise
+        _STRANDED.pop(self.turn.token, None)
+        return ended
+
+    def _commit_end(
+        self, status: TurnStatus, detail: str | None, extra: Sequence[JSON] = ()
+    ) -> Turn:
         self._journal.flush()
         capture = None
         if self._checkpoints is not None and self._workspace is not None:
@@ -690,6 +753,11 @@ class RunningTurn:
         assert ended is not None
         self.turn = ended
         return ended
+
+    def end_stranded(self) -> Turn:
+        """End this turn as an earlier attempt meant to, before the store failed it."""
+        _own, status, detail, extra = _STRANDED[self.turn.token]
+        return self._end(status, detail, extra)
 
     def _require_running(self) -> None:
         if self._ended:
