@@ -632,6 +632,7 @@ class AgentRuntime:
 
     async def _end(self, turn: RunningTurn, status: TurnStatus, detail: str | None) -> Turn:
         self._recorder.live = None
+        self._requests.withdraw(turn.token)  # what it still asks its user is asked no more
         paths = frozenset(self._recorder.store_paths)
         ended: Turn = await self._reactor.submit(TurnEnded(turn, status, detail, paths))
         return ended
