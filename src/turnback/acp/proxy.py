@@ -359,7 +359,7 @@ class Proxy:
         except AgentError as error:
             if isinstance(error.__cause__, acp.RequestError):
                 raise error.__cause__ from None  # the agent's own answer, unchanged
-            raise _error(str(error), error=type(error).__name__) from error
+            raise _error(commands.worded(error), error=type(error).__name__) from error
         except TurnbackError as error:
             data: dict[str, Any] = {"error": type(error).__name__}
             if isinstance(error, InvalidEvent) and error.field is not None:
@@ -449,9 +449,9 @@ class Proxy:
         except AgentError as error:
             if isinstance(error.__cause__, acp.RequestError):
                 raise error.__cause__ from None  # the agent refused initialize: its answer
-            raise _error(
-                f"turnback acp could not start the agent: {error}", command=list(self.command)
-            ) from error
+            said = f"turnback could not start the agent: {commands.worded(error)}"
+            extra: dict[str, Any] = {"remedy": error.remedy} if error.remedy else {}
+            raise _error(said, command=list(self.command), **extra) from error
         return self.agent
 
     def _list(self, params: dict[str, Any]) -> dict[str, Any]:

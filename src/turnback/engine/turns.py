@@ -39,6 +39,8 @@ from turnback.engine.fold import (
 )
 from turnback.engine.owners import current_owner
 from turnback.errors import (
+    SHOW,
+    TURNS,
     InvalidEvent,
     ResumeUnavailable,
     RevertInProgress,
@@ -301,8 +303,7 @@ def require_no_revert(tx: Tx, workspace: str) -> None:
         if session is not None and session.workspace == workspace:
             raise RevertInProgress(
                 f"revert {record.id} of session {record.session_id[:12]} is moving the files "
-                f"of {workspace}; begin once it has finished (or run `turnback recover` if its "
-                "process died)",
+                f"of {workspace}; begin once it has finished",
                 record.id,
                 record.owner_id,
             )
@@ -328,7 +329,7 @@ def reopen(store: Store, token: str) -> tuple[Turn, int]:
         turn = tx.get_turn(token)
         session = tx.get_session(turn.session_id) if turn else None
         if turn is None or session is None:
-            raise TurnNotFound(f"no turn {token}; `turnback log SESSION` lists a session's turns")
+            raise TurnNotFound(f"no turn {token}").settled_by(TURNS)
         if turn.status is not TurnStatus.INTERRUPTED or session.head != token or turn.reverted_by:
             raise ResumeUnavailable(
                 f"turn {turn.number} ({turn.token}) cannot be continued: only an interrupted "
@@ -742,8 +743,8 @@ class RunningTurn:
             ):
                 raise TurnNotRunning(
                     f"turn {self.turn.number} ({self.turn.token}) is no longer running: another "
-                    "process recovered it; `turnback show` shows what was kept"
-                )
+                    "process recovered it"
+                ).settled_by(SHOW, session=self.turn.session_id)
             if capture is not None:
                 capture.write(tx, self.turn.session_id, self.turn.token)
             faults.point("turn.end.inside")
