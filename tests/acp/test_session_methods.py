@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import turnback
-from tests.acp.harness import run
+from tests.acp.harness import run, ts_agent
 from tests.acp.test_wedges import ROUGH, _initialize, _request
 from tests.acp.test_wire_errors import RawEditor, finish, raw_proxy
 from turnback.errors import SessionNotFound
@@ -239,3 +239,42 @@ def test_a_permission_the_runtime_asks_is_cancelled_at_the_editor(
         events = tb.session(session.id).run_events(1)
     answers = [e.event for e in events if e.kind == EventKind.PERMISSION_ANSWERED]
     assert [a["outcome"] for a in answers] == ["cancelled"]
+
+
+@pytest.mark.parametrize("supported", [True, False])
+def test_session_delete_reaches_an_agent_that_supports_it(
+    home: Path, workspace: Path, supported: bool
+) -> None:
+    """Against the TypeScript SDK's agent: session/delete is forwarded (with the agent's own
+    session id) when the agent advertises it, and not sent when it does not; either way the
+    editor's answer is ``{}`` and the session has left turnback's store."""
+    saved = workspace / ".ts-agent"
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any], list[str], list[str]]:
+        os.environ["TS_AGENT_DELETE"] = "1" if supported else "0"
+        try:
+            talk = Talk(await raw_proxy(home, workspace, agent=ts_agent()))
+        finally:
+            del os.environ["TS_AGENT_DELETE"]
+        initialized = await talk.ask("initialize", {})
+        new = {"cwd": str(workspace), "mcpServers": []}
+        session_id = (await talk.ask("session/new", new))["result"]["sessionId"]
+        prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": "say hi"}]}
+        assert "result" in await talk.ask("session/prompt", prompt)
+        before = sorted(p.name for p in saved.glob("ts-*.json"))
+        deleted = await talk.ask("session/delete", {"sessionId": session_id})
+        after = sorted(p.name for p in saved.glob("ts-*.json"))
+        again = await talk.ask("session/delete", {"sessionId": session_id})
+        await finish(talk.editor)
+        assert again["error"]["code"] == -32602  # gone: an unknown session now
+        return initialized, deleted, before, after
+
+    initialized, deleted, before, after = run(scenario())
+    capabilities = initialized["result"]["agentCapabilities"]["sessionCapabilities"]
+    assert capabilities["delete"] == {}  # turnback deletes from its store either way
+    assert deleted == {"jsonrpc": "2.0", "id": deleted["id"], "result": {}}
+    assert len(before) == 1
+    # the agent deleted its own session; not asked to (it would have), it kept it
+    assert after == ([] if supported else before)
+    with turnback.open(home) as tb:
+        assert tb.sessions() == []
