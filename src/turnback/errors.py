@@ -32,11 +32,20 @@ class TurnbackError(Exception):
     state: str | None = None
     remedy: str | None = None
 
-    def settled_by(self, remedy: str, *, session: str | None = None) -> TurnbackError:
-        """Name what settles this error (and the session it concerns); returns it, to raise."""
+    def settled_by(
+        self,
+        remedy: str,
+        *,
+        session: str | None = None,
+        turn: int | None = None,
+        state: str | None = None,
+    ) -> TurnbackError:
+        """Name what settles this error (and the session, turn and state it concerns);
+        returns it, to raise."""
         self.remedy = remedy
-        if session is not None:
-            self.session = session
+        self.session = session if session is not None else self.session
+        self.turn = turn if turn is not None else self.turn
+        self.state = state if state is not None else self.state
         return self
 
 

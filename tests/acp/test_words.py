@@ -69,6 +69,8 @@ def test_the_proxy_words_a_refused_prompt_for_the_editor(home: Path, tmp_path: P
         refused = await talk.ask("session/prompt", {"sessionId": session_id, "prompt": again})
         rewind = [{"type": "text", "text": "/rewind 0"}]
         answered = await talk.ask("session/prompt", {"sessionId": session_id, "prompt": rewind})
+        undo = [{"type": "text", "text": "/undo-rewind"}]
+        await talk.ask("session/prompt", {"sessionId": session_id, "prompt": undo})
         await asyncio.wait_for(finish(talk.editor), 15)
         return {"refused": refused, "rewind": answered, "notes": talk.notes}
 
@@ -81,6 +83,10 @@ def test_the_proxy_words_a_refused_prompt_for_the_editor(home: Path, tmp_path: P
     assert "`turnback" not in error["message"]
     said = json.dumps(got["notes"])
     assert "could not do `/rewind`" in said and "turnback recover" not in said
+    assert (
+        "could not do `/undo-rewind`: turn 1 is running, so the conversation cannot be rolled "
+        "forward now; send it again once the turn has ended, or cancel the turn"
+    ) in said
 
 
 def test_the_editor_hears_no_terminal_command(home: Path, tmp_path: Path) -> None:

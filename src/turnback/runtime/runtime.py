@@ -37,6 +37,7 @@ import acp
 from turnback.engine.handle import Session, Turnback
 from turnback.engine.turns import RunningTurn
 from turnback.errors import (
+    WAIT,
     AgentDied,
     AgentError,
     AgentUnavailable,
@@ -845,10 +846,10 @@ class AgentRuntime:
         if turns == 0:
             return
         if self._current is not None:
+            number = self._current.number
             raise RollbackUnavailable(
-                f"turn {self._current.number} is running; wait for it to end or cancel it "
-                "before reverting"
-            )
+                f"turn {number} is running, so the conversation cannot be rolled back now"
+            ).settled_by(WAIT, turn=number, state="running")
         if not self._agent.alive:
             raise RollbackUnavailable(
                 f"agent {self._agent.described!r} is not running, so its conversation cannot "
@@ -916,10 +917,10 @@ class AgentRuntime:
         conversation forward again, so when the revert had rolled the conversation back, a
         fresh agent session is given the whole restored transcript ahead of the next prompt."""
         if self._current is not None:
+            number = self._current.number
             raise RollbackUnavailable(
-                f"turn {self._current.number} is running; wait for it to end or cancel it "
-                "before undoing a revert"
-            )
+                f"turn {number} is running, so the conversation cannot be rolled forward now"
+            ).settled_by(WAIT, turn=number, state="running")
         undone: Revert = await self._engine.run(self.session.undo_revert)
         if undone.conversation:
             await self._ensure_agent()
