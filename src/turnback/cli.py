@@ -1080,10 +1080,14 @@ def _errors_to_exit_codes() -> Iterator[None]:
 
 def _hint(error: Exception) -> str:
     """The CLI's words for what settles an error (its structured ``remedy``)."""
-    return remedy_hint(getattr(error, "remedy", None), getattr(error, "session", None))
+    return remedy_hint(
+        getattr(error, "remedy", None),
+        getattr(error, "session", None),
+        getattr(error, "turn", None),
+    )
 
 
-def remedy_hint(remedy: object, session: str | None) -> str:
+def remedy_hint(remedy: object, session: str | None, turn: int | None = None) -> str:
     """The CLI's words for a ``remedy`` (see :mod:`turnback.errors`) of ``session``."""
     from turnback.errors import (
         ACTIVITIES,
@@ -1105,7 +1109,7 @@ def remedy_hint(remedy: object, session: str | None) -> str:
         TURNS: f"; `turnback log {name}` lists its turns",
         ACTIVITIES: f"; `turnback activities {name}` says why",
         DECIDE: f"; `turnback unrecovered {name}` lists them",
-        SHOW: f"; `turnback show {name}` shows what was kept",
+        SHOW: f"; `turnback show {name} {turn or 'TURN'}` shows what was kept",
         INITIALIZE_TIMEOUT: "; `turnback acp --initialize-timeout SECONDS` gives it longer",
         GC: "; `turnback gc --keep 0` does it",
     }

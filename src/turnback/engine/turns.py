@@ -744,7 +744,7 @@ class RunningTurn:
                 raise TurnNotRunning(
                     f"turn {self.turn.number} ({self.turn.token}) is no longer running: another "
                     "process recovered it"
-                ).settled_by(SHOW, session=self.turn.session_id)
+                ).settled_by(SHOW, session=self.turn.session_id, turn=self.turn.number)
             if capture is not None:
                 capture.write(tx, self.turn.session_id, self.turn.token)
             faults.point("turn.end.inside")
