@@ -21,6 +21,9 @@ Rows:
      agent can; (p) / (d).  goal: at most 1.25 x
 (c)  the same stream through the byte-copying process; (c) / (d). No goal: it is the floor that
      (s) cannot go below on the machine the benchmark runs on.
+(cpu) CPU time per chunk of (s), from the processes' own counters (``/proc/PID/stat``: user and
+     system, every thread): the proxy process's next to the SDK client's in the same stream;
+     proxy / client.  goal: at most 0.5 x
 (r)  one prompt round trip (a prompt with one short reply): medians of (d) and (p), and the
      difference -- for the proxy, a whole durable turn with its two workspace captures.
 
@@ -85,6 +88,7 @@ STARTED_AGENTS = {
 }
 NOTIFICATION_GOAL_MS = 1.0
 STREAM_GOAL = 1.25
+CPU_GOAL = 0.5
 INITIALIZE_GOAL_MS = 150.0
 NEW_SESSION_GOAL_MS = 50.0
 
@@ -180,7 +184,7 @@ async def measure(
     client = Client()
     async with acp.spawn_agent_process(
         cast(acp.Client, client), command[0], *command[1:], cwd=cwd, env=env
-    ) as (conn, _):
+    ) as (conn, process):
         await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
         session = (await conn.new_session(cwd=str(cwd), mcp_servers=[])).session_id
 
@@ -192,7 +196,9 @@ async def measure(
         await ask("warm up")
         trips = [await ask("hello") for _ in range(sizes["prompts"])]
         client.updates = 0
+        served, received = cpu_seconds(process.pid), time.process_time()
         stream = await ask(f"stream {sizes['chunks']}")
+        served, received = cpu_seconds(process.pid) - served, time.process_time() - received
         if client.updates != sizes["chunks"]:
             raise RuntimeError(f"{client.updates} of {sizes['chunks']} chunks arrived")
         await ask(f"timed {sizes['timed']}")
@@ -201,8 +207,17 @@ async def measure(
     return {
         "trip": statistics.median(trips) * 1000,
         "stream": stream,
+        # CPU per streamed chunk (us): of the process the client talks to, and of the client
+        "served_cpu": served / sizes["chunks"] * 1e6,
+        "client_cpu": received / sizes["chunks"] * 1e6,
         "notification": statistics.median(client.latencies),
     }
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system, every thread) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def through_proxy(home: Path, agent: tuple[str, ...] | list[str]) -> list[str]:
@@ -282,6 +297,7 @@ async def bench(sizes: dict[str, int], rounds: int, startups: int, scratch: Path
     d, p, c = best["d"], best["p"], best["c"]
     added = p["notification"] - d["notification"]
     ratio = p["stream"] / d["stream"]
+    cpu = p["served_cpu"] / p["client_cpu"]
     rows = [
         {
             "id": "n",
@@ -311,6 +327,15 @@ async def bench(sizes: dict[str, int], rounds: int, startups: int, scratch: Path
             "ok": True,
         },
         {
+            "id": "cpu",
+            "what": "CPU per streamed chunk (us): the SDK client's, the proxy's",
+            "direct": p["client_cpu"],
+            "proxy": p["served_cpu"],
+            "value": cpu,
+            "goal": f"<= {CPU_GOAL} x",
+            "ok": cpu <= CPU_GOAL,
+        },
+        {
             "id": "r",
             "what": "prompt round trip, median (ms)",
             "direct": d["trip"],
@@ -331,7 +356,9 @@ def table(report: dict[str, Any]) -> str:
         "|---|---|---:|---:|---:|---|---|",
     ]
     for row in report["rows"]:
-        value = f"{row['value']:.2f} x" if row["id"] in ("s", "c") else f"{row['value']:+.3f} ms"
+        value = (
+            f"{row['value']:.2f} x" if row["id"] in ("s", "c", "cpu") else f"{row['value']:+.3f} ms"
+        )
         if row["id"] == "r":
             value = f"{row['value']:+.1f} ms"
         if "spread" in row:

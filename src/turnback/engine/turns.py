@@ -546,12 +546,14 @@ class RunningTurn:
     def session_id(self) -> str:
         return self.turn.session_id
 
-    def record(self, update: JSON, *, sync: bool = True) -> int:
+    def record(self, update: JSON, *, sync: bool = True, text: str | None = None) -> int:
         """Journal one ACP ``session/update`` payload (or a turnback event); returns its seq.
 
         When this returns the event is acknowledged under the journal's durability mode. With
         ``sync=False`` it is only buffered, in order, and the caller calls :meth:`sync` (in a
-        worker thread, say) before it treats the event as acknowledged."""
+        worker thread, say) before it treats the event as acknowledged. ``text`` is ``update``'s
+        JSON text as it was received, when the caller has it: stored as it is, not encoded
+        again (it must encode as UTF-8 and hold only JSON's own values)."""
         self._require_running()
         if not isinstance(update, dict):
             raise InvalidEvent(
@@ -565,7 +567,7 @@ class RunningTurn:
             )
         if kind == EventKind.STEP_CHECKPOINT:
             _validate_step(update)
-        payload = encode(update, f"the {kind} event")
+        payload = text if text is not None else encode(update, f"the {kind} event")
         if self._folder is not None:
             if kind == EventKind.REWIND:
                 self._folder = None

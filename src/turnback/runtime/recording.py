@@ -19,7 +19,7 @@ from turnback.model import ActivityLevel, EventKind
 from turnback.runtime.reactor import CheckpointSaved, Notice, Reactor
 from turnback.runtime.requests import PendingRequests
 from turnback.runtime.sidecar import CLIENT_METHODS
-from turnback.runtime.wire import Frame, Rejected
+from turnback.runtime.wire import Frame, Rejected, UpdateFrame
 
 CHECKPOINT_METHOD = "_turnback/checkpoint"
 _KNOWN_EXTENSIONS = frozenset({CHECKPOINT_METHOD})
@@ -54,7 +54,8 @@ class Recorder:
         if method == "session/update":
             turn = self.live
             if turn is not None and params.get("sessionId") == self.agent_session:
-                self.record(turn, params.get("update"))
+                text = frame.update_text if isinstance(frame, UpdateFrame) else None
+                self.record(turn, params.get("update"), text)
             # Recorded; unless relayed, the SDK would build its models from it only to call a
             # handler that does nothing.
             return not self._relayed and "id" not in frame
@@ -78,9 +79,9 @@ class Recorder:
             )
         return False
 
-    def record(self, turn: RunningTurn, update: Any) -> bool:
+    def record(self, turn: RunningTurn, update: Any, text: str | None = None) -> bool:
         try:
-            turn.record(update, sync=False)
+            turn.record(update, sync=False, text=text)
         except InvalidEvent as error:
             self.report(
                 "agent.update.invalid",
