@@ -21,6 +21,10 @@ interleaved rounds, so a slow stretch of the machine hits both sides alike.
 (w)   how long an acknowledged boundary event waited in ``record()``: median and longest
 (r)   ``recover()`` of turns left running by a SIGKILLed process, per turn, the journal alone
       (``checkpoints=False`` where turnback has workspace checkpoints)   goal: < 5 ms a turn
+(m0)  the text of a streamed chunk (bytes), the least any fold of it can keep
+(m)   what a running turn keeps in memory per streamed chunk beyond its text (bytes, traced by
+      ``tracemalloc`` across a turn of (b)'s chunks in batched mode, the journal flushed as it
+      goes): the folded conversation, which grows with the turn     goal: <= 50 bytes a chunk
 (r')  the same with turnback's default options (a workspace capture per recovered turn, where
       turnback has workspace checkpoints)                              goal: < 5 ms a turn
 
@@ -45,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -67,6 +72,7 @@ BOUNDARY_EVERY = 100
 STRICT_GOAL = 0.7  # strict appends >= this x raw append + fdatasync
 BATCHED_GOAL = 50_000.0  # events per second
 RECOVER_GOAL = 0.005  # seconds per interrupted turn
+FOLD_MEMORY_GOAL = 50.0  # bytes kept per streamed chunk beyond its text
 
 #: Runs in a child process: begin one turn in each of many sessions, record a few events (one an
 #: unfinished tool call), make them durable, and die by SIGKILL without ending any turn.
@@ -118,7 +124,7 @@ def make_workspace(scratch: Path) -> Path:
 class Row:
     id: str
     what: str
-    value: float  # events per second when unit is "/s", seconds when unit is "ms"
+    value: float  # events per second when unit is "/s", seconds when unit is "ms", else bytes
     unit: str
     baseline: str | None = None  # the id of the row the ratio is against
     ratio: float | None = None
@@ -132,6 +138,7 @@ class Sizes:
     batched_events: int
     turns: int
     events_per_turn: int
+    memory_chunks: int
     rounds: int
 
 
@@ -312,6 +319,43 @@ def bench_batched(
     return rows, journal_longest
 
 
+def bench_fold_memory(scratch: Path, workspace: Path, chunks: int) -> list[Row]:
+    """(m0), (m): the memory a running turn keeps per chunk, from tracemalloc."""
+    text = CHUNK["content"]["text"]
+    with turnback.open(scratch / "memory", **journal_only()) as tb:
+        turn = tb.create_session(workspace, title="memory").turn("bench memory")
+        turn.record(CHUNK)  # the first event: whatever is built once is built now
+        tb.journal.flush()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for seq in range(chunks):
+                # a new event each time, as parsed off the agent's wire
+                turn.record({**CHUNK, "content": {"type": "text", "text": f"{text}{seq:06d}"}})
+                if seq % 1000 == 999:
+                    tb.journal.flush()
+            tb.journal.flush()
+            kept = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        turn.complete()
+    size = len(text.encode()) + 6
+    per_chunk = kept / chunks - size
+    return [
+        Row("m0", "text of one streamed chunk", size, "B"),
+        Row(
+            "m",
+            f"memory a running turn keeps per chunk beyond its text, {chunks:,} chunks",
+            per_chunk,
+            "B",
+            "m0",
+            per_chunk / size,
+            f"<= {FOLD_MEMORY_GOAL:.0f} B",
+            per_chunk <= FOLD_MEMORY_GOAL,
+        ),
+    ]
+
+
 def bench_recover(
     home: Path,
     workspace: Path,
@@ -405,6 +449,8 @@ def filesystem_type(path: Path) -> str:
 def value_text(row: Row) -> str:
     if row.unit == "/s":
         return f"{row.value:,.0f} /s"
+    if row.unit == "B":
+        return f"{row.value:,.0f} B"
     ms = row.value * 1000
     return f"{ms:,.0f} ms" if ms >= 100 else f"{ms:.3g} ms"
 
@@ -454,6 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         turns=args.turns or (50 if small else 1_000),
         events_per_turn=max(2, args.events_per_turn),
         rounds=args.rounds or (4 if small else 20),
+        memory_chunks=2_000 if small else 100_000,
     )
     parent = (args.dir or Path.cwd()).resolve()
     parent.mkdir(parents=True, exist_ok=True)
@@ -477,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
             scratch, workspace, sizes.batched_events, sizes.rounds, floor
         )
         rows += batched
+        progress(f"memory: {sizes.memory_chunks:,} chunks of a running turn, traced ...")
+        rows += bench_fold_memory(scratch, workspace, sizes.memory_chunks)
         progress(f"recover: {sizes.turns:,} turns left by a killed process ...")
         rows += recover_rows(scratch, workspace, sizes.turns, sizes.events_per_turn, floor)
     except BenchError as error:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from .smoke import run_bench
 
-ROWS = ("s0", "s0'", "s", "s'", "c", "e4", "e", "b0", "b", "w50", "wmax", "r", "r'")
-GOALS = {"s", "b", "r", "r'"}
+ROWS = ("s0", "s0'", "s", "s'", "c", "e4", "e", "b0", "b", "w50", "wmax", "m0", "m", "r", "r'")
+GOALS = {"s", "b", "m", "r", "r'"}
 GOAL_LINES = tuple(f"| ({row}) |" for row in GOALS)
 
 
