@@ -167,9 +167,11 @@ def prompt_text(prompt: Any) -> str:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class JournalEntry:
-    """One event of a running (or set-aside) turn, as the journal holds it."""
+    """One event of a running (or set-aside) turn, as the journal holds it. Not frozen, unlike
+    the other records: one is built for every event a turn records, and a frozen dataclass
+    takes four times as long to build; nothing changes one once built."""
 
     turn: str
     seq: int

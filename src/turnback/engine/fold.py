@@ -217,8 +217,11 @@ def fold(prompt: Any, events: Iterable[JSON]) -> list[tuple[MessageKind, JSON]]:
 
 
 def _plain_text(block: Any) -> bool:
+    """Whether ``block`` is a text block with no key but ``type`` and ``text``."""
     return (
-        isinstance(block, dict) and block.get("type") == "text" and set(block) <= {"type", "text"}
+        isinstance(block, dict)
+        and block.get("type") == "text"
+        and (len(block) == 1 or (len(block) == 2 and "text" in block))
     )
 
 

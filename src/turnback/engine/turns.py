@@ -572,8 +572,8 @@ class RunningTurn:
             if kind == EventKind.REWIND:
                 self._folder = None
             elif is_text_chunk(kind, update):
-                text = str(update["content"].get("text", ""))
-                self._folder.add_text(kind, text, update.get("messageId"))
+                said = str(update["content"].get("text", ""))
+                self._folder.add_text(kind, said, update.get("messageId"))
             else:
                 self._folder.add(json.loads(payload))  # a copy the caller cannot change
         self._seq += 1
