@@ -23,8 +23,8 @@ SDK's own stdio transport where a durable proxy needs it to:
 * **Ordered, batched writes.** :meth:`Wire.post` writes synchronously, in call order with what the
   SDK sends through :meth:`Wire.send`; what is posted in one pass of the event loop goes out in
   one write. While more than ``BACKLOG`` bytes wait for the reader, :meth:`Wire.backlog` says so,
-  and a watch that took a frame waits on ``pace`` before the next one is read: a slow reader on
-  one side slows the writer on the other instead of filling memory.
+  and a watch that took frames waits on ``pace`` (asked every few frames) before the next one is
+  read: a slow reader on one side slows the writer on the other instead of filling memory.
 * **Session ids replaced in the line.** :func:`with_session_id` forwards a frame as it was written
   with only its session id changed when that is safe, and re-encodes it when it is not.
 * **An update read once.** A ``session/update`` written in the SDKs' compact form (the bulk of
@@ -65,6 +65,7 @@ _HEAD = 4096
 _SESSION_KEY = b'"sessionId"'
 _METHOD = b'"method"'
 _YIELD_EVERY = 16
+_PACE_EVERY = 8
 #: The first bytes of a session/update in the SDKs' compact form, up to its session id, and
 #: what follows the session id there.
 _UPDATE_HEAD = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
@@ -253,8 +254,14 @@ class Wire:
             if message is None:
                 continue
             if self._watch is not None and self._watch(message, line):
-                # Taken by the watch: read no more while the far side has a backlog.
-                if self._pace is not None and (backlog := self._pace()) is not None:
+                # Taken by the watch: read no more while the far side has a backlog (asked
+                # every few lines: a backlog is a megabyte, a line is usually a few hundred
+                # bytes, and asking costs as much as forwarding one).
+                if (
+                    self._pace is not None
+                    and not self._read % _PACE_EVERY
+                    and (backlog := self._pace()) is not None
+                ):
                     await backlog
                 continue
             return message
