@@ -62,6 +62,8 @@ except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(SRC))
     import turnback
 
+from rounds import verdict  # noqa: E402
+
 #: one streamed piece of an agent's answer, the most common event by far
 CHUNK: dict[str, Any] = {
     "sessionUpdate": "agent_message_chunk",
@@ -455,12 +457,6 @@ def value_text(row: Row) -> str:
     return f"{ms:,.0f} ms" if ms >= 100 else f"{ms:.3g} ms"
 
 
-def result_text(row: Row) -> str:
-    if row.met is None:
-        return ""
-    return "PASS" if row.met else "**MISS**"
-
-
 def ratio_text(ratio: float) -> str:
     return f"{ratio:,.0f}x" if ratio >= 100 else f"{ratio:.3g}x"
 
@@ -477,7 +473,7 @@ def table(rows: list[Row]) -> str:
             ratio = ratio or "baseline"
         lines.append(
             f"| ({row.id}) | {row.what} | {value_text(row)} | {ratio} | {row.goal} | "
-            f"{result_text(row)} |"
+            f"{verdict(row.met)} |"
         )
     return "\n".join(lines)
 

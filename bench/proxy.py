@@ -53,7 +53,6 @@ import asyncio
 import datetime
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -79,6 +78,7 @@ from acp.schema import (  # noqa: E402  # noqa: E402
     PromptResponse,
     TextContentBlock,
 )
+from rounds import machine, verdict  # noqa: E402
 
 AGENT = (sys.executable, str(Path(__file__).resolve()), "--agent")
 TS_AGENT = Path(__file__).resolve().parents[1] / "tests" / "acp" / "ts_agent"
@@ -368,10 +368,9 @@ def table(report: dict[str, Any]) -> str:
         if "spread" in row:
             low, high = row["spread"]
             value = f"{row['value']:+.0f} ms ({low:+.0f} to {high:+.0f})"
-        verdict = "" if row["goal"] == "-" else ("PASS" if row["ok"] else "**MISS**")
         lines.append(
             f"| ({row['id']}) | {row['what']} | {row['direct']:.3f} | {row['proxy']:.3f} | "
-            f"{value} | {row['goal']} | {verdict} |"
+            f"{value} | {row['goal']} | {verdict(None if row['goal'] == '-' else row['ok'])} |"
         )
     return "\n".join(lines)
 
@@ -414,10 +413,7 @@ def main() -> int:
         print(json.dumps(report, indent=2))
         return 0
     now = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    print(
-        f"turnback {turnback.__version__} proxy benchmark, {now}, {platform.node()} "
-        f"({platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()})"
-    )
+    print(f"turnback {turnback.__version__} proxy benchmark, {now}, {machine()}")
     print(f"command: {' '.join(sys.argv)}\n")
     print(table(report))
     return 0
