@@ -124,6 +124,8 @@ class Turn:
     begin_checkpoint: str | None = None  # workspace commit before the turn ran
     end_checkpoint: str | None = None  # workspace commit when it ended
     reverted_by: int | None = None  # the revert that took it out of the conversation
+    fence: str | None = None  # the fencing token of the lease running it (engine/owners.py)
+    host: str | None = None  # the machine that holds its workspace checkpoints
 
     @property
     def in_conversation(self) -> bool:

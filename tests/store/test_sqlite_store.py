@@ -11,7 +11,7 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,12 +33,15 @@ from turnback.store import Store, open_store, sqlite_url
 from turnback.store import sqlite as sqlite_backend
 from turnback.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
-BACKENDS: dict[str, Callable[[Path], str]] = {"sqlite": sqlite_url}
+BACKENDS = ("sqlite", "postgresql")
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(params=BACKENDS)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return BACKENDS[request.param](tmp_path / "home")
+    if request.param == "postgresql":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    return sqlite_url(tmp_path / "home")
 
 
 @pytest.fixture

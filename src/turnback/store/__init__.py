@@ -32,7 +32,28 @@ from turnback.model import (
 
 
 class Tx(Protocol):
-    """The operations of one transaction. Rows never leave the store: only model records."""
+    """The operations of one transaction. Rows never leave the store: only model records.
+
+    The concurrency contract both backends keep is stated in :mod:`turnback.store.sql`: a write
+    transaction that changes a session or its turns locks the session first."""
+
+    # concurrency, leases and fencing
+    def lock_sessions(self, session_ids: Sequence[str]) -> None:
+        """Hold these sessions against every other writer until the transaction ends."""
+        ...
+
+    def lock_turn_sessions(self, tokens: Sequence[str]) -> None: ...
+    def now(self) -> float:
+        """The database's clock (seconds since the epoch), by which leases are judged."""
+        ...
+
+    def fences(self, tokens: Sequence[str]) -> dict[str, tuple[TurnStatus, str | None]]:
+        """(status, fencing token) of each of these turns that exists."""
+        ...
+
+    def renew_lease(self, owner_id: str, seconds: float) -> float | None:
+        """Extend an owner's lease; its new expiry, or None if the owner is gone."""
+        ...
 
     # sessions
     def insert_session(self, session: SessionRecord) -> None: ...
@@ -202,7 +223,9 @@ def sqlite_url(home: Path) -> str:
 
 
 def open_store(url: str, *, busy_timeout: float = 5.0, create: bool = True) -> Store:
-    """Open the store a URL names: ``sqlite:///path/to/file.db`` (the default backend).
+    """Open the store a URL names: ``sqlite:///path/to/file.db`` (the default backend) or
+    ``postgresql://user@host:port/database`` (a fleet's shared store; needs the ``postgres``
+    extra).
 
     With ``create=False`` a store that does not exist yet raises StoreNotFound instead of being
     made, so a mistyped home is reported rather than silently created."""
@@ -216,9 +239,18 @@ def open_store(url: str, *, busy_timeout: float = 5.0, create: bool = True) -> S
                 "Check --home or TURNBACK_HOME"
             )
         return SQLiteStore(path, busy_timeout=busy_timeout)
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            from turnback.store.postgres import PostgresStore
+        except ImportError as error:
+            raise StoreUnavailable(
+                f"a PostgreSQL store needs psycopg ({error}); install turnback[postgres]"
+            ) from error
+        return PostgresStore(url, busy_timeout=busy_timeout, create=create)
     scheme = url.split(":", 1)[0] if ":" in url else url
     raise StoreUnavailable(
-        f"no store backend for {scheme!r} URLs ({url!r}); use sqlite:///path/to/turnback.db"
+        f"no store backend for {scheme!r} URLs ({url!r}); use sqlite:///path/to/turnback.db "
+        "or postgresql://user@host:port/database"
     )
 
 

@@ -1,0 +1,252 @@
+"""A fleet's store: one PostgreSQL database that every machine's turnback shares.
+
+Facts this module relies on:
+
+* A transaction whose ``COMMIT`` returned is durable on the server (``synchronous_commit`` on,
+  the server's default); the death of the client that committed it loses nothing.
+* Write transactions run at READ COMMITTED and take the per-session row locks of the
+  concurrency contract (:mod:`turnback.store.sql`) with ``SELECT … FOR UPDATE``: a transaction
+  that waits for a lock reads, once it has it, what the holder committed. ``lock_timeout`` is the
+  busy timeout: past it the caller gets :class:`StoreLocked`.
+* Reads run at REPEATABLE READ, READ ONLY: one snapshot for the whole read, as on SQLite.
+* Errors are classified by SQLSTATE (its class, the first two characters), never by message.
+* The schema is the one list of migrations both backends run (:mod:`turnback.store.schema`);
+  the version applied is the row of ``turnback_schema``, which also marks the database as
+  turnback's. Processes migrating at once serialise on an advisory lock.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from turnback.errors import (
+    SchemaTooNew,
+    StoreCorrupt,
+    StoreError,
+    StoreLocked,
+    StoreNotFound,
+    StoreUnavailable,
+)
+from turnback.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, postgres_migration
+from turnback.store.sql import Cursor, SQLTx
+
+#: SQLSTATE classes and codes, and what they mean to turnback.
+_LOCKED = {"40001", "40P01", "55P03", "57014"}  # serialization, deadlock, lock/statement timeout
+_UNAVAILABLE_CLASSES = {"08", "28", "53", "57", "58"}  # connection, auth, resources, server
+_CORRUPT = {"XX001", "XX002"}  # data or index corrupted
+
+
+@functools.lru_cache(maxsize=512)
+def _dialect(sql: str) -> str:
+    """The shared queries' ``?`` placeholders as psycopg's ``%s`` (none holds a literal ? or %)."""
+    return sql.replace("?", "%s")
+
+
+class _PostgresTx(SQLTx):
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._c = conn
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
+        return self._c.execute(_dialect(sql), tuple(params))
+
+    def _run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            with self._c.cursor() as cursor:
+                cursor.executemany(_dialect(sql), rows)
+
+    def now(self) -> float:
+        row = self._one("SELECT extract(epoch FROM clock_timestamp())::float8")
+        assert row is not None
+        return float(row[0])
+
+    def lock_sessions(self, session_ids: Sequence[str]) -> None:
+        if session_ids:
+            self._run(
+                "SELECT id FROM sessions WHERE id = ANY(?) ORDER BY id FOR UPDATE",
+                (sorted(set(session_ids)),),
+            )
+
+    def integrity_problems(self) -> list[str]:
+        # PostgreSQL enforces every constraint as it writes; what is left to check is that the
+        # schema is the one this turnback expects.
+        row = self._one("SELECT version FROM turnback_schema")
+        if row is None or row[0] != SCHEMA_VERSION:
+            return [f"schema version {row[0] if row else None}, expected {SCHEMA_VERSION}"]
+        return []
+
+
+class PostgresStore:
+    def __init__(self, url: str, *, busy_timeout: float = 5.0, create: bool = True) -> None:
+        self.url = url
+        self.busy_timeout = busy_timeout
+        self._lock = threading.RLock()
+        self._conn = self._connect()
+        try:
+            self._prepare(create)
+        except BaseException:
+            self._conn.close()
+            raise
+        self._tx = _PostgresTx(self._conn)
+
+    @property
+    def _where(self) -> str:
+        """The URL without a password, for messages."""
+        try:
+            info = psycopg.conninfo.conninfo_to_dict(self.url)
+        except psycopg.Error:
+            return "the PostgreSQL database"
+        host = info.get("host") or "localhost"
+        return f"the PostgreSQL database {info.get('dbname', '?')} on {host}"
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            conn = psycopg.connect(
+                self.url,
+                autocommit=True,
+                connect_timeout=max(1, int(self.busy_timeout)),
+                application_name="turnback",
+            )
+            conn.execute(f"SET lock_timeout = {int(self.busy_timeout * 1000)}")
+            conn.execute("SET idle_in_transaction_session_timeout = 0")
+            return conn
+        except psycopg.Error as error:
+            raise self._translate_error(error) from error
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def _prepare(self, create: bool) -> None:
+        with self._translated():
+            found = self._conn.execute("SELECT to_regclass('turnback_schema') IS NOT NULL")
+            row = found.fetchone()
+            ours = bool(row and row[0])
+            if not ours:
+                tables = self._conn.execute(
+                    "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()"
+                ).fetchone()
+                if tables and tables[0]:
+                    raise StoreCorrupt(
+                        f"{self._where} holds tables turnback did not create; it was left "
+                        "untouched. Point TURNBACK_DATABASE_URL at a database of its own"
+                    )
+                if not create:
+                    raise StoreNotFound(
+                        f"there is no turnback store in {self._where}: nothing has run with "
+                        "it yet. Check TURNBACK_DATABASE_URL"
+                    )
+            self._migrate()
+
+    def _migrate(self) -> None:
+        with self._conn.transaction():
+            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (APPLICATION_ID,))
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS turnback_schema "
+                "(application_id BIGINT NOT NULL, version INTEGER NOT NULL)"
+            )
+            row = self._conn.execute(
+                "SELECT application_id, version FROM turnback_schema"
+            ).fetchone()
+            if row is None:
+                self._conn.execute("INSERT INTO turnback_schema VALUES (%s, 0)", (APPLICATION_ID,))
+                version = 0
+            elif row[0] != APPLICATION_ID:
+                raise StoreCorrupt(f"{self._where} is not a turnback store; it was left untouched")
+            else:
+                version = int(row[1])
+            if version > SCHEMA_VERSION:
+                raise SchemaTooNew(
+                    f"{self._where} has schema version {version}, newer than this turnback's "
+                    f"{SCHEMA_VERSION}; upgrade turnback to open it"
+                )
+            if version == SCHEMA_VERSION:
+                return
+            for migration in MIGRATIONS[version:]:
+                for statement in postgres_migration(migration).split(";"):
+                    if statement.strip():
+                        self._conn.execute(statement)
+            self._conn.execute("UPDATE turnback_schema SET version = %s", (SCHEMA_VERSION,))
+
+    # -- transactions --------------------------------------------------------------------------
+
+    @contextmanager
+    def atomic(self) -> Iterator[_PostgresTx]:
+        with self._lock, self._translated():
+            self._begin("BEGIN")
+            try:
+                yield self._tx
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+
+    @contextmanager
+    def read(self) -> Iterator[_PostgresTx]:
+        with self._lock, self._translated():
+            self._begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                yield self._tx
+            finally:
+                self._rollback()
+
+    def _begin(self, statement: str) -> None:
+        """Start a transaction, first reconnecting if the server dropped the connection (it
+        restarted, say): no transaction was open on it, so nothing is lost."""
+        if self._conn.broken or self._conn.closed:
+            self._conn = self._connect()
+            self._tx = _PostgresTx(self._conn)
+        self._conn.execute(statement)
+
+    def _rollback(self) -> None:
+        if self._conn.closed or self._conn.broken:
+            return
+        if self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            try:
+                self._conn.execute("ROLLBACK")
+            except psycopg.Error:
+                self._conn.close()  # reconnected at the next transaction
+
+    def integrity_problems(self) -> list[str]:
+        with self.read() as tx:
+            return tx.integrity_problems()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # -- errors --------------------------------------------------------------------------------
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except psycopg.Error as error:
+            raise self._translate_error(error) from error
+
+    def _translate_error(self, error: psycopg.Error) -> StoreError:
+        code = error.sqlstate or ""
+        text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if code in _LOCKED:
+            return StoreLocked(
+                f"{self._where} kept a session locked by another process for more than "
+                f"{self.busy_timeout:g}s ({text}); wait for that process to finish and retry"
+            )
+        if code in _CORRUPT:
+            return StoreCorrupt(
+                f"{self._where} reports damaged data ({text}); restore it from a backup"
+            )
+        if code == "3D000":
+            return StoreUnavailable(
+                f"{self._where} does not exist ({text}); create it (createdb) or fix "
+                "TURNBACK_DATABASE_URL"
+            )
+        if not code or code[:2] in _UNAVAILABLE_CLASSES:
+            return StoreUnavailable(
+                f"cannot use {self._where} ({text}); check that the server is running and "
+                "TURNBACK_DATABASE_URL names it, then retry"
+            )
+        return StoreError(f"{self._where} failed: {text} (SQLSTATE {code})")
