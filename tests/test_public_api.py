@@ -33,6 +33,7 @@ def test_exported_members() -> None:
         "Message",
         "MessageKind",
         "NotSetAside",
+        "OwnershipLost",
         "NothingToRevert",
         "RecoveryReport",
         "ResumeUnavailable",

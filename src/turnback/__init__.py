@@ -28,6 +28,7 @@ from turnback.errors import (
     InvalidId,
     NothingToRevert,
     NotSetAside,
+    OwnershipLost,
     ResumeUnavailable,
     RevertConflict,
     RollbackUnavailable,
@@ -81,12 +82,17 @@ def open(
     batch_window: float = 0.01,
     checkpoints: bool = True,
     progress: Callable[[str, int, int], None] | None = None,
+    database_url: str | None = None,
+    lease_seconds: float | None = None,
 ) -> Turnback:
     """Open turnback on ``home`` ($TURNBACK_HOME, else the platform data directory).
 
     ``create=False`` refuses a home with no database yet (StoreNotFound) instead of making one.
     ``checkpoints=False`` turns workspace checkpoints off (no git needed; no diffs or file
-    reverts). ``progress(stage, done, total)`` hears about long captures and gc."""
+    reverts). ``progress(stage, done, total)`` hears about long captures and gc.
+    ``database_url`` (else ``TURNBACK_DATABASE_URL``) names the store, such as a fleet's
+    ``postgresql://user@host:port/database``; ``lease_seconds`` (else ``TURNBACK_LEASE_SECONDS``,
+    else 30) is how long this process's claim on its running turns outlives its last heartbeat."""
     return Turnback(
         home,
         durability=durability,
@@ -95,6 +101,8 @@ def open(
         batch_window=batch_window,
         checkpoints=checkpoints,
         progress=progress,
+        database_url=database_url,
+        lease_seconds=lease_seconds,
     )
 
 
@@ -121,6 +129,7 @@ __all__ = [
     "MessageKind",
     "NotSetAside",
     "NothingToRevert",
+    "OwnershipLost",
     "RecoveryReport",
     "ResumeUnavailable",
     "Revert",

@@ -46,6 +46,15 @@ class TurnNotRunning(TurnbackError):
     exit_code = 3
 
 
+class OwnershipLost(TurnNotRunning):
+    """This process's turn was taken over by another (its lease ran out, or its process was
+    judged dead): nothing it writes for the turn lands any more. Stop the turn locally."""
+
+    def __init__(self, message: str, token: str) -> None:
+        super().__init__(message)
+        self.token = token
+
+
 class NotSetAside(TurnbackError):
     """Apply or discard named a turn that is not set aside."""
 

@@ -15,7 +15,7 @@ from typing import Any
 from turnback.engine import recovery, revert
 from turnback.engine.checkpoints import WorkspaceCheckpoints, collect_garbage
 from turnback.engine.journal import Journal
-from turnback.engine.owners import is_alive
+from turnback.engine.owners import Lease, is_alive
 from turnback.engine.turns import RunningTurn, begin, encode, reopen, validate_prompt
 from turnback.errors import (
     AmbiguousId,
@@ -80,6 +80,7 @@ class Turnback:
         create: bool = True,
         checkpoints: bool = True,
         progress: Callable[[str, int, int], None] | None = None,
+        lease_seconds: float | None = None,
     ) -> None:
         try:
             mode = Durability(durability)
@@ -91,6 +92,8 @@ class Turnback:
         self.store: Store = open_store(url, busy_timeout=busy_timeout, create=create)
         self.durability = mode
         self.journal = Journal(self.store, mode, window=batch_window)
+        #: this process's lease on the turns it runs; losing it stops them (OwnershipLost)
+        self.lease = Lease(self.store, lease_seconds, on_lost=self.journal.lose_all)
         #: workspace checkpoints of turns; None when turned off (``checkpoints=False``)
         self.checkpoints = (
             WorkspaceCheckpoints(self.home, progress=progress) if checkpoints else None
@@ -184,6 +187,7 @@ class Turnback:
         self._closed = True
         atexit.unregister(self.close)
         try:
+            self.lease.close()
             self.journal.close()
         finally:
             self.store.close()
@@ -312,7 +316,8 @@ class Session:
             with store.read() as tx:
                 running = tx.get_turn(busy.running_token)
                 owner = tx.get_owner(running.owner_id) if running and running.owner_id else None
-            if running is None or is_alive(owner):
+                now = tx.now()
+            if running is None or is_alive(owner, now):
                 raise
             recovery.recover_turn(store, running, self._tb.checkpoints)
             turn = self._begin(prompt)
@@ -328,7 +333,7 @@ class Session:
         """Continue the interrupted turn ``ref`` (the session's head) from its last step
         checkpoint: it is running again, under this process, and ends like any other turn. What
         it recorded after that checkpoint leaves the conversation (see ``turns.reopen``)."""
-        turn, next_seq = reopen(self._tb.store, self.get_turn(ref).token)
+        turn, next_seq = reopen(self._tb.store, self.get_turn(ref).token, lease=self._tb.lease)
         return RunningTurn(
             self._tb.store,
             self._tb.journal,
@@ -344,7 +349,7 @@ class Session:
         validate_prompt(prompt)
         checkpoints = self._tb.checkpoints
         if checkpoints is None:
-            return begin(self._tb.store, self.id, prompt)
+            return begin(self._tb.store, self.id, prompt, lease=self._tb.lease)
         with self._tb.store.read() as tx:
             record = tx.get_session(self.id)
             head = tx.get_turn(record.head) if record and record.head else None
@@ -359,7 +364,9 @@ class Session:
                 capture.changes = []  # the head moved meanwhile: the comparison is stale
             capture.write(tx, self.id, turn.token)
 
-        return begin(self._tb.store, self.id, prompt, token=token, prepare=prepare)
+        return begin(
+            self._tb.store, self.id, prompt, lease=self._tb.lease, token=token, prepare=prepare
+        )
 
     def turns(self) -> list[Turn]:
         with self._tb.store.read() as tx:

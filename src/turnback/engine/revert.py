@@ -160,6 +160,8 @@ def revert(
         owner_id=owner.id,
     )
     with store.atomic() as tx:
+        tx.lock_sessions([session_id])
+        _require_quiet(tx, session_id, workspace)  # again, now that no begin can slip in
         tx.upsert_owner(owner)
         record = replace(record, id=tx.insert_revert(record))
     faults.point("revert.started")
@@ -182,27 +184,43 @@ def revert(
         _roll_back(store, checkpoints, record, workspace, f"the revert failed: {error}")
         raise
 
-    # 5. the conversation, in one transaction
+    # 5. the conversation, in one transaction, unless a turn began meanwhile (the check of
+    # step 3 cannot stop a begin during step 4): then the revert is rolled back, as when a step
+    # above fails
     with store.atomic() as tx:
-        now = time.time()
-        if conversation:
-            tx.mark_reverted([t.token for t in later], record.id)
-            tx.set_head(session_id, record.to_turn, now)
-        tx.set_revert_state(record.id, RevertState.COMMITTED, now)
-        what = " and ".join(w for w, on in (("files", files), ("conversation", conversation)) if on)
-        tx.insert_activity(
-            session_id,
-            None,
-            ActivityLevel.INFO,
-            "turn.reverted",
-            f"reverted the {what} to turn {to_turn}, undoing {len(later)} turn(s)"
-            + (" and keeping hand edits" if keep_user_edits else "")
-            + "; `turnback revert --undo` puts them back",
-            {"revert": record.id, "to": to_turn, "turns": [t.token for t in later]},
-            now,
-        )
-        faults.point("revert.commit.inside")
+        tx.lock_sessions([session_id])
+        busy = tx.running_turn(session_id)
+        now_head = (tx.get_session(session_id) or session).head
+        if busy is None and now_head == record.from_head:
+            now = time.time()
+            if conversation:
+                tx.mark_reverted([t.token for t in later], record.id)
+                tx.set_head(session_id, record.to_turn, now)
+            tx.set_revert_state(record.id, RevertState.COMMITTED, now)
+            what = " and ".join(
+                w for w, on in (("files", files), ("conversation", conversation)) if on
+            )
+            tx.insert_activity(
+                session_id,
+                None,
+                ActivityLevel.INFO,
+                "turn.reverted",
+                f"reverted the {what} to turn {to_turn}, undoing {len(later)} turn(s)"
+                + (" and keeping hand edits" if keep_user_edits else "")
+                + "; `turnback revert --undo` puts them back",
+                {"revert": record.id, "to": to_turn, "turns": [t.token for t in later]},
+                now,
+            )
+            faults.point("revert.commit.inside")
         done = tx.get_revert(record.id)
+    if done is None or done.state is not RevertState.COMMITTED:
+        why = "a turn began while it ran" if busy else "the session moved on while it ran"
+        _roll_back(store, checkpoints, record, workspace, f"the revert was refused: {why}")
+        raise TurnInProgress(
+            f"session {session_id[:12]} changed while the revert ran ({why}); nothing was "
+            "reverted. Revert again once its turn has ended",
+            busy.token if busy else "",
+        )
     faults.point("revert.done")
     assert done is not None
     return done
@@ -257,6 +275,7 @@ def _roll_back(
         snapshots.restore(path, record.undo_checkpoint, current=current.commit)
     faults.point("revert.rollback.files")
     with store.atomic() as tx:
+        tx.lock_sessions([record.session_id])
         now = time.time()
         tx.set_revert_state(record.id, RevertState.ROLLED_BACK, now, why)
         tx.insert_activity(
@@ -297,6 +316,7 @@ def undo_revert(store: Store, checkpoints: WorkspaceCheckpoints | None, session_
         )
     owner = current_owner()
     with store.atomic() as tx:
+        tx.lock_sessions([session_id])
         tx.upsert_owner(owner)
         tx.set_revert_state(record.id, RevertState.UNDOING, time.time(), owner_id=owner.id)
     record = replace(record, state=RevertState.UNDOING, owner_id=owner.id)
@@ -317,6 +337,7 @@ def _finish_undo(
         )
     faults.point("undo.files")
     with store.atomic() as tx:
+        tx.lock_sessions([record.session_id])
         now = time.time()
         tokens = tx.unmark_reverted(record.id)
         if record.conversation:
@@ -347,9 +368,10 @@ def recover_reverts(
             (r, tx.get_owner(r.owner_id) if r.owner_id else None, tx.get_session(r.session_id))
             for r in tx.reverts(session_id, _UNFINISHED)
         ]
+        now = tx.now()
     settled = []
     for record, owner, session in unfinished:
-        if is_alive(owner) or session is None:
+        if is_alive(owner, now) or session is None:
             continue
         if record.state is RevertState.UNDOING:
             settled.append(_finish_undo(store, checkpoints, record, session.workspace))

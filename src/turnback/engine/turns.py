@@ -36,9 +36,9 @@ from turnback.engine.fold import (
     superseded,
     unfinished_tool_calls,
 )
-from turnback.engine.owners import current_owner
 from turnback.errors import (
     InvalidEvent,
+    OwnershipLost,
     ResumeUnavailable,
     SessionNotFound,
     TurnInProgress,
@@ -61,6 +61,7 @@ from turnback.store import Tx
 if TYPE_CHECKING:
     from turnback.engine.checkpoints import WorkspaceCheckpoints
     from turnback.engine.journal import After, Journal
+    from turnback.engine.owners import Lease
     from turnback.store import Store
 
 #: Events larger than this are refused; large payloads belong in files the event names.
@@ -165,24 +166,27 @@ def begin(
     session_id: str,
     prompt: Any,
     *,
+    lease: Lease,
     token: str | None = None,
     prepare: Callable[[Tx, Turn], None] | None = None,
 ) -> Turn:
     """Make a new running turn durable (invariant 1). Raises TurnInProgress (invariant 8).
 
     ``prepare`` runs inside the begin transaction once the turn's row is in (it records the
-    baseline checkpoint, taken just before)."""
+    baseline checkpoint, taken just before). The turn runs under a fresh fencing token and this
+    process's lease, which this transaction claims or renews."""
     prompt = validate_prompt(prompt)
     encode(prompt, "the prompt")
-    owner = current_owner()
     now = time.time()
     faults.point("turn.begin.before")
     with store.atomic() as tx:
+        tx.lock_sessions([session_id])
         session = tx.get_session(session_id)
         if session is None:
             raise SessionNotFound(f"no session {session_id}; `turnback sessions` lists them")
         require_idle(tx, session_id, "beginning another")
         head = tx.get_turn(session.head) if session.head else None
+        owner = lease.claim(tx)
         turn = Turn(
             token=token or uuid.uuid4().hex,
             session_id=session_id,
@@ -192,8 +196,9 @@ def begin(
             status=TurnStatus.RUNNING,
             prompt=prompt,
             started_at=now,
+            fence=uuid.uuid4().hex,
+            host=owner.host,
         )
-        tx.upsert_owner(owner)
         tx.insert_turn(turn)
         if prepare is not None:
             prepare(tx, turn)
@@ -215,7 +220,7 @@ def require_idle(tx: Tx, session_id: str, before: str) -> None:
         )
 
 
-def reopen(store: Store, token: str) -> tuple[Turn, int]:
+def reopen(store: Store, token: str, *, lease: Lease) -> tuple[Turn, int]:
     """Continue an interrupted turn from its last step checkpoint (from its beginning if it has
     none), in one transaction: the reverse of recovery's apply, then a rewind. Returns the turn,
     running again under this process, and the seq its next event takes.
@@ -227,11 +232,12 @@ def reopen(store: Store, token: str) -> tuple[Turn, int]:
     appended in the same transaction makes what it recorded after the checkpoint (recovery's
     notice and cancelled tool calls included) leave the conversation, as after an agent crash,
     so the agent doing it again shows it once. A crash after the commit leaves a running turn
-    with a dead owner, which recovery settles again like any other."""
-    owner = current_owner()
+    with a dead owner, which recovery settles again like any other. It runs under a fresh
+    fencing token."""
     now = time.time()
     faults.point("turn.reopen.before")
     with store.atomic() as tx:
+        tx.lock_turns([token])
         turn = tx.get_turn(token)
         session = tx.get_session(turn.session_id) if turn else None
         if turn is None or session is None:
@@ -244,8 +250,8 @@ def reopen(store: Store, token: str) -> tuple[Turn, int]:
                 + (", reverted" if turn.reverted_by else "")
             )
         require_idle(tx, turn.session_id, "continuing an interrupted turn")
-        tx.upsert_owner(owner)
-        changed = tx.reopen_turn(token, owner.id)
+        owner = lease.claim(tx)
+        changed = tx.reopen_turn(token, owner.id, uuid.uuid4().hex)
         assert changed, "checked interrupted in this same transaction"
         tx.set_head(turn.session_id, turn.parent, now)
         _, last = tx.journal_size(token)
@@ -415,6 +421,7 @@ class RunningTurn:
         self._folder: Folder | None = Folder(turn.prompt) if next_seq == 1 else None
         self._seq = next_seq - 1
         self._ended = False
+        journal.hold(turn.token, turn.fence)
 
     @property
     def token(self) -> str:
@@ -469,7 +476,7 @@ class RunningTurn:
 
     def sync(self) -> None:
         """Make every event recorded so far durable (whatever the mode)."""
-        self._journal.flush()
+        self._journal.flush(self.turn.token)
 
     def step(
         self,
@@ -498,7 +505,7 @@ class RunningTurn:
 
     def last_checkpoint(self) -> StepCheckpoint | None:
         """The latest step checkpoint this turn can resume from."""
-        self._journal.flush()
+        self._journal.flush(self.turn.token)
         with self._store.read() as tx:
             checkpoints = tx.step_checkpoints(self.turn.token)
         return checkpoints[-1] if checkpoints else None
@@ -568,7 +575,7 @@ class RunningTurn:
 
     def _end(self, status: TurnStatus, detail: str | None, extra: Sequence[JSON] = ()) -> Turn:
         self._require_running()
-        self._journal.flush()
+        self._journal.flush(self.turn.token)
         capture = None
         if self._checkpoints is not None and self._workspace is not None:
             capture = self._checkpoints.for_turn(
@@ -580,25 +587,28 @@ class RunningTurn:
             )
         faults.point("turn.end.before")
         with self._store.atomic() as tx:
+            state = tx.lock_turns([self.turn.token]).get(self.turn.token)
+            if state != (TurnStatus.RUNNING, self.turn.fence):
+                self._journal.lose_turn(self.turn.token, "another process recovered it")
+                self._journal.check(self.turn.token)
             prefolded = (self._seq, self._folder.messages()) if self._folder else None
-            if not commit_turn(
+            applied = commit_turn(
                 tx, self.turn, status, detail=detail, extra=extra, prefolded=prefolded
-            ):
-                raise TurnNotRunning(
-                    f"turn {self.turn.number} ({self.turn.token}) is no longer running: another "
-                    "process recovered it; `turnback show` shows what was kept"
-                )
+            )
+            assert applied, "checked running under this fence in this same transaction"
             if capture is not None:
                 capture.write(tx, self.turn.session_id, self.turn.token)
             faults.point("turn.end.inside")
             ended = tx.get_turn(self.turn.token)
         faults.point("turn.end.after")
         self._ended = True
+        self._journal.release(self.turn.token)
         assert ended is not None
         self.turn = ended
         return ended
 
     def _require_running(self) -> None:
+        self._journal.check(self.turn.token)
         if self._ended:
             raise TurnNotRunning(
                 f"turn {self.turn.number} ({self.turn.token}) has ended ({self.turn.status})"
@@ -613,7 +623,7 @@ class RunningTurn:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._ended:
+        if self._ended or isinstance(exc, OwnershipLost):
             return
         if exc is None:
             self.complete()

@@ -42,13 +42,12 @@ class Tx(Protocol):
         """Hold these sessions against every other writer until the transaction ends."""
         ...
 
-    def lock_turn_sessions(self, tokens: Sequence[str]) -> None: ...
-    def now(self) -> float:
-        """The database's clock (seconds since the epoch), by which leases are judged."""
+    def lock_turns(self, tokens: Sequence[str]) -> dict[str, tuple[TurnStatus, str | None]]:
+        """Lock the sessions of these turns; (status, fencing token) of each that exists."""
         ...
 
-    def fences(self, tokens: Sequence[str]) -> dict[str, tuple[TurnStatus, str | None]]:
-        """(status, fencing token) of each of these turns that exists."""
+    def now(self) -> float:
+        """The database's clock (seconds since the epoch), by which leases are judged."""
         ...
 
     def renew_lease(self, owner_id: str, seconds: float) -> float | None:
@@ -85,8 +84,9 @@ class Tx(Protocol):
         """Move a turn out of ``expected``; False when it was no longer in that status."""
         ...
 
-    def reopen_turn(self, token: str, owner_id: str) -> bool:
-        """Make an interrupted turn running again under ``owner_id``, dropping what ending it
+    def reopen_turn(self, token: str, owner_id: str, fence: str) -> bool:
+        """Make an interrupted turn running again under ``owner_id`` and a new fencing token
+        ``fence``, dropping what ending it
         wrote: its folded messages, its end checkpoint and the file changes measured against
         it. False, changing nothing, when the turn is not interrupted."""
         ...

@@ -49,6 +49,8 @@ def _dialect(sql: str) -> str:
 
 
 class _PostgresTx(SQLTx):
+    _FOR_UPDATE = " FOR UPDATE"
+
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._c = conn
 
@@ -64,13 +66,6 @@ class _PostgresTx(SQLTx):
         row = self._one("SELECT extract(epoch FROM clock_timestamp())::float8")
         assert row is not None
         return float(row[0])
-
-    def lock_sessions(self, session_ids: Sequence[str]) -> None:
-        if session_ids:
-            self._run(
-                "SELECT id FROM sessions WHERE id = ANY(?) ORDER BY id FOR UPDATE",
-                (sorted(set(session_ids)),),
-            )
 
     def integrity_problems(self) -> list[str]:
         # PostgreSQL enforces every constraint as it writes; what is left to check is that the

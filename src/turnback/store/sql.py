@@ -153,6 +153,9 @@ class SQLTx:
 
     # -- dialect hooks -------------------------------------------------------------------------
 
+    #: what makes a SELECT take row locks ("" where every write transaction holds them all)
+    _FOR_UPDATE = ""
+
     def _run(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         """Execute one statement with ``?`` placeholders."""
         raise NotImplementedError
@@ -163,11 +166,6 @@ class SQLTx:
     def now(self) -> float:
         """The database's clock, in seconds since the epoch: leases are judged by it alone, so
         machines whose clocks disagree still agree on who holds a lease."""
-        raise NotImplementedError
-
-    def lock_sessions(self, session_ids: Sequence[str]) -> None:
-        """Hold these sessions against every other writer until this transaction ends (the
-        contract above)."""
         raise NotImplementedError
 
     def integrity_problems(self) -> list[str]:
@@ -182,21 +180,26 @@ class SQLTx:
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return list(self._run(sql, params).fetchall())
 
-    def lock_turn_sessions(self, tokens: Sequence[str]) -> None:
-        """:meth:`lock_sessions` for the sessions of these turns."""
-        if tokens:
-            rows = self._all(
-                f"SELECT DISTINCT session_id FROM turns WHERE token IN ({_marks(tokens)})",
-                tuple(tokens),
+    def lock_sessions(self, session_ids: Sequence[str]) -> None:
+        """Hold these sessions against every other writer until this transaction ends (the
+        contract above)."""
+        if self._FOR_UPDATE and session_ids:
+            ids = sorted(set(session_ids))
+            self._run(
+                f"SELECT id FROM sessions WHERE id IN ({_marks(ids)}) ORDER BY id"
+                + self._FOR_UPDATE,
+                ids,
             )
-            self.lock_sessions([row[0] for row in rows])
 
-    def fences(self, tokens: Sequence[str]) -> dict[str, tuple[TurnStatus, str | None]]:
-        """(status, fencing token) of each of these turns that exists."""
+    def lock_turns(self, tokens: Sequence[str]) -> dict[str, tuple[TurnStatus, str | None]]:
+        """:meth:`lock_sessions` for the sessions of these turns, in the same statement that
+        reads each turn's (status, fencing token)."""
         if not tokens:
             return {}
         rows = self._all(
-            f"SELECT token, status, fence FROM turns WHERE token IN ({_marks(tokens)})",
+            "SELECT t.token, t.status, t.fence FROM turns t JOIN sessions s ON s.id = t.session_id "
+            f"WHERE t.token IN ({_marks(tokens)}) ORDER BY s.id"
+            + (f"{self._FOR_UPDATE} OF s" if self._FOR_UPDATE else ""),
             tuple(tokens),
         )
         return {row[0]: (TurnStatus(row[1]), row[2]) for row in rows}
@@ -329,11 +332,11 @@ class SQLTx:
         )
         return cursor.rowcount == 1
 
-    def reopen_turn(self, token: str, owner_id: str) -> bool:
+    def reopen_turn(self, token: str, owner_id: str, fence: str) -> bool:
         cursor = self._run(
-            "UPDATE turns SET status = ?, owner_id = ?, ended_at = NULL, detail = NULL, "
+            "UPDATE turns SET status = ?, owner_id = ?, fence = ?, ended_at = NULL, detail = NULL, "
             "event_count = 0, end_checkpoint = NULL WHERE token = ? AND status = ?",
-            (TurnStatus.RUNNING.value, owner_id, token, TurnStatus.INTERRUPTED.value),
+            (TurnStatus.RUNNING.value, owner_id, fence, token, TurnStatus.INTERRUPTED.value),
         )
         if cursor.rowcount != 1:
             return False

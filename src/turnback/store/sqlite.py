@@ -212,9 +212,6 @@ class _SQLiteTx(SQLTx):
     def now(self) -> float:
         return time.time()
 
-    def lock_sessions(self, session_ids: Sequence[str]) -> None:
-        pass  # BEGIN IMMEDIATE already excludes every other writer
-
     def integrity_problems(self) -> list[str]:
         problems = [str(row[0]) for row in self._all("PRAGMA integrity_check") if row[0] != "ok"]
         problems += [
