@@ -164,3 +164,64 @@ def test_a_lost_lease_stops_the_turns_of_its_process(
         later = tb.create_session(tmp_path).turn("later work")
         assert later.turn.owner_id not in (None, first_owner), "a lost lease's owner is retired"
         later.complete()
+
+
+def test_eight_processes_on_three_hosts_keep_one_running_turn_per_session(
+    fleet: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with open_as(fleet, "z", monkeypatch) as tb:
+        shared = [tb.create_session(tmp_path / "shared").id for _ in range(2)]
+    hosts = ["a", "a", "a", "b", "b", "b", "c", "c"]
+    workers = [
+        start(
+            "hammer",
+            {
+                **fleet,
+                "seed": i,
+                "shared": shared,
+                "workspace": str(tmp_path / f"own{i}"),
+                "seconds": 6,
+                "crash_at": 2 if i in (1, 5) else None,
+            },
+            host=host,
+            lease=3.0,  # on SQLite a heartbeat waits its turn for the one write lock
+        )
+        for i, host in enumerate(hosts)
+    ]
+    acks: list[dict[str, Any]] = []
+    for i, worker in enumerate(workers):
+        out, err = worker.communicate(timeout=240)
+        acks += [json.loads(line) for line in out.splitlines()]
+        expected = -signal.SIGKILL if i in (1, 5) else 0
+        assert worker.returncode == expected, err[-3000:]
+
+    assert not [a for a in acks if a["what"] == "lost"], "a live owner's turn was taken over"
+    time.sleep(3.5)  # the crashed workers' leases run out
+    with open_as(fleet, "z", monkeypatch) as tb:
+        tb.recover()
+        crashed = {a["token"] for a in acks if a["what"] == "crash"}
+        completed = {a["token"] for a in acks if a["what"] == "complete"}
+        assert len(crashed) == 2 and len(completed) > 10
+        assert {"recover", "revert"} <= {a["what"] for a in acks}, "the mix was not exercised"
+        recovered: list[str] = []
+        for record in tb.sessions():
+            session = tb.session(record.id)
+            turns = session.turns()
+            assert not [t for t in turns if t.status is turnback.TurnStatus.RUNNING]
+            for turn in turns:
+                if turn.token in completed:
+                    assert turn.status is turnback.TurnStatus.COMPLETED
+                if turn.token in crashed:
+                    assert turn.status in (
+                        turnback.TurnStatus.INTERRUPTED,
+                        turnback.TurnStatus.SET_ASIDE,
+                    )
+            chain = sorted((t for t in turns if t.in_conversation), key=lambda t: t.number)
+            assert [t.number for t in chain] == list(range(1, len(chain) + 1)), (
+                "two turns ran at once in one session"
+            )
+            assert [t.parent for t in chain] == [None, *(t.token for t in chain)][: len(chain)]
+            assert record.head == (chain[-1].token if chain else None)
+            recovered += [a.turn for a in session.activities() if a.code == "turn.recovered"]
+        assert len(recovered) == len(set(recovered)), "a turn was recovered twice"
+        assert crashed <= set(recovered) | {u.turn.token for u in tb.unrecovered()}

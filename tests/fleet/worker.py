@@ -101,6 +101,7 @@ def main() -> None:
         durability=args.get("mode", "strict"),
         database_url=args.get("url"),
         checkpoints=False,
+        busy_timeout=60,  # eight processes share SQLite's one write lock, without fairness
     )
     {"writer": writer, "hammer": hammer}[scenario](tb, args)
     tb.close()

@@ -93,7 +93,11 @@ class Turnback:
         self.durability = mode
         self.journal = Journal(self.store, mode, window=batch_window)
         #: this process's lease on the turns it runs; losing it stops them (OwnershipLost)
-        self.lease = Lease(self.store, lease_seconds, on_lost=self.journal.lose_all)
+        self.lease = Lease(
+            lambda: open_store(url, busy_timeout=busy_timeout),
+            lease_seconds,
+            on_lost=self.journal.lose_all,
+        )
         #: workspace checkpoints of turns; None when turned off (``checkpoints=False``)
         self.checkpoints = (
             WorkspaceCheckpoints(self.home, progress=progress) if checkpoints else None

@@ -155,15 +155,20 @@ class Lease:
 
     :meth:`claim` is called inside the transaction that begins (or reopens) a turn: it writes
     the owner's row with a lease from the database's clock and starts the heartbeat. When renewals
-    keep failing for a whole lease, ``on_lost`` is told why, once, and the owner is retired."""
+    keep failing for a whole lease, ``on_lost`` is told why, once, and the owner is retired.
+
+    The heartbeat has a connection of its own (``connect`` opens it, at the first beat): on the
+    process's connection it would wait behind any transaction that waits for a lock, and a lease
+    must not run out because the process is busy."""
 
     def __init__(
         self,
-        store: Store,
+        connect: Callable[[], Store],
         seconds: float | None = None,
         on_lost: Callable[[str], None] | None = None,
     ) -> None:
-        self.store = store
+        self.connect = connect
+        self._store: Store | None = None
         self.seconds = lease_seconds(seconds)
         self.on_lost = on_lost
         self._stop = threading.Event()
@@ -191,7 +196,9 @@ class Lease:
         from turnback.errors import StoreError
 
         try:
-            with self.store.atomic() as tx:
+            if self._store is None:
+                self._store = self.connect()
+            with self._store.atomic() as tx:
                 renewed = tx.renew_lease(owner.id, self.seconds)
         except StoreError as error:
             if time.monotonic() - self._renewed < self.seconds:
@@ -218,3 +225,5 @@ class Lease:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if self._store is not None:
+            self._store.close()

@@ -277,7 +277,8 @@ def sweep(store: Store) -> SweepReport:
         ]
     with store.atomic() as tx:
         steps = tx.delete_orphan_step_checkpoints()
-        # A dead owner cannot begin a turn, so none of these became referenced meanwhile.
-        for owner in stale:
-            tx.delete_owner(owner.id)
-    return SweepReport(step_checkpoints=steps, owners=len(stale))
+        # A process judged dead by its pid cannot begin a turn again, but one judged dead by an
+        # expired lease can (it was only stopped): its begin renews the lease, so an owner is
+        # deleted only while the lease it had when judged is still the one it has.
+        removed = sum(tx.delete_owner(owner.id, lease=owner.lease_expires) for owner in stale)
+    return SweepReport(step_checkpoints=steps, owners=removed)

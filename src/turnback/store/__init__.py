@@ -151,7 +151,10 @@ class Tx(Protocol):
         """Owners that no running turn names."""
         ...
 
-    def delete_owner(self, owner_id: str) -> None: ...
+    def delete_owner(self, owner_id: str, *, lease: float | None = None) -> bool:
+        """Remove an owner; with ``lease``, only while its lease still expires then. Whether it
+        was removed."""
+        ...
 
     # workspace checkpoints and the files each turn changed
     def set_checkpoint(self, token: str, which: str, commit: str | None) -> None:

@@ -534,8 +534,13 @@ class SQLTx:
         )
         return [_owner(row) for row in rows]
 
-    def delete_owner(self, owner_id: str) -> None:
-        self._run("DELETE FROM owners WHERE id = ?", (owner_id,))
+    def delete_owner(self, owner_id: str, *, lease: float | None = None) -> bool:
+        if lease is None:
+            return self._run("DELETE FROM owners WHERE id = ?", (owner_id,)).rowcount == 1
+        cursor = self._run(
+            "DELETE FROM owners WHERE id = ? AND lease_expires = ?", (owner_id, lease)
+        )
+        return cursor.rowcount == 1
 
     # workspace checkpoints and file changes
 
