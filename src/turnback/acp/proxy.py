@@ -49,7 +49,7 @@ import turnback
 from turnback.acp import commands, transcript
 from turnback.acp.wire import EditorWire, open_stdio
 from turnback.engine.handle import Session, Turnback
-from turnback.errors import TurnbackError
+from turnback.errors import OwnershipLost, TurnbackError
 from turnback.model import SessionRecord, TurnStatus
 from turnback.runtime import AgentError, AgentRuntime, InputRequest, PermissionRequest
 from turnback.runtime.reactor import Notice
@@ -452,6 +452,14 @@ class Proxy:
         editor.prompting = asyncio.current_task()
         try:
             turn = await runtime.prompt(blocks, meta=meta if isinstance(meta, dict) else None)
+        except OwnershipLost as lost:
+            message = (
+                "this turn was taken over by another turnback process (this one's lease ran "
+                "out); it was stopped here and nothing more of it was recorded. Reload the "
+                "session to see it as the other process recovered it"
+            )
+            self.update(editor.id, transcript.notice_chunk(message, "error"))
+            raise _error(message, error="OwnershipLost", turn=lost.token) from lost
         finally:
             editor.prompting = None
         answer = runtime.last_response

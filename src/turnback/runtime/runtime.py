@@ -56,6 +56,7 @@ from turnback.errors import (
     AgentError,
     AgentUnavailable,
     InvalidEvent,
+    OwnershipLost,
     ResumeUnavailable,
     RollbackUnavailable,
     TurnNotRunning,
@@ -181,6 +182,7 @@ class AgentRuntime:
         self._inputs: deque[tuple[str, RunningTurn]] = deque()
         self._frame_reports = 0
         self._cancelling = False
+        self._stopping: asyncio.Future[None] | None = None  # a cancel after OwnershipLost
         self._prompt_meta: dict[str, Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self.features = AgentFeatures()
@@ -925,6 +927,12 @@ class AgentRuntime:
                 {"update": repr(update)[:500]},
             )
             return False
+        except OwnershipLost:
+            # Another process took the turn over: nothing more of it is written. Stop the agent
+            # now rather than at its own end; the end then says what happened.
+            if not self._cancelling:
+                self._stopping = asyncio.ensure_future(self.cancel())
+            return False
         except TurnNotRunning:
             return False
         return True
@@ -1039,7 +1047,10 @@ class AgentRuntime:
             answer["optionId"] = choice
         self._record(turn, answer)
         # Durable before the agent hears it.
-        await self._engine.run(turn.sync)
+        try:
+            await self._engine.run(turn.sync)
+        except OwnershipLost:
+            choice = None  # the turn is no longer this process's: the agent is being stopped
         if choice is None:
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         return RequestPermissionResponse(
@@ -1050,7 +1061,10 @@ class AgentRuntime:
         if not self._inputs:
             return CancelElicitationResponse(action="cancel")
         request_id, turn = self._inputs.popleft()
-        await self._engine.run(turn.sync)
+        try:
+            await self._engine.run(turn.sync)
+        except OwnershipLost:
+            return CancelElicitationResponse(action="cancel")  # see answer_permission
         shape = mode.model_dump(mode="json", by_alias=True, exclude_none=True)
         content: dict[str, Any] | None = None
         if self._on_input is not None:
