@@ -98,7 +98,12 @@ class GitFailed(WorkspaceError):
 
 
 class CheckpointUnavailable(WorkspaceError):
-    """A workspace checkpoint a diff or revert needs does not exist (or was pruned)."""
+    """A workspace checkpoint a diff or revert needs does not exist (or was pruned), or lives
+    on another host of a fleet (named in ``hosts``)."""
+
+    def __init__(self, message: str, hosts: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.hosts = hosts
 
 
 class NothingToRevert(TurnbackError):

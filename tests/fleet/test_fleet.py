@@ -225,3 +225,30 @@ def test_eight_processes_on_three_hosts_keep_one_running_turn_per_session(
             recovered += [a.turn for a in session.activities() if a.code == "turn.recovered"]
         assert len(recovered) == len(set(recovered)), "a turn was recovered twice"
         assert crashed <= set(recovered) | {u.turn.token for u in tb.unrecovered()}
+
+
+def test_checkpoints_are_answered_for_only_on_the_host_that_took_them(
+    fleet: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    monkeypatch.setenv("TURNBACK_HOST", "a")
+    with turnback.open(fleet["home"], database_url=fleet["url"]) as tb:
+        session = tb.create_session(workspace)
+        with session.turn("write it") as turn:
+            (workspace / "a.txt").write_text("from host a\n")
+            turn.record({"sessionUpdate": "agent_message_chunk", "content": {"type": "text"}})
+        assert session.diff(1, patch=True).patch
+    monkeypatch.setenv("TURNBACK_HOST", "b")
+    with turnback.open(fleet["home"], database_url=fleet["url"]) as tb:
+        session = tb.session(session.id)
+        assert [f.path for f in session.diff(1).files] == ["a.txt"], "the stored rows still answer"
+        with pytest.raises(turnback.CheckpointUnavailable, match="live on host a") as error:
+            session.diff(1, patch=True)
+        assert error.value.hosts == ("a",)
+        with pytest.raises(turnback.CheckpointUnavailable, match="live on host a"):
+            session.revert(0)
+        assert (workspace / "a.txt").read_text() == "from host a\n"
+        assert session.reverts() == []
+        session.revert(0, files=False)  # the conversation is the store's: any host may
+        assert session.messages() == []

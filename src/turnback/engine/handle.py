@@ -15,7 +15,7 @@ from typing import Any
 from turnback.engine import recovery, revert
 from turnback.engine.checkpoints import WorkspaceCheckpoints, collect_garbage
 from turnback.engine.journal import Journal
-from turnback.engine.owners import Lease, is_alive
+from turnback.engine.owners import Lease, is_alive, require_here
 from turnback.engine.turns import RunningTurn, begin, encode, reopen, validate_prompt
 from turnback.errors import (
     AmbiguousId,
@@ -428,6 +428,7 @@ class Session:
         available = bool(turn.begin_checkpoint and turn.end_checkpoint)
         text = None
         if patch:
+            require_here([turn], "its patch")
             if not available or self._tb.checkpoints is None:
                 moment = "begin" if not turn.begin_checkpoint else "end"
                 raise CheckpointUnavailable(

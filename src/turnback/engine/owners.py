@@ -32,11 +32,12 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from turnback.model import Owner
+from turnback.errors import CheckpointUnavailable
+from turnback.model import Owner, Turn
 
 if TYPE_CHECKING:
     from turnback.store import Store, Tx
@@ -123,6 +124,21 @@ def current_owner() -> Owner:
             created_at=time.time(),
         )
     return _current
+
+
+def require_here(turns: Sequence[Turn], what: str) -> None:
+    """Raise CheckpointUnavailable unless these turns' workspace checkpoints are on this host:
+    snapshots stay on the machine that took them, and another's workspace would give a wrong
+    answer."""
+    here = host_identity()[0]
+    away = sorted({t.host for t in turns if t.host and t.host != here})
+    if away:
+        numbers = ", ".join(str(t.number) for t in turns if t.host in away)
+        raise CheckpointUnavailable(
+            f"the workspace checkpoints of turn {numbers} live on host {', '.join(away)}, not on "
+            f"this one ({here}): {what} can only be made there",
+            hosts=tuple(away),
+        )
 
 
 def retire_owner() -> None:

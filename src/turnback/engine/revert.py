@@ -35,7 +35,7 @@ from typing import Protocol
 
 from turnback import faults
 from turnback.engine.checkpoints import WorkspaceCheckpoints
-from turnback.engine.owners import current_owner, is_alive
+from turnback.engine.owners import current_owner, is_alive, require_here
 from turnback.errors import (
     CheckpointUnavailable,
     NothingToRevert,
@@ -125,6 +125,7 @@ def revert(
     target = target_turn.end_checkpoint if target_turn else later[0].begin_checkpoint
     workspace = session.workspace
     if files:
+        require_here([*later, *([target_turn] if target_turn else [])], "a revert of its files")
         _require_checkpoints(checkpoints, workspace, to_turn, later, target, keep_user_edits)
     if conversation and rollback is not None:
         rollback.check(len(later))
