@@ -189,11 +189,18 @@ class PostgresStore:
                 self._rollback()
 
     def _begin(self, statement: str) -> None:
-        """Start a transaction, first reconnecting if the server dropped the connection (it
-        restarted, say): no transaction was open on it, so nothing is lost."""
-        if self._conn.broken or self._conn.closed:
-            self._conn = self._connect()
-            self._tx = _PostgresTx(self._conn)
+        """Start a transaction, reconnecting once if the server dropped the connection (it
+        restarted, or an operator ended the session): no transaction was open on it, so
+        nothing is lost."""
+        if not (self._conn.broken or self._conn.closed):
+            try:
+                self._conn.execute(statement)
+                return
+            except psycopg.OperationalError:
+                if not self._conn.broken:
+                    raise
+        self._conn = self._connect()
+        self._tx = _PostgresTx(self._conn)
         self._conn.execute(statement)
 
     def _rollback(self) -> None:
