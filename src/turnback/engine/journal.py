@@ -159,7 +159,10 @@ class Journal:
                         if token in self._fences
                         and states.get(token) != (TurnStatus.RUNNING, self._fences[token])
                     }
-                    tx.append_journal([e for e in pending.entries if e.turn not in lost])
+                    running = {t for t, (status, _) in states.items() if status == "running"}
+                    tx.append_journal(
+                        [e for e in pending.entries if e.turn not in lost], running - lost
+                    )
                     for token, after in pending.after:
                         if token not in lost:
                             after(tx)

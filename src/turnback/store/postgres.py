@@ -53,9 +53,13 @@ class _PostgresTx(SQLTx):
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._c = conn
+        self.pipeline: psycopg.Pipeline | None = None  # set by PostgresStore.atomic
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
-        return self._c.execute(_dialect(sql), tuple(params))
+        cursor = self._c.execute(_dialect(sql), tuple(params))
+        if self.pipeline is not None:
+            self.pipeline.sync()  # its rows or row count are read at once
+        return cursor
 
     def _run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
@@ -170,14 +174,25 @@ class PostgresStore:
 
     @contextmanager
     def atomic(self) -> Iterator[_PostgresTx]:
+        """A write transaction in pipeline mode: a statement goes to the server with those
+        before it whose results nobody read (BEGIN, the inserts of a journal flush) and COMMIT
+        goes with what precedes it, so a strict append costs two round trips (BEGIN with the
+        session's lock, then the inserts with COMMIT), as a bare INSERT + COMMIT through psycopg
+        does. A connection found dropped here fails this transaction (StoreUnavailable, nothing
+        written) and is opened again at the next."""
         with self._lock, self._translated():
-            self._begin("BEGIN")
+            if self._conn.broken or self._conn.closed:
+                self._reconnect()
             try:
-                yield self._tx
-                self._conn.execute("COMMIT")
+                with self._conn.pipeline() as self._tx.pipeline:
+                    self._conn.execute("BEGIN")
+                    yield self._tx
+                    self._conn.execute("COMMIT")
             except BaseException:
                 self._rollback()
                 raise
+            finally:
+                self._tx.pipeline = None
 
     @contextmanager
     def read(self) -> Iterator[_PostgresTx]:
@@ -199,9 +214,13 @@ class PostgresStore:
             except psycopg.OperationalError:
                 if not self._conn.broken:
                     raise
+        self._reconnect()
+        self._conn.execute(statement)
+
+    def _reconnect(self) -> None:
+        self._conn.close()
         self._conn = self._connect()
         self._tx = _PostgresTx(self._conn)
-        self._conn.execute(statement)
 
     def _rollback(self) -> None:
         if self._conn.closed or self._conn.broken:

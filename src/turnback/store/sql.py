@@ -24,7 +24,7 @@ The concurrency contract (what the engine needs from ``Store.atomic()``, and bot
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
 from turnback.model import (
@@ -354,17 +354,20 @@ class SQLTx:
 
     # a turn's events: its journal while it runs or is set aside, its run timeline once ended
 
-    def append_journal(self, entries: Sequence[JournalEntry]) -> int:
+    def append_journal(
+        self, entries: Sequence[JournalEntry], running: Collection[str] | None = None
+    ) -> int:
         if not entries:
             return 0
-        tokens = sorted({e.turn for e in entries})
-        running = {
-            row[0]
-            for row in self._all(
-                f"SELECT token FROM turns WHERE status = ? AND token IN ({_marks(tokens)})",
-                (TurnStatus.RUNNING.value, *tokens),
-            )
-        }
+        if running is None:
+            tokens = sorted({e.turn for e in entries})
+            running = {
+                row[0]
+                for row in self._all(
+                    f"SELECT token FROM turns WHERE status = ? AND token IN ({_marks(tokens)})",
+                    (TurnStatus.RUNNING.value, *tokens),
+                )
+            }
         kept = [(e.turn, e.seq, e.kind, e.payload, e.at) for e in entries if e.turn in running]
         self._run_many(
             "INSERT INTO events (turn, seq, kind, payload, at) VALUES (?, ?, ?, ?, ?)", kept
