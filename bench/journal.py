@@ -332,18 +332,19 @@ def bench_batched(
     return rows, journal_longest
 
 
-def bench_recover(
+def crash_child(
     home: Path,
     workspace: Path,
     turns: int,
     events: int,
     options: dict[str, Any],
     name: str,
-) -> float:
-    """Seconds per turn of ``recover()`` of ``turns`` turns, begun with ``options`` by a process
-    that was then SIGKILLed."""
+    extra_env: dict[str, str] | None = None,
+) -> None:
+    """Run CRASHING_CHILD with ``options``; it must die by SIGKILL, its turns left running."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNBACK_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
+    env.update(extra_env or {})
     child = subprocess.run(
         [
             sys.executable,
@@ -365,6 +366,19 @@ def bench_recover(
             f"the child that begins {turns} turns ({name}) should have died by SIGKILL, but "
             f"exited with {child.returncode}:\n{child.stderr.strip()}"
         )
+
+
+def bench_recover(
+    home: Path,
+    workspace: Path,
+    turns: int,
+    events: int,
+    options: dict[str, Any],
+    name: str,
+) -> float:
+    """Seconds per turn of ``recover()`` of ``turns`` turns, begun with ``options`` by a process
+    that was then SIGKILLed."""
+    crash_child(home, workspace, turns, events, options, name)
     with turnback.open(home, **options) as tb:
         started = time.perf_counter()
         report = tb.recover()
@@ -567,32 +581,10 @@ def bench_postgres(url: str, workspace: Path, sizes: Sizes, sqlite_batched: floa
 def lease_expiry_to_recovery(url: str, workspace: Path) -> float:
     """Seconds from the lease's expiry (database time) of a turn whose machine died to its
     recovery by a peer on another host that runs ``recover()`` every LEASE_POLL seconds."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNBACK_")}
-    env.update(
-        PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")])),
-        TURNBACK_HOST="dying-machine",
-        TURNBACK_LEASE_SECONDS=str(LEASE_SECONDS),
-    )
     options = {**journal_only(), "database_url": url}
     home = workspace.parent / f"pg-lease-{time.monotonic_ns()}"
-    child = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            CRASHING_CHILD.format(chunk=CHUNK),
-            str(home),
-            str(workspace),
-            "1",
-            "3",
-            json.dumps(options),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if child.returncode != -signal.SIGKILL:
-        raise BenchError(f"the dying machine exited with {child.returncode}: {child.stderr}")
+    machine = {"TURNBACK_HOST": "dying-machine", "TURNBACK_LEASE_SECONDS": str(LEASE_SECONDS)}
+    crash_child(home, workspace, 1, 3, options, "the dying machine", machine)
     previous = os.environ.get("TURNBACK_HOST")
     os.environ["TURNBACK_HOST"] = "peer-machine"
     try:
