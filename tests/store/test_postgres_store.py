@@ -122,3 +122,17 @@ def test_a_dropped_connection_is_opened_again(postgres_url: str) -> None:
             assert tx.get_session(record.id) == record
     finally:
         store.close()
+
+
+def test_the_password_stays_out_of_the_url_and_messages(postgres_url: str) -> None:
+    with_password = postgres_url.replace("turnback@", "turnback:s3cret@")
+    store = open_store(with_password)
+    try:
+        assert "s3cret" not in store.url and "turnback:***@" in store.url
+        with store.read() as tx:
+            assert tx.list_sessions() == []
+    finally:
+        store.close()
+    with pytest.raises(StoreUnavailable) as error:
+        open_store(with_password.replace("@/postgres?", "@/no_such_database?"))
+    assert "s3cret" not in str(error.value)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -40,6 +41,14 @@ from turnback.store.sql import Cursor, SQLTx
 _LOCKED = {"40001", "40P01", "55P03", "57014"}  # serialization, deadlock, lock/statement timeout
 _UNAVAILABLE_CLASSES = {"08", "28", "53", "57", "58"}  # connection, auth, resources, server
 _CORRUPT = {"XX001", "XX002"}  # data or index corrupted
+
+
+def _without_password(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 @functools.lru_cache(maxsize=512)
@@ -82,7 +91,9 @@ class _PostgresTx(SQLTx):
 
 class PostgresStore:
     def __init__(self, url: str, *, busy_timeout: float = 5.0, create: bool = True) -> None:
-        self.url = url
+        self._dsn = url
+        #: the URL without its password, for messages and ``doctor``
+        self.url = _without_password(url)
         self.busy_timeout = busy_timeout
         self._lock = threading.RLock()
         self._conn = self._connect()
@@ -97,7 +108,7 @@ class PostgresStore:
     def _where(self) -> str:
         """The URL without a password, for messages."""
         try:
-            info = psycopg.conninfo.conninfo_to_dict(self.url)
+            info = psycopg.conninfo.conninfo_to_dict(self._dsn)
         except psycopg.Error:
             return "the PostgreSQL database"
         host = info.get("host") or "localhost"
@@ -106,7 +117,7 @@ class PostgresStore:
     def _connect(self) -> psycopg.Connection[Any]:
         try:
             conn = psycopg.connect(
-                self.url,
+                self._dsn,
                 autocommit=True,
                 connect_timeout=max(1, int(self.busy_timeout)),
                 application_name="turnback",
