@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 PG_BIN ?= /usr/lib/postgresql/15/bin
 
-.PHONY: demo test lint typecheck pytest postgres bench clean
+.PHONY: demo test lint typecheck pytest postgres bench fuzz clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ bench: $(STAMP)
 	$(BIN)/python bench/snapshots.py
 	$(BIN)/python bench/runtime.py
 	$(BIN)/python bench/proxy.py
+
+# the proxy's property test with many more examples than CI runs
+fuzz: $(STAMP)
+	TURNBACK_FUZZ_EXAMPLES=$${TURNBACK_FUZZ_EXAMPLES:-2000} $(BIN)/pytest tests/acp/test_fuzz.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

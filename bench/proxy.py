@@ -144,6 +144,8 @@ class Client:
         self.latencies: list[float] = []
 
     async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
+        if update.session_update != "agent_message_chunk":
+            return  # the proxy's own (its commands, the session's title), not the agent's
         self.updates += 1
         meta = update.field_meta
         if meta and "t" in meta:

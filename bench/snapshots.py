@@ -1,21 +1,31 @@
 """Benchmark of workspace checkpoints against plain git on the same generated tree.
 
-    python bench/snapshots.py                 # 50,000 files (the recorded run)
-    python bench/snapshots.py --files 10000
-    python bench/snapshots.py --smoke         # about 2,000 files, a few seconds (CI)
+    python bench/snapshots.py                          # 1,000, 10,000, 50,000 and 200,000 files
+    python bench/snapshots.py --files 10000,50000 --rounds 9
+    python bench/snapshots.py --smoke                  # 1,000 files, a few seconds (CI)
 
-Every number is the median of a few repetitions, and every goal is a ratio against a baseline
-measured in the same run, because absolute times on shared machines drift:
+Each size's warm rows run in interleaved rounds: every round first appends a line to 10 files,
+then runs each candidate once, in an order that rotates from round to round, so a slow stretch
+of the shared machine hits every candidate alike. Each row gives min, median and max, and every
+goal is a ratio of medians against a baseline measured in the same run:
 
-(a)  ``git status --porcelain`` in the tree as a plain git repository, index refreshed
-(b)  the common throwaway-index capture: ``read-tree HEAD``, ``add -A``, ``write-tree``
-(c)  turnback's warm capture with 10 files changed    goal: <= 1.5x (a), >= 5x faster than (b)
-(c') the same with ``fsync=True`` (objects synced too; refs always are)
-(d)  turnback's first capture of the git workspace     goal: <= 3x (a)
+(a)  ``git status --porcelain`` in the tree as a plain git repository (baseline)
+(s)  ``git stash create`` there: the tracked files as a commit, one process
+(b)  t3code's capture, step for step: ``rev-parse --verify HEAD``, then in a temporary index
+     ``read-tree HEAD``, ``add -A -- .``, ``write-tree``, ``commit-tree``, and ``update-ref``
+(p)  floor: one git process that reads nothing (``git rev-parse HEAD``)
+(a2) floor: the status a capture runs, alone (shadow index, untracked cache)
+(c)  turnback's warm capture, 10 files changed        goal: <= 1.2x (a), and <= (s)
+(w)  the same, fed by a file watcher (no status)      goal at 200,000 files: <= (a) / 10, and
+                                                     the absolute 50 ms
+At 50,000 files (and the smoke size), medians:
+(d)  turnback's first capture of the git workspace   goal: <= 3x (a)
 (e0) ``git checkout -- <10 files>`` in the plain repository
-(e)  turnback's restore of those 10 files              goal: <= 2x (e0)
+(e)  turnback's restore of those 10 files             goal: <= 2x (e0)
 (f)  shadow repository size after 100 turns of small edits, before and after gc
-                                                        goal: growth follows the edits
+
+Generated trees are kept between runs under ``$TMPDIR/turnback-bench-trees`` (``--fresh`` builds
+them again), because a 200,000-file tree takes minutes to write and commit.
 """
 
 from __future__ import annotations
@@ -28,7 +38,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 try:
@@ -48,6 +59,7 @@ GIT_ENV = {
     "GIT_COMMITTER_NAME": "bench",
     "GIT_COMMITTER_EMAIL": "bench@localhost",
 }
+TREES = Path(tempfile.gettempdir()) / "turnback-bench-trees"
 
 
 def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
@@ -72,10 +84,6 @@ def generate(root: Path, files: int) -> None:
         file.write_text("".join(f"line {n} of file {i}\n" for n in range(8)))
 
 
-def median(repeat: int, run: Callable[[], float]) -> float:
-    return statistics.median(run() for _ in range(repeat))
-
-
 def timed(action: Callable[[], object]) -> float:
     started = time.perf_counter()
     action()
@@ -92,94 +100,186 @@ def size_of(directory: Path) -> int:
     return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
 
 
+def tree(trees: Path, files: int, fresh: bool) -> Path:
+    """A committed tree of ``files`` files, built once and reset to its commit on every use."""
+    ws = trees / f"{files}-v1"
+    ready = trees / f"{files}-v1.ready"
+    if fresh or not ready.exists():
+        shutil.rmtree(ws, ignore_errors=True)
+        ready.unlink(missing_ok=True)
+        ws.mkdir(parents=True)
+        print(f"generating {files:,} files ...", file=sys.stderr)
+        generate(ws, files)
+        git(ws, "init", "-q")
+        git(ws, "add", "-A")
+        git(ws, "commit", "-qm", "generated")
+        ready.touch()
+    git(ws, "checkout", "-q", "--", ".")
+    git(ws, "clean", "-fdqx")
+    for ref in git(ws, "for-each-ref", "--format=%(refname)", "refs/t3").split():
+        git(ws, "update-ref", "-d", ref)
+    git(ws, "status", "--porcelain")  # refresh the index
+    return ws
+
+
+def t3code(ws: Path, scratch: Path, n: int) -> None:
+    """t3code's CheckpointStore.captureCheckpoint, one git process per step as it runs them."""
+    git(ws, "rev-parse", "--verify", "HEAD")
+    temporary = Path(tempfile.mkdtemp(prefix="t3-fs-checkpoint-", dir=scratch))
+    try:
+        env = {"GIT_INDEX_FILE": str(temporary / f"index-{uuid.uuid4()}")}
+        git(ws, "read-tree", "HEAD", env=env)
+        git(ws, "add", "-A", "--", ".", env=env)
+        tree_oid = git(ws, "write-tree", env=env).strip()
+        commit = git(ws, "commit-tree", tree_oid, "-m", f"t3 checkpoint {n}", env=env).strip()
+        git(ws, "update-ref", f"refs/t3/checkpoint/{n}", commit)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+class Row:
+    def __init__(self, key: str, what: str) -> None:
+        self.key, self.what, self.times = key, what, list[float]()
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    def cells(self) -> str:
+        spread = (min(self.times), self.median, max(self.times))
+        return " | ".join(f"{t * 1000:,.1f} ms" for t in spread)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--files", type=int, default=50_000)
-    parser.add_argument("--smoke", action="store_true", help="about 2,000 files; seconds")
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--files", default="1000,10000,50000,200000")
+    parser.add_argument("--smoke", action="store_true", help="1,000 files; seconds")
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--turns", type=int, default=100)
+    parser.add_argument("--fresh", action="store_true", help="generate the trees again")
+    parser.add_argument("--dir", type=Path, default=None, help="scratch directory")
     args = parser.parse_args()
-    files = 2_000 if args.smoke else args.files
-    repeat = 3 if args.smoke else args.repeat
-    turns = 20 if args.smoke else args.turns
-    scratch = Path(tempfile.mkdtemp(prefix="turnback-bench-"))
+    sizes = [1000] if args.smoke else [int(n) for n in args.files.split(",")]
+    rounds = 3 if args.smoke else args.rounds
+    turns = 10 if args.smoke else args.turns
+    scratch = Path(tempfile.mkdtemp(prefix="turnback-bench-", dir=args.dir))
+    print(f"git {git_version()}; {rounds} interleaved rounds per size")
     try:
-        return run(scratch, files, repeat, turns)
+        for files in sizes:
+            # the smoke size is built afresh in the scratch directory, which is removed after
+            ws = tree(scratch / "trees" if args.smoke else TREES, files, args.fresh)
+            detailed = args.smoke or files == 50_000  # the size (d), (e) and (f) were set at
+            run(ws, scratch / str(files), files, rounds, turns if detailed else 0)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    return 0
 
 
-def run(scratch: Path, files: int, repeat: int, turns: int) -> int:
-    ws = scratch / "workspace"
-    ws.mkdir()
-    print(f"generating {files:,} files ...", file=sys.stderr)
-    generate(ws, files)
-    git(ws, "init", "-q")
-    git(ws, "add", "-A")
-    git(ws, "commit", "-qm", "generated")
-    git(ws, "status", "--porcelain")  # refresh the index
+def run(ws: Path, scratch: Path, files: int, rounds: int, turns: int) -> None:
+    scratch.mkdir(parents=True)
     step = max(1, files // 10)
-    batch = iter([[path_of((r * 977 + j * step) % files) for j in range(10)] for r in range(80)])
+    batches = iter([[path_of((r * 977 + j * step) % files) for j in range(10)] for r in range(400)])
+    plain = Snapshots(scratch / "home")
+    plain.capture(ws, "s/base")
+    plain.capture(ws, "s/warm-up")
+    watched = Snapshots(scratch / "home-watched")
+    assert watched.watch(ws)
+    watched.capture(ws, "s/base")
+    shadow = plain._shadow(ws)
 
-    # (a) git status, the cost of finding what changed
-    a = median(repeat, lambda: timed(lambda: git(ws, "status", "--porcelain")))
-
-    # (b) throwaway index
-    def throwaway() -> float:
-        index = scratch / "throwaway-index"
-        env = {"GIT_INDEX_FILE": str(index)}
-        index.unlink(missing_ok=True)
-        return timed(
-            lambda: (
-                git(ws, "read-tree", "HEAD", env=env),
-                git(ws, "add", "-A", env=env),
-                git(ws, "write-tree", env=env),
-            )
+    def shadow_status() -> None:
+        shadow.run(
+            "status",
+            "--porcelain=v2",
+            "-z",
+            "--untracked-files=normal",
+            "--ignore-submodules=dirty",
+            "--no-renames",
+            deadline=time.monotonic() + 600,
         )
 
-    b = median(max(2, repeat // 2), throwaway)
+    rows = [
+        Row("(a)", "git status --porcelain (plain repo, refreshed index)"),
+        Row("(s)", "git stash create"),
+        Row("(b)", "t3code's capture (temporary index: read-tree, add -A, write-tree, ...)"),
+        Row("(p)", "floor: one git process (rev-parse HEAD)"),
+        Row("(a2)", "floor: the capture's own status, alone"),
+        Row("(c)", "turnback warm capture, 10 files changed"),
+        Row("(w)", "turnback watched capture, 10 files changed"),
+    ]
+    names = iter(range(100_000))
+    actions: dict[str, Callable[[], object]] = {
+        "(a)": lambda: git(ws, "status", "--porcelain"),
+        "(s)": lambda: git(ws, "stash", "create"),
+        "(b)": lambda: t3code(ws, scratch, next(names)),
+        "(p)": lambda: git(ws, "rev-parse", "HEAD"),
+        "(a2)": shadow_status,
+        "(c)": lambda: plain.capture(ws, f"s/c/{next(names)}"),
+        "(w)": lambda: watched.capture(ws, f"s/w/{next(names)}"),
+    }
+    watched_runs = 0
+    for r in range(rounds):
+        edit(ws, next(batches), f"round {r}")
+        for row in rows[r % len(rows) :] + rows[: r % len(rows)]:
+            started = time.perf_counter()
+            result = actions[row.key]()
+            row.times.append(time.perf_counter() - started)
+            watched_runs += row.key == "(w)" and getattr(result, "watched", False)
+    watched.unwatch(ws)
+    by = {row.key: row for row in rows}
+    a, s, c, w = (by[k].median for k in ("(a)", "(s)", "(c)", "(w)"))
+    goals = {
+        "(b)": (f"{by['(b)'].median / a:.1f}x (a); (c) is {by['(b)'].median / c:.1f}x faster", ""),
+        "(s)": (f"{s / a:.2f}x (a)", ""),
+        "(p)": (f"{by['(p)'].median / a:.3f}x (a)", ""),
+        "(a2)": (f"{by['(a2)'].median / a:.2f}x (a)", ""),
+        "(c)": (f"{c / a:.2f}x (a); {c / s:.2f}x (s)", verdict(c <= 1.2 * a and c <= s)),
+        "(w)": (
+            f"{w / a:.3f}x (a); {w / c:.2f}x (c); {watched_runs}/{rounds} watched",
+            verdict(w <= a / 10 and w <= 0.050) if files >= 200_000 else "",
+        ),
+    }
+    print(f"\nworkspace: {files:,} files; {rounds} interleaved rounds")
+    print()
+    print("| step | what | min | median | max | ratio of medians | goal |")
+    print("|---|---|---:|---:|---:|---|---|")
+    for row in rows:
+        ratio, goal = goals.get(row.key, ("baseline", ""))
+        print(f"| {row.key} | {row.what} | {row.cells()} | {ratio} | {goal} |")
+    if turns:
+        details(ws, scratch, files, rounds, turns, batches, a, plain)
 
-    # (d) first capture of the git workspace, a fresh turnback home each time
+
+def details(
+    ws: Path,
+    scratch: Path,
+    files: int,
+    repeat: int,
+    turns: int,
+    batches: Iterator[list[str]],
+    a: float,
+    snapshots: Snapshots,
+) -> None:
     homes = iter(range(1000))
 
     def first() -> float:
-        snapshots = Snapshots(scratch / f"home-first-{next(homes)}")
-        return timed(lambda: snapshots.capture(ws, "s/first"))
+        fresh = Snapshots(scratch / f"home-first-{next(homes)}")
+        return timed(lambda: fresh.capture(ws, "s/first"))
 
-    d = median(max(2, repeat // 2), first)
+    d = statistics.median(first() for _ in range(max(2, repeat // 2)))
 
-    # (c) warm capture with 10 files changed
-    home = scratch / "home"
-    snapshots = Snapshots(home)
-    baseline = snapshots.capture(ws, "s/base")
-    snapshots.capture(ws, "s/warm-up")
-
-    def warm() -> float:
-        edit(ws, next(batch), "warm")
-        return timed(lambda: snapshots.capture(ws, "s/warm"))
-
-    c = median(repeat, warm)
-    synced = Snapshots(home, fsync=True)
-
-    def warm_synced() -> float:
-        edit(ws, next(batch), "synced")
-        return timed(lambda: synced.capture(ws, "s/warm"))
-
-    c_sync = median(repeat, warm_synced)
-
-    # (e0) git checkout of 10 changed files, (e) turnback restore of 10 changed files
     def checkout() -> float:
-        paths = next(batch)
+        paths = next(batches)
         edit(ws, paths, "e0")
         return timed(lambda: git(ws, "checkout", "--", *paths))
 
-    e0 = median(repeat, checkout)
+    e0 = statistics.median(checkout() for _ in range(repeat))
     git(ws, "checkout", "--", ".")
     before = snapshots.capture(ws, "s/before-restore").commit
     restore_times: list[float] = []
     both_times: list[float] = []
     for _ in range(repeat):
-        edit(ws, next(batch), "e")
+        edit(ws, next(batches), "e")
         started = time.perf_counter()
         current = snapshots.capture(ws, "s/current").commit
         middle = time.perf_counter()
@@ -192,8 +292,7 @@ def run(scratch: Path, files: int, repeat: int, turns: int) -> int:
     e_both = statistics.median(both_times)
 
     # (f) shadow size over many turns of small edits (begin and end checkpoint per turn)
-    home_f = scratch / "home-turns"
-    turns_snapshots = Snapshots(home_f)
+    turns_snapshots = Snapshots(scratch / "home-turns")
     turns_snapshots.capture(ws, "s/t/0/begin")
     shadow = turns_snapshots._shadow(ws).dir / "objects"
     start_size = size_of(shadow)
@@ -209,49 +308,22 @@ def run(scratch: Path, files: int, repeat: int, turns: int) -> int:
     turns_snapshots.gc(ws, object_grace=0)
     packed = size_of(shadow)
     tree_size = size_of(ws / ".git" / "objects")
-    restored = snapshots.changes(ws, baseline.commit, before)
-    assert restored == [], restored
-
-    rows = [
-        ("(a)", "git status --porcelain (plain repo, refreshed index)", a, "baseline", ""),
-        ("(b)", "throwaway index: read-tree HEAD, add -A, write-tree", b, f"{b / a:.1f}x (a)", ""),
-        (
-            "(c)",
-            "turnback warm capture, 10 files changed",
-            c,
-            f"{c / a:.2f}x (a); {b / c:.1f}x faster than (b)",
-            verdict(c <= 1.5 * a and b >= 5 * c),
-        ),
-        ("(c')", "  the same with fsync=True", c_sync, f"{c_sync / a:.2f}x (a)", ""),
-        (
-            "(d)",
-            "turnback first capture of the git workspace",
-            d,
-            f"{d / a:.2f}x (a)",
-            verdict(d <= 3 * a),
-        ),
-        ("(e0)", "git checkout -- <10 files>", e0, "baseline", ""),
-        (
-            "(e)",
-            "turnback restore of 10 changed files",
-            e,
-            f"{e / e0:.2f}x (e0)",
-            verdict(e <= 2 * e0),
-        ),
-        (
-            "(e+)",
-            "  the same, with the capture taken before it",
-            e_both,
-            f"{e_both / e0:.2f}x (e0)",
-            "",
-        ),
-    ]
-    print(f"\nworkspace: {files:,} files; median of {repeat} runs; git {git_version()}")
     print()
     print("| step | what | median | ratio | goal |")
     print("|---|---|---:|---|---|")
-    for step_name, what, seconds, ratio, goal in rows:
-        print(f"| {step_name} | {what} | {seconds * 1000:.1f} ms | {ratio} | {goal} |")
+    print(
+        f"| (d) | turnback first capture of the git workspace | {d * 1000:.1f} ms | "
+        f"{d / a:.2f}x (a) | {verdict(d <= 3 * a)} |"
+    )
+    print(f"| (e0) | git checkout -- <10 files> | {e0 * 1000:.1f} ms | baseline |  |")
+    print(
+        f"| (e) | turnback restore of 10 changed files | {e * 1000:.1f} ms | {e / e0:.2f}x (e0) "
+        f"| {verdict(e <= 2 * e0)} |"
+    )
+    print(
+        f"| (e+) |   the same, with the capture taken before it | {e_both * 1000:.1f} ms | "
+        f"{e_both / e0:.2f}x (e0) |  |"
+    )
     growth = grown - start_size
     print(
         f"| (f) | shadow objects after {turns} turns of 3 one-line edits "
@@ -260,10 +332,6 @@ def run(scratch: Path, files: int, repeat: int, turns: int) -> int:
         f"user's objects: {kib(tree_size)}; edited {kib(edited_bytes)} | "
         f"{verdict(packed < tree_size / 4)} |"
     )
-    print("\n(f) goal: growth follows what changed (the edited files and the trees above them),")
-    print("not the size of the tree; after gc the 100 turns cost less than a quarter of one copy")
-    print("of the repository's objects.")
-    return 0
 
 
 def verdict(ok: bool) -> str:

@@ -710,8 +710,20 @@ def _errors_to_exit_codes() -> Iterator[None]:
     try:
         yield
     except TurnbackError as error:
-        click.echo(_colour(f"error: {error}", fg="red"), err=True)
+        click.echo(_colour(f"error: {error}{_hint(error)}", fg="red"), err=True)
         sys.exit(error.exit_code)
+
+
+def _hint(error: Exception) -> str:
+    """The CLI's words for what settles an error (its structured ``remedy``)."""
+    from turnback.errors import RECOVER, WAIT
+
+    remedy = getattr(error, "remedy", None)
+    if remedy == WAIT:
+        return "; if the process running it died, `turnback recover` settles it"
+    if remedy == RECOVER:
+        return "; run `turnback recover`"
+    return ""
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+#: What settles an error, for each surface to word in its own terms (the library names no CLI
+#: command, the proxy no terminal): wait for the running turn to end or cancel it (and, should
+#: its process have died, recover it); or recover what a dead process left half done.
+WAIT = "wait"
+RECOVER = "recover"
+
 
 class TurnbackError(Exception):
-    """Base of every error turnback raises on purpose."""
+    """Base of every error turnback raises on purpose. Besides its message it may carry
+    structured fields: the ``turn`` number concerned, that turn's ``state``, and a ``remedy``
+    (``WAIT``, ``RECOVER``) from which the CLI and the proxy each word their own hint."""
 
     #: Exit code the CLI uses for this error: 1 error, 3 conflict.
     exit_code = 1
+    turn: int | None = None
+    state: str | None = None
+    remedy: str | None = None
 
 
 class InvalidId(TurnbackError, ValueError):
@@ -27,7 +38,10 @@ class TurnNotFound(TurnbackError, LookupError):
 
 
 class InvalidEvent(TurnbackError, ValueError):
-    """An event that cannot be journaled; nothing was written."""
+    """An event or prompt that cannot be journaled; nothing was written."""
+
+    #: the field that is wrong, as a path (``prompt[0].text``), when one is
+    field: str | None = None
 
 
 class TurnInProgress(TurnbackError):
@@ -35,9 +49,18 @@ class TurnInProgress(TurnbackError):
 
     exit_code = 3
 
-    def __init__(self, message: str, running_token: str) -> None:
+    def __init__(
+        self,
+        message: str,
+        running_token: str,
+        *,
+        turn: int | None = None,
+        state: str | None = "running",
+        remedy: str | None = WAIT,
+    ) -> None:
         super().__init__(message)
         self.running_token = running_token
+        self.turn, self.state, self.remedy = turn, state, remedy
 
 
 class TurnNotRunning(TurnbackError):

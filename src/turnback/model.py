@@ -79,6 +79,20 @@ class MessageKind(enum.StrEnum):
     ERROR = "error"
     NOTICE = "notice"
     OTHER = "other"  # an update kind turnback does not fold; replayed as it was
+    UNREADABLE = "unreadable"  # a stored row that cannot be read back; data says what it held
+
+
+#: What a stored JSON value that cannot be read back is shown as: ``{UNREADABLE: the text's
+#: first characters, "error": why}`` -- never an exception that hides the rest.
+UNREADABLE = "_turnback/unreadable"
+
+
+def unreadable(text: object, error: Exception) -> dict[str, Any]:
+    return {UNREADABLE: str(text)[:200], "error": f"{type(error).__name__}: {error}"[:200]}
+
+
+def is_unreadable(value: object) -> bool:
+    return isinstance(value, dict) and UNREADABLE in value
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,10 +150,16 @@ class Turn:
     def prompt_text(self) -> str:
         if isinstance(self.prompt, str):
             return self.prompt
+        if is_unreadable(self.prompt):
+            return "[unreadable prompt]"
+        if not isinstance(self.prompt, list):
+            return ""
         return "".join(
-            block.get("text", "")
+            block["text"]
             for block in self.prompt
-            if isinstance(block, dict) and block.get("type") == "text"
+            if isinstance(block, dict)
+            and block.get("type") == "text"
+            and isinstance(block.get("text"), str)
         )
 
 
@@ -167,12 +187,16 @@ class Message:
     @property
     def text(self) -> str:
         """The text of a message, tool call title or plan, for people to read."""
+        if self.kind is MessageKind.UNREADABLE:
+            return "[unreadable message]"
         content = self.data.get("content")
         if isinstance(content, list):
             return "".join(
-                block.get("text", "")
+                block["text"]
                 for block in content
-                if isinstance(block, dict) and block.get("type") == "text"
+                if isinstance(block, dict)
+                and block.get("type") == "text"
+                and isinstance(block.get("text"), str)
             )
         if isinstance(content, dict) and content.get("type") == "text":
             return str(content.get("text", ""))
@@ -276,6 +300,8 @@ class WorkspaceCheckpoint:
     ref: str
     skipped: tuple[str, ...] = ()  # paths left out (too large); restores leave them alone
     seconds: float = 0.0
+    watched: bool = False  # a file watcher said what changed; no scan of the workspace
+    fallback: str | None = None  # why a watched workspace was scanned after all
 
 
 class RevertState(enum.StrEnum):

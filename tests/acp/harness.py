@@ -32,7 +32,7 @@ CAPABILITIES = ClientCapabilities(
 )
 
 
-def run(scenario: Awaitable[T], timeout: float = 40) -> T:
+def run(scenario: Awaitable[T], timeout: float = 120) -> T:
     async def bounded() -> T:
         return await asyncio.wait_for(scenario, timeout)
 

@@ -40,8 +40,12 @@ async def session(editor: Editor, command: list[str], cwd: Path) -> dict[str, An
     return seen
 
 
+#: Updates turnback adds: its commands next to the agent's, and the session's title and time.
+_ADDED = ("available_commands_update", "session_info_update")
+
+
 def normalised(editor: Editor) -> list[dict[str, Any]]:
-    return [u for _, u in editor.updates if u["sessionUpdate"] != "available_commands_update"]
+    return [u for _, u in editor.updates if u["sessionUpdate"] not in _ADDED]
 
 
 def test_a_session_through_the_proxy_matches_one_with_the_agent_directly(
@@ -82,6 +86,8 @@ def test_a_session_through_the_proxy_matches_one_with_the_agent_directly(
     assert {c["name"] for c in offered[-1]["availableCommands"]} == TURNBACK_COMMANDS | {
         "plain-help"
     }
+    infos = proxied_editor.of(proxied["session"], "session_info_update")
+    assert [i["title"] for i in infos] == ["first", "first"]  # after each turn
     # and through the proxy each prompt was a turn
     with turnback.open(home) as tb:
         turns = tb.session(proxied["session"]).turns()

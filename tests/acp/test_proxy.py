@@ -169,24 +169,46 @@ def test_slash_commands_are_answered_by_turnback_not_the_agent(home: Path, works
 
     session_id = run(scenario())
     listing = replies["/checkpoints"]
-    assert "0  before the first turn" in listing
+    # Markdown: a table of turns, a fenced patch, commands as code
+    assert "| turn | status | prompt | files |" in listing
+    assert "| 0 | | *before the first turn* | |" in listing
     assert (
-        "1  completed  'write a.txt one write keep.txt k'  A a.txt (+1 -0), A keep.txt" in listing
+        "| 1 | completed | write a.txt one write keep.txt k | A `a.txt` (+1 −0), A `keep.txt`"
+        in listing
     )
-    assert "2  completed  'write a.txt two write b.txt bee'  M a.txt (+1 -1), A b.txt" in listing
-    assert "+one" in replies["/diff 1"] and "```diff" in replies["/diff 1"]
-    assert "Turn 2:" in replies["/diff"] and "+bee" in replies["/diff"]
+    assert "| 2 | completed | write a.txt two write b.txt bee | M `a.txt` (+1 −1)" in listing
+    assert "+one" in replies["/diff 1"] and "```diff\n" in replies["/diff 1"]
+    assert "**Turn 2**:" in replies["/diff"] and "+bee" in replies["/diff"]
     assert "Rewound files and conversation to turn 1" in replies["/rewind 1"]
-    assert "1 rewound turns are kept as history" in replies["last /checkpoints"]
+    assert "1 rewound turn(s) kept as history" in replies["last /checkpoints"]
     assert "Undid the last rewind" in replies["/undo-rewind"]
-    assert "could not do /rewind" in replies["/rewind 9"]
+    assert "could not do `/rewind`" in replies["/rewind 9"]
     assert (
-        "usage: /rewind N [files|conversation|both] [keep-edits]" in replies["/rewind 1 sideways"]
+        "Usage: `/rewind N [files|conversation|both] [keep-edits]`" in replies["/rewind 1 sideways"]
     )
     assert (
         "Rewound the files to turn 1; the edits you made by hand were kept"
         in replies["/rewind 1 files keep-edits"]
     )
+    # a later session/load shows turnback's answers and rewinds again, after the turns
+    again = Editor()
+
+    async def load() -> None:
+        async with connect(again, proxy_command(home, SCRIPTED), workspace) as (conn, _):
+            await conn.initialize(protocol_version=1)
+            await conn.load_session(cwd=str(workspace), session_id=session_id, mcp_servers=[])
+
+    run(load())
+    replayed = again.text(session_id)
+    updates = again.of(session_id)
+    second = next(i for i, u in enumerate(updates) if "two" in str(u.get("content")))
+    first_answer = next(i for i, u in enumerate(updates) if "Checkpoints" in str(u.get("content")))
+    assert second < first_answer  # where it happened: after the turns, not before
+    assert replayed.count("[turnback] **Checkpoints of this session**") == 2
+    assert "[turnback] Rewound to turn 1; 1 later turn(s) kept as history." in replayed
+    assert "[turnback] Undid a rewind: 1 turn(s) are back." in replayed
+    marks = [u.get("_meta", {}).get("turnback", {}).get("notice") for u in again.of(session_id)]
+    assert {"command", "rewind"} <= set(marks)
     # the undo put turn 2 back; the files-only rewind then undid it again, keeping the hand edit
     assert (workspace / "a.txt").read_text() == "one\n"
     assert not (workspace / "b.txt").exists()
@@ -202,7 +224,7 @@ def test_slash_commands_are_answered_by_turnback_not_the_agent(home: Path, works
 def test_agent_crash_mid_turn_is_a_short_message_and_the_turn_resumes(
     home: Path, workspace: Path
 ) -> None:
-    editor = Editor()
+    editor, replayed = Editor(), Editor()
 
     async def scenario() -> tuple[str, str]:
         async with connect(editor, proxy_command(home, SCRIPTED), workspace) as (conn, _):
@@ -210,15 +232,21 @@ def test_agent_crash_mid_turn_is_a_short_message_and_the_turn_resumes(
             stop = await prompt(
                 conn, session_id, "write a.txt one\ncrash-once\nwrite b.txt two\nsay finished"
             )
-            return session_id, stop
+        async with connect(replayed, proxy_command(home, SCRIPTED), workspace) as (conn, _):
+            await conn.initialize(protocol_version=1)
+            await conn.load_session(cwd=str(workspace), session_id=session_id, mcp_servers=[])
+        return session_id, stop
 
     session_id, stop = run(scenario())
     assert stop == "end_turn"
     text = editor.text(session_id)
-    assert text == (
-        "\n[turnback] The agent stopped unexpectedly; restarting the agent to resume turn 1 "
-        "from step 1 (attempt 1 of 2).\nfinished\n"
-        "\n[turnback] turn 1 finished after 1 restart of the agent.\n"
+    assert text == (  # one notice for one recovery
+        "\n[turnback] The agent stopped unexpectedly; it is being restarted and this turn goes "
+        "on from step 1 (attempt 1).\nfinished\n"
+    )
+    # a load shows where the turn went on, inside the turn, marked as turnback's
+    assert replayed.text(session_id).endswith(
+        "\n[turnback] The agent stopped unexpectedly; the turn resumed from step 1.\nfinished\n"
     )
     assert (workspace / "a.txt").read_text() == "one\n"
     assert (workspace / "b.txt").read_text() == "two\n"

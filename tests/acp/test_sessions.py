@@ -135,8 +135,14 @@ def test_list_load_resume_and_fork_come_from_turnbacks_store(home: Path, workspa
     ) == ("hello there\nsecond\n")
     assert "agent_thought_chunk" in kinds
     assert kinds[-1] == "available_commands_update"  # after the load's answer
-    # resume replays nothing but offers the commands again
-    assert [u["sessionUpdate"] for u in seen["resumed"]] == ["available_commands_update"]
+    assert {"sessionUpdate": "session_info_update", "title": seen["listed"][0][1]}.items() <= (
+        next(u for u in loaded if u["sessionUpdate"] == "session_info_update").items()
+    )
+    # resume replays nothing but says the session's title and offers the commands again
+    assert [u["sessionUpdate"] for u in seen["resumed"]] == [
+        "session_info_update",
+        "available_commands_update",
+    ]
     fork_id = seen["fork"]
     assert isinstance(fork_id, str) and fork_id != session_id
     assert set(seen["after"]) == {session_id, fork_id}

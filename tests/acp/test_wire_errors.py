@@ -29,7 +29,7 @@ class RawEditor:
     async def answer(self) -> dict[str, Any]:
         assert self.process.stdout is not None
         while True:
-            line = await asyncio.wait_for(self.process.stdout.readline(), 10)
+            line = await asyncio.wait_for(self.process.stdout.readline(), 30)
             assert line, "the proxy closed its output"
             message: dict[str, Any] = json.loads(line)
             if "method" not in message:  # skip notifications

@@ -81,6 +81,8 @@ def main() -> None:
         tb.recover()
     elif scenario == "edit":
         session = tb.session(args["session"])
+        if args.get("watch") and tb.checkpoints is not None:  # the end capture is watched
+            assert tb.checkpoints.watch(session.workspace)
         turn = session.turn(args.get("prompt", "edit the files"))
         acknowledge(args["ack"], what="begin", token=turn.token)
         workspace = session.workspace

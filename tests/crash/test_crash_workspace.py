@@ -60,12 +60,25 @@ def session_id(home: Path, workspace: Path) -> str:
 
 
 @pytest.mark.parametrize("point", CAPTURE)
-@pytest.mark.parametrize("nth", [1, 2], ids=["baseline", "end"])
+@pytest.mark.parametrize(
+    ("nth", "watch"), [(1, False), (2, False), (2, True)], ids=["baseline", "end", "watched-end"]
+)
 def test_killed_while_capturing(
-    home: Path, workspace: Path, session_id: str, tmp_path: Path, point: str, nth: int
+    home: Path,
+    workspace: Path,
+    session_id: str,
+    tmp_path: Path,
+    point: str,
+    nth: int,
+    watch: bool,
 ) -> None:
     ack = tmp_path / "ack.jsonl"
-    args = {"session": session_id, "ack": str(ack), "files": {"a.txt": "from the agent\n"}}
+    args = {
+        "session": session_id,
+        "ack": str(ack),
+        "files": {"a.txt": "from the agent\n"},
+        "watch": watch,
+    }
     run_child(home, "edit", args, fault=f"{point}@{nth}")
     acks = Acks.read(ack)
     settle_and_check(home, session_id)  # recovers, twice; a new turn begins and completes

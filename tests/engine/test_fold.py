@@ -315,3 +315,21 @@ def test_a_completed_turn_adds_no_synthetic_results(session: turnback.Session) -
     assert not [e for e in session.run_events(1) if e.event.get("_meta")]
     [open_call] = [m for m in session.turn_messages(1) if m.data.get("toolCallId") == "open"]
     assert open_call.data["status"] == "in_progress"
+
+
+def test_a_new_message_id_starts_a_new_message_and_each_keeps_its_id(
+    session: turnback.Session, abandoned_turn: AbandonTurn, tb: turnback.Turnback
+) -> None:
+    events = [
+        {**chunk("one "), "messageId": "m1"},
+        {**chunk("two"), "messageId": "m1"},
+        {**chunk("three"), "messageId": "m2"},
+        {**chunk("plain", "agent_thought_chunk"), "messageId": "m3"},
+    ]
+    messages = run_turn(session, events)
+    assert shape(messages)[1:] == [("agent", "one two"), ("agent", "three"), ("thought", "plain")]
+    assert [m.data.get("messageId") for m in messages] == [None, "m1", "m2", "m3"]
+    abandoned_turn(session, events)  # recovery folds the journal the same way
+    tb.recover()
+    recovered = session.turn_messages(2)
+    assert [m.data.get("messageId") for m in recovered][1:4] == ["m1", "m2", "m3"]

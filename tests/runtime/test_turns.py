@@ -132,3 +132,32 @@ def test_the_event_loop_is_not_blocked_while_a_turn_records_and_commits(
     # commit (or fsync, or git capture) on the loop would show as tens of milliseconds.
     assert gaps[len(gaps) * 99 // 100] < 0.015, f"p99 loop lag {gaps[len(gaps) * 99 // 100]:.4f}s"
     assert gaps[-1] < 0.1, f"worst loop lag {gaps[-1]:.3f}s"
+
+
+def test_a_running_session_watches_its_workspace_and_its_diffs_stay_exact(
+    tb: turnback.Turnback, session: turnback.Session, workspace: Path
+) -> None:
+    assert tb.checkpoints is not None
+    snapshots = tb.checkpoints.snapshots
+
+    async def scenario() -> list[turnback.Turn]:
+        async with await AgentRuntime.start(tb, session, SCRIPTED) as rt:
+            assert snapshots.watching(workspace)
+            first = await rt.prompt("write a.txt one\nwrite b/c.txt two")
+            (workspace / "by-hand.txt").write_text("made between turns\n")
+            second = await rt.prompt("rename a.txt d.txt\ndelete b/c.txt")
+            return [first, second]
+
+    first, second = run(scenario())
+    assert not snapshots.watching(workspace)
+    assert {(f.path, f.kind) for f in session.diff(first.number).files} == {
+        ("a.txt", turnback.ChangeKind.ADDED),
+        ("b/c.txt", turnback.ChangeKind.ADDED),
+    }
+    diff = session.diff(second.number)
+    assert {(f.path, f.kind) for f in diff.files} == {
+        ("d.txt", turnback.ChangeKind.RENAMED),
+        ("b/c.txt", turnback.ChangeKind.DELETED),
+    }
+    assert [f.path for f in diff.outside] == ["by-hand.txt"]
+    assert not [a for a in session.activities() if a.code == "checkpoint.watch.fallback"]

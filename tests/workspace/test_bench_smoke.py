@@ -20,6 +20,8 @@ def test_benchmark_runs_at_smoke_size() -> None:
         timeout=240,
     )
     assert result.returncode == 0, result.stderr
+    assert "| step | what | min | median | max | ratio of medians | goal |" in result.stdout
     assert "| step | what | median | ratio | goal |" in result.stdout
-    for step in ("(a)", "(b)", "(c)", "(d)", "(e0)", "(e)", "(f)"):
+    for step in ("(a)", "(s)", "(b)", "(p)", "(a2)", "(c)", "(w)", "(d)", "(e0)", "(e)", "(f)"):
         assert f"| {step} |" in result.stdout
+    assert "3/3 watched" in result.stdout  # every watched capture used its watcher

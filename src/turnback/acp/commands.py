@@ -1,6 +1,8 @@
 """The slash commands the proxy answers itself: ``/checkpoints``, ``/diff``, ``/rewind`` and
 ``/undo-rewind``. They are offered to the editor in ``available_commands_update`` next to the
-agent's own commands, answered as agent text, and never reach the agent or the journal.
+agent's own commands, answered as agent text in Markdown (a table of turns, a fenced patch),
+and never reach the agent or the journal; the proxy keeps each answer as a session activity so
+a ``session/load`` shows it again where it was given.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from turnback.errors import TurnbackError
+from turnback.errors import RECOVER, WAIT, TurnbackError
 from turnback.model import FileChange, Turn
 from turnback.runtime import AgentRuntime
 
@@ -62,19 +64,40 @@ def parse(prompt: Sequence[Any]) -> SlashCommand | None:
     return SlashCommand(words[0], tuple(words[1:]))
 
 
-async def run(command: SlashCommand, runtime: AgentRuntime) -> str:
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What to tell the user (Markdown), and whether the engine already recorded what was
+    done (a rewind, as an activity) so it need not be recorded again."""
+
+    text: str
+    recorded: bool = False
+
+
+async def run(command: SlashCommand, runtime: AgentRuntime) -> Answer:
     """Carry out ``command`` on the runtime's session; returns what to tell the user."""
     try:
         if command.name == "checkpoints":
-            return await asyncio.to_thread(_checkpoints, runtime)
+            return Answer(await asyncio.to_thread(_checkpoints, runtime))
         if command.name == "diff":
-            return await asyncio.to_thread(_diff, runtime, command.args)
+            return Answer(await asyncio.to_thread(_diff, runtime, command.args))
         if command.name == "rewind":
             return await _rewind(runtime, command.args)
         await runtime.undo_revert()
-        return "Undid the last rewind: files, turns and conversation are back as they were."
+        return Answer(
+            "Undid the last rewind: files, turns and conversation are back as they were.", True
+        )
     except TurnbackError as error:
-        return f"turnback could not do /{command.name}: {error}"
+        return Answer(f"turnback could not do `/{command.name}`: {worded(error)}")
+
+
+def worded(error: TurnbackError) -> str:
+    """An engine error in the editor's terms: its message, and what settles it said as the
+    editor's user can do it (its structured ``remedy``), never as a terminal command."""
+    if error.remedy == WAIT:
+        return f"{error}; send it again once the turn has ended, or cancel the turn"
+    if error.remedy == RECOVER:
+        return f"{error}; restarting the agent (turnback acp) settles it"
+    return str(error)
 
 
 def _conversation(runtime: AgentRuntime) -> list[Turn]:
@@ -86,47 +109,60 @@ def _changes(changes: Sequence[FileChange]) -> str:
     if not changes:
         return "no file changes"
     return ", ".join(
-        f"{_KINDS.get(c.kind.value, '?')} {c.path}"
-        + (" (binary)" if c.binary else f" (+{c.additions} -{c.deletions})")
+        f"{_KINDS.get(c.kind.value, '?')} `{c.path}`"
+        + (" (binary)" if c.binary else f" (+{c.additions} −{c.deletions})")
         for c in changes
     )
+
+
+def _cell(text: str) -> str:
+    """Text that stays inside one Markdown table cell."""
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def _checkpoints(runtime: AgentRuntime) -> str:
     session = runtime.session
     turns = _conversation(runtime)
-    lines = ["Checkpoints of this session:", "  0  before the first turn"]
+    lines = [
+        "**Checkpoints of this session**",
+        "",
+        "| turn | status | prompt | files |",
+        "|---:|---|---|---|",
+        "| 0 | | *before the first turn* | |",
+    ]
     for turn in turns:
         diff = session.diff(turn.number)
-        files = _changes(diff.files) if diff.available else "files unavailable"
-        prompt = " ".join(turn.prompt_text.split())
-        prompt = prompt if len(prompt) <= 50 else prompt[:49] + "…"
-        lines.append(f"  {turn.number}  {turn.status.value}  {prompt!r}  {files}")
+        files = _changes(diff.files) if diff.available else "*files unavailable*"
         if diff.outside:
-            lines.append(f"      changed by hand before it: {_changes(diff.outside)}")
+            files += f"; changed by hand before it: {_changes(diff.outside)}"
+        prompt = _cell(turn.prompt_text)
+        prompt = prompt if len(prompt) <= 50 else prompt[:49] + "…"
+        lines.append(f"| {turn.number} | {turn.status.value} | {prompt} | {_cell(files)} |")
     history = sum(1 for t in session.turns() if t.reverted_by is not None)
+    lines.append("")
     if history:
-        lines.append(f"({history} rewound turns are kept as history; /undo-rewind restores them)")
-    lines.append("/diff N shows a turn's changes; /rewind N goes back to after turn N.")
+        lines.append(f"{history} rewound turn(s) kept as history; `/undo-rewind` restores them.")
+    lines.append("`/diff N` shows a turn's changes; `/rewind N` goes back to after turn N.")
     return "\n".join(lines)
 
 
 def _diff(runtime: AgentRuntime, args: tuple[str, ...]) -> str:
     turns = _conversation(runtime)
     if len(args) > 1 or (args and not args[0].isdigit()):
-        return "usage: /diff [N] -- N is a turn number from /checkpoints"
+        return "Usage: `/diff [N]`, where N is a turn number from `/checkpoints`."
     if not turns:
         return "This session has no turns yet."
     number = int(args[0]) if args else turns[-1].number
     diff = runtime.session.diff(number, patch=True)
-    header = f"Turn {number}: {_changes(diff.files)}"
+    header = f"**Turn {number}**: {_changes(diff.files)}"
     if not diff.patch:
         return header
-    return f"{header}\n\n```diff\n{diff.patch.rstrip()}\n```"
+    fence = "````" if "```" in diff.patch else "```"
+    return f"{header}\n\n{fence}diff\n{diff.patch.rstrip()}\n{fence}"
 
 
-async def _rewind(runtime: AgentRuntime, args: tuple[str, ...]) -> str:
-    usage = "usage: /rewind N [files|conversation|both] [keep-edits]"
+async def _rewind(runtime: AgentRuntime, args: tuple[str, ...]) -> Answer:
+    usage = Answer("Usage: `/rewind N [files|conversation|both] [keep-edits]`")
     if not args or not args[0].isdigit():
         return usage
     rest = list(args[1:])
@@ -145,7 +181,8 @@ async def _rewind(runtime: AgentRuntime, args: tuple[str, ...]) -> str:
         "both": "files and conversation",
     }[scope]
     kept = "; the edits you made by hand were kept" if keep else ""
-    return (
+    return Answer(
         f"Rewound {what} to turn {number}{kept}. Later turns are kept as history; "
-        "/undo-rewind puts everything back."
+        "`/undo-rewind` puts everything back.",
+        True,
     )

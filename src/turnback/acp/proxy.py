@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import logging
 import os
@@ -47,24 +48,45 @@ from acp.schema import PromptResponse
 
 import turnback
 from turnback.acp import commands, transcript
-from turnback.acp.wire import EditorWire, open_stdio
+from turnback.acp.wire import REQUEST_ID, EditorWire, open_stdio
 from turnback.engine.handle import Session, Turnback
-from turnback.errors import OwnershipLost, TurnbackError
-from turnback.model import SessionRecord, TurnStatus
+from turnback.engine.turns import validate_prompt
+from turnback.errors import (
+    AmbiguousId,
+    InvalidEvent,
+    InvalidId,
+    OwnershipLost,
+    SessionNotFound,
+    TurnbackError,
+    TurnNotFound,
+)
+from turnback.model import Activity, ActivityLevel, Message, SessionRecord, Turn, TurnStatus
 from turnback.runtime import AgentError, AgentRuntime, InputRequest, PermissionRequest
 from turnback.runtime.reactor import Notice
 from turnback.runtime.relay import Reply
-from turnback.runtime.sidecar import Frame, Sidecar
+from turnback.runtime.sidecar import (
+    CANCEL_REQUEST,
+    SENT_REQUESTS,
+    Frame,
+    SentRequests,
+    Sidecar,
+)
 
 log = logging.getLogger("turnback.acp")
 
 DEFAULT_MAX_FRAME = 32 * 2**20
-SERVER_ERROR = -32000
-_SHUTDOWN_GRACE = 10.0
+#: turnback's own errors use JSON-RPC's codes as an agent would: ACP keeps -32000 for
+#: "authentication required", which an editor may answer with a login prompt.
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+REQUEST_CANCELLED = -32800
+_INVALID_PARAMS = (SessionNotFound, AmbiguousId, InvalidId, TurnNotFound, InvalidEvent)
+#: Seconds a running turn gets to end after the editor went away; all agents stop within 4.
+_SHUTDOWN_GRACE = 2.5
 _TAKEN_BY_RUNTIME = frozenset({"session/request_permission", "elicitation/create"})
-_SHOWN_ACTIVITIES = frozenset(
-    {"turn.resuming", "turn.resumed", "turn.resume.failed", "turn.resume.unavailable"}
-)
+#: The runtime's activities the editor is told of as they happen: one line when the agent
+#: stopped and the turn resumes, one when it cannot.
+_SHOWN_ACTIVITIES = frozenset({"turn.resuming", "turn.resume.failed", "turn.resume.unavailable"})
 _SESSION_METHODS = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
 #: Sessions per session/list page.
 LIST_PAGE = 50
@@ -91,8 +113,9 @@ def _read_cursor(cursor: Any) -> tuple[float, str]:
         ) from None
 
 
-def _error(message: str, **data: Any) -> acp.RequestError:
-    return acp.RequestError(SERVER_ERROR, message, {"details": message, **data} if data else None)
+def _error(message: str, code: int = INTERNAL_ERROR, **data: Any) -> acp.RequestError:
+    """turnback's own error, with the code an agent would answer for the same situation."""
+    return acp.RequestError(code, message, {"details": message, **data} if data else None)
 
 
 def _dump(model: Any) -> dict[str, Any]:
@@ -100,6 +123,68 @@ def _dump(model: Any) -> dict[str, Any]:
         return {}
     dumped: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
     return dumped
+
+
+def _supports(initialize: Any, feature: str) -> bool:
+    """Whether an agent's ``initialize`` result advertises ``sessionCapabilities.feature``."""
+    capabilities = initialize.get("agentCapabilities") if isinstance(initialize, dict) else None
+    sessions = capabilities.get("sessionCapabilities") if isinstance(capabilities, dict) else None
+    return isinstance(sessions, dict) and isinstance(sessions.get(feature), dict)
+
+
+def _title(record: SessionRecord, turns: Sequence[Turn]) -> str | None:
+    """A session's title: the one it was given, else its first prompt's first 80 characters."""
+    if record.title is not None or not turns:
+        return record.title
+    first = min(turns, key=lambda t: t.number)
+    return " ".join(first.prompt_text.split())[:80] or None
+
+
+def _iso(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+
+def _initialized(agent: dict[str, Any]) -> dict[str, Any]:
+    """The editor's ``initialize`` answer: the agent's, as it wrote it, plus only turnback's
+    documented additions -- the session methods it serves from its store (``loadSession`` and
+    ``sessionCapabilities`` ``list``, ``resume``, ``close``, ``delete`` and the unstable
+    ``fork``) and its ``_meta.turnback`` key. The agent's own ``_meta.turnback`` (its
+    checkpoint and rollback extensions) is turnback's to use, not the editor's."""
+    response = copy.deepcopy(agent)
+    capabilities = response.get("agentCapabilities")
+    if not isinstance(capabilities, dict):
+        capabilities = response["agentCapabilities"] = {}
+    capabilities["loadSession"] = True
+    sessions = capabilities.get("sessionCapabilities")
+    if not isinstance(sessions, dict):
+        sessions = capabilities["sessionCapabilities"] = {}
+    for feature in ("list", "resume", "close", "delete", "fork"):
+        if not isinstance(sessions.get(feature), dict):
+            sessions[feature] = {}
+    for holder in (capabilities, response):
+        meta = holder.get("_meta")
+        if isinstance(meta, dict) and "turnback" in meta:
+            del meta["turnback"]
+            if not meta:
+                del holder["_meta"]
+    meta = response.get("_meta")
+    if not isinstance(meta, dict):
+        meta = response["_meta"] = {}
+    meta["turnback"] = {"proxy": turnback.__version__, "commands": sorted(commands.NAMES)}
+    return response
+
+
+def _cancel(rpc_id: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": CANCEL_REQUEST, "params": {"requestId": rpc_id}}
+
+
+@dataclass(slots=True)
+class _Forwarded:
+    """An agent's request passed to the editor: the id(s) it went out with, and whether the
+    agent has cancelled it."""
+
+    notes: SentRequests = field(default_factory=SentRequests)
+    cancelled: bool = False
 
 
 @dataclass(slots=True)
@@ -164,8 +249,13 @@ class _SessionRelay:
             return True
         if method == "_turnback/checkpoint":
             return True  # addressed to turnback, which has recorded it
+        if method == CANCEL_REQUEST and "id" not in frame:
+            self._proxy.cancel_from_agent(reply, params)
+            return True
         if "id" in frame:
-            self._proxy.spawn(self._proxy.forward_request(frame, params, reply))
+            forwarded = _Forwarded()
+            self._proxy.from_agent[(reply, frame["id"])] = forwarded
+            self._proxy.spawn(self._proxy.forward_request(frame, params, reply, forwarded))
         else:
             self._proxy.forward_notification(str(method), params)
         return True
@@ -191,11 +281,29 @@ class _SessionRelay:
         return self._proxy.wire.backlog()
 
     def activity(self, notice: Notice) -> None:
-        if notice.code in _SHOWN_ACTIVITIES and notice.turn is not None:
-            text = notice.message + "."
-            if notice.code == "turn.resuming":
-                text = f"The agent stopped unexpectedly; {text}"
-            self._proxy.update(self._session_id, transcript.notice_chunk(text))
+        """One line for the editor's user when the agent stopped mid-turn, in its words (the
+        runtime's activity says the same for the CLI)."""
+        if notice.code not in _SHOWN_ACTIVITIES or notice.turn is None:
+            return
+        data = notice.data
+        if notice.code == "turn.resuming":
+            step = data.get("step")
+            where = f"step {step}" if step is not None else "its beginning"
+            text = (
+                "The agent stopped unexpectedly; it is being restarted and this turn goes on "
+                f"from {where} (attempt {data.get('attempt')})."
+            )
+        elif notice.code == "turn.resume.failed":
+            text = (
+                "The agent kept stopping, so this turn has ended; send the prompt again to "
+                "try once more."
+            )
+        else:
+            text = (
+                "The agent stopped before saving a point to go on from, so this turn has "
+                "ended; send the prompt again to start it over."
+            )
+        self._proxy.update(self._session_id, transcript.notice_chunk(text))
 
     async def permission(self, request: PermissionRequest) -> str | None:
         return await self._proxy.ask_permission(self._session_id, request)
@@ -226,6 +334,10 @@ class Proxy:
         self.authenticated: dict[str, Any] | None = None
         self._lobby: Sidecar | None = None
         self._sessions: dict[str, _EditorSession] = {}
+        #: the editor's requests being served: what each led to sending, for $/cancel_request
+        self._serving: dict[Any, SentRequests] = {}
+        #: the agents' requests passed to the editor, by (the agent process's reply, its id)
+        self.from_agent: dict[tuple[Reply, Any], _Forwarded] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- the editor's methods ----------------------------------------------------------------
@@ -233,6 +345,11 @@ class Proxy:
     async def handle(self, method: str, params: Any, is_notification: bool) -> Any:
         """The editor-side connection's handler: every method and notification comes here."""
         params = params if isinstance(params, dict) else {}
+        rpc_id = None if is_notification else REQUEST_ID.get(None)
+        notes = SentRequests()
+        if rpc_id is not None:  # what it leads to sending is noted, for $/cancel_request
+            self._serving[rpc_id] = notes
+            SENT_REQUESTS.set(notes)
         try:
             if is_notification:
                 await self._notification(method, params)
@@ -240,10 +357,25 @@ class Proxy:
             return await self._request(method, params)
         except acp.RequestError:
             raise
-        except TurnbackError as error:
+        except AgentError as error:
+            if isinstance(error.__cause__, acp.RequestError):
+                raise error.__cause__ from None  # the agent's own answer, unchanged
             raise _error(str(error), error=type(error).__name__) from error
+        except TurnbackError as error:
+            data: dict[str, Any] = {"error": type(error).__name__}
+            if isinstance(error, InvalidEvent) and error.field is not None:
+                data["field"] = error.field
+            for name in ("turn", "state", "remedy"):
+                if getattr(error, name) is not None:
+                    data[name] = getattr(error, name)
+            code = INVALID_PARAMS if isinstance(error, _INVALID_PARAMS) else INTERNAL_ERROR
+            raise _error(commands.worded(error), code, **data) from error
         except (ConnectionError, OSError) as error:
             raise _error(f"the agent {self._described} went away: {error}") from error
+        finally:
+            notes.open = False
+            if self._serving.get(rpc_id) is notes:
+                del self._serving[rpc_id]
 
     async def _request(self, method: str, params: dict[str, Any]) -> Any:
         if method == "initialize":
@@ -259,7 +391,14 @@ class Proxy:
         if method == "session/prompt":
             return await self._prompt(params)
         if method == "session/close":
-            await self._close_session(self._editor_session(params))
+            closing = self._editor_session(params)
+            runtime = closing.runtime
+            if runtime is not None and _supports(runtime.initialize_result, "close"):
+                await runtime.request(method, self._to_agent(closing, params))
+            await self._close_session(closing)  # turnback's record is kept: load opens it again
+            return {}
+        if method == "session/delete":
+            await self._delete(params)
             return {}
         editor = self._sessions.get(str(params.get("sessionId")))
         if editor is not None and editor.runtime is not None:
@@ -276,6 +415,14 @@ class Proxy:
         )
 
     async def _notification(self, method: str, params: dict[str, Any]) -> None:
+        if method == CANCEL_REQUEST:
+            # Hop by hop: each request the editor's one led to is cancelled by its own id.
+            request = params.get("requestId")
+            notes = self._serving.get(request) if isinstance(request, int | str) else None
+            for send, rpc_id in list(notes.sent if notes is not None else ()):
+                with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+                    await send(_cancel(rpc_id))
+            return
         editor = self._sessions.get(str(params.get("sessionId")))
         if method == "session/cancel":
             if editor is not None and editor.runtime is not None:
@@ -291,25 +438,7 @@ class Proxy:
         self.initialize_params = dict(params)
         self.authenticated = None  # a new initialize is followed by its own authenticate
         lobby = await self._lobby_agent(restart=True)
-        response = _dump(lobby.initialize_response)
-        capabilities = response.setdefault("agentCapabilities", {})
-        capabilities["loadSession"] = True
-        sessions = capabilities.setdefault("sessionCapabilities", {})
-        for feature in ("list", "resume", "fork"):
-            sessions.setdefault(feature, {})
-        for holder in (capabilities, response):
-            meta = holder.get("_meta")
-            if isinstance(meta, dict):
-                meta.pop(
-                    "turnback", None
-                )  # the agent's extensions are turnback's, not the editor's
-                if not meta:
-                    del holder["_meta"]
-        response.setdefault("_meta", {})["turnback"] = {
-            "proxy": turnback.__version__,
-            "commands": sorted(commands.NAMES),
-        }
-        return response
+        return _initialized(lobby.initialize_result or _dump(lobby.initialize_response))
 
     async def _lobby_agent(self, *, restart: bool = False) -> Sidecar:
         if self._lobby is not None and (restart or not self._lobby.alive):
@@ -329,6 +458,8 @@ class Proxy:
             try:
                 await lobby.open(10.0)
             except AgentError as error:
+                if isinstance(error.__cause__, acp.RequestError):
+                    raise error.__cause__ from None  # the agent refused initialize: its answer
                 raise _error(
                     f"turnback acp could not start the agent: {error}", command=list(self.command)
                 ) from error
@@ -355,15 +486,12 @@ class Proxy:
         return result
 
     def _listed(self, record: SessionRecord) -> dict[str, Any]:
-        title = record.title
         turns = self.tb.session(record.id).turns()
-        if title is None and turns:
-            first = min(turns, key=lambda t: t.number)
-            title = " ".join(first.prompt_text.split())[:80] or None
+        title = _title(record, turns)
         info: dict[str, Any] = {
             "sessionId": record.id,
             "cwd": record.workspace,
-            "updatedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.updated_at)),
+            "updatedAt": _iso(record.updated_at),
             "_meta": {
                 "turnback": {
                     "turns": sum(t.in_conversation for t in turns),
@@ -396,9 +524,15 @@ class Proxy:
         if editor is None or editor.runtime is None:
             editor = await self._start(session, servers)
         if method == "session/load":
-            messages = await asyncio.to_thread(session.messages)
-            for update in transcript.replay(messages):
+
+            def read() -> tuple[list[Message], list[Turn], list[Activity]]:
+                return session.messages(), session.turns(), session.activities()
+
+            messages, turns, activities = await asyncio.to_thread(read)
+            for update in transcript.replay(messages, turns, activities):
                 self.update(session.id, update)
+        if method != "session/new":
+            await self._session_info(session)
         runtime = editor.runtime
         assert runtime is not None
         response = _dump(runtime.session_response)
@@ -409,6 +543,34 @@ class Proxy:
         # runs anything else): the editor knows the session when the commands arrive.
         asyncio.get_running_loop().call_soon(self._announce_commands, editor)
         return response
+
+    async def _delete(self, params: dict[str, Any]) -> None:
+        """session/delete: the session leaves turnback's store (refused while a turn runs or
+        one is set aside), then its agent process stops, and the agent deletes its own
+        session when it says it can."""
+        session = await asyncio.to_thread(self._stored, params.get("sessionId"))
+        record = await asyncio.to_thread(lambda: session.record)
+        await asyncio.to_thread(session.delete)
+        editor = self._sessions.get(session.id)
+        agent_session = record.agent_state.get("agentSessionId")
+        try:
+            if editor is not None and editor.runtime is not None:
+                runtime = editor.runtime
+                if _supports(runtime.initialize_result, "delete") and runtime.agent_session_id:
+                    params = {**params, "sessionId": runtime.agent_session_id}
+                    await runtime.request("session/delete", params)
+            elif (
+                isinstance(agent_session, str)
+                and record.agent_state.get("command") == list(self.command)
+                and self._lobby is not None
+                and _supports(self._lobby.initialize_result, "delete")
+            ):
+                await self._lobby.request("session/delete", {**params, "sessionId": agent_session})
+        except (acp.RequestError, ConnectionError, OSError, AgentError) as error:
+            log.warning("the agent did not delete its session %s: %s", agent_session, error)
+        finally:
+            if editor is not None:
+                await self._close_session(editor)
 
     def _stored(self, session_id: Any) -> Session:
         if not isinstance(session_id, str) or not session_id:
@@ -443,10 +605,19 @@ class Proxy:
         blocks = params.get("prompt")
         if not isinstance(blocks, list):
             raise acp.RequestError.invalid_params({"details": "prompt must be a list of blocks"})
+        validate_prompt(blocks)  # before anything is written: InvalidEvent names the field
         command = commands.parse(blocks)
         if command is not None:
-            text = await commands.run(command, runtime)
-            self.update(editor.id, transcript.notice_chunk(text, "command"))
+            said = await commands.run(command, runtime)
+            self.update(editor.id, transcript.notice_chunk(said.text, "command"))
+            if not said.recorded:  # kept, so a session/load shows it again where it was
+                await asyncio.to_thread(
+                    editor.session.add_activity,
+                    ActivityLevel.INFO,
+                    transcript.COMMAND_ANSWERED,
+                    said.text,
+                    {"command": command.name, "args": list(command.args)},
+                )
             return {"stopReason": "end_turn"}
         meta = params.get("_meta")
         editor.prompting = asyncio.current_task()
@@ -462,6 +633,7 @@ class Proxy:
             raise _error(message, error="OwnershipLost", turn=lost.token) from lost
         finally:
             editor.prompting = None
+        await self._session_info(editor.session)
         answer = runtime.last_response
         if isinstance(answer, acp.RequestError):
             raise answer
@@ -472,6 +644,27 @@ class Proxy:
         message = f"turn {turn.number} failed: {turn.detail}"
         self.update(editor.id, transcript.notice_chunk(message, "error"))
         raise _error(message, turn=turn.token)
+
+    async def _session_info(self, session: Session) -> None:
+        """Tell the editor the session's title and when it was last active
+        (``session_info_update``), as ``session/list`` shows them."""
+
+        def read() -> tuple[SessionRecord, list[Turn]]:
+            return session.record, session.turns()
+
+        try:
+            record, turns = await asyncio.to_thread(read)
+        except TurnbackError as error:
+            log.warning("the session's title could not be read: %s", error)
+            return
+        update: dict[str, Any] = {
+            "sessionUpdate": "session_info_update",
+            "updatedAt": _iso(record.updated_at),
+        }
+        title = _title(record, turns)
+        if title is not None:
+            update["title"] = title
+        self.update(session.id, update)
 
     def _editor_session(self, params: dict[str, Any]) -> _EditorSession:
         session_id = params.get("sessionId")
@@ -526,18 +719,40 @@ class Proxy:
             message["params"] = params
         self.wire.post(message)
 
-    async def forward_request(self, frame: Frame, params: Any, reply: Reply) -> None:
+    async def forward_request(
+        self, frame: Frame, params: Any, reply: Reply, forwarded: _Forwarded
+    ) -> None:
         """An agent's request the runtime does not answer (files, terminals, extensions): ask
         the editor and give the agent its answer."""
         answer: dict[str, Any] = {"jsonrpc": "2.0", "id": frame["id"]}
+        SENT_REQUESTS.set(forwarded.notes)
         try:
-            assert self.conn is not None
-            answer["result"] = await self.conn.send_request(str(frame["method"]), params)
+            if forwarded.cancelled:  # the agent cancelled it before it could be sent
+                answer["error"] = {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
+            else:
+                assert self.conn is not None
+                answer["result"] = await self.conn.send_request(str(frame["method"]), params)
         except acp.RequestError as error:
             answer["error"] = error.to_error_obj()
         except (ConnectionError, OSError) as error:
             answer["error"] = {"code": -32603, "message": f"the editor went away: {error}"}
+        finally:
+            self.from_agent.pop((reply, frame["id"]), None)
+            forwarded.notes.open = False
         await reply(answer)
+
+    def cancel_from_agent(self, reply: Reply, params: Any) -> None:
+        """The agent's ``$/cancel_request`` for a request it sent: passed to the editor with the
+        id the editor saw, or, not sent yet, answered as cancelled."""
+        request = params.get("requestId") if isinstance(params, dict) else None
+        try:
+            forwarded = self.from_agent.get((reply, request))
+        except TypeError:  # an id no request can have
+            return
+        if forwarded is not None:
+            forwarded.cancelled = True
+            for _, rpc_id in forwarded.notes.sent:
+                self.wire.post(_cancel(rpc_id))
 
     async def ask_permission(self, session_id: str, request: PermissionRequest) -> str | None:
         """The runtime's permission callback: the request is journaled; ask the editor."""
@@ -654,7 +869,7 @@ async def serve(
         gone.cancel()
         stopped.cancel()
         try:
-            await asyncio.wait_for(proxy.close(), _SHUTDOWN_GRACE * 2)
+            await asyncio.wait_for(proxy.close(), 4.0)
         except TimeoutError:
             log.warning("turnback acp: stopping the agents took too long; exiting anyway")
         await conn.close()

@@ -1,12 +1,16 @@
 """The editor's side of the wire: newline-delimited JSON-RPC on the proxy's stdin and stdout.
 
 :class:`EditorWire` is a transport for the SDK's JSON-RPC ``Connection`` (``send``, ``receive``,
-``close``) with three differences from the SDK's own stdio transport, each because a proxy must
+``close``) with these differences from the SDK's own stdio transport, each because a proxy must
 never leave the editor waiting:
 
-* A line that is not JSON, not an object, or not a JSON-RPC message is answered at once with a
-  JSON-RPC error (``-32700`` parse error, ``-32600`` invalid request) instead of being logged and
-  dropped -- the SDK drops it silently, and a non-object even stops its receive loop.
+* A line that is not JSON, not an object, nested deeper than
+  :data:`turnback.jsontext.MAX_DEPTH`, or not a usable JSON-RPC message is answered at once with
+  a JSON-RPC error (``-32700`` parse error, ``-32600`` invalid request) instead of being logged
+  and dropped -- the SDK drops it silently, and a non-object, a deep nesting or an object ``id``
+  even stops its receive loop. Nothing one line holds ends the loop.
+* What is written is JSON that encodes as UTF-8 whatever it holds: an unpaired surrogate goes
+  out as the ``\\uXXXX`` escape it came in as (:func:`turnback.jsontext.dumps`).
 * A frame longer than ``max_frame`` bytes is skipped without being held in memory and answered
   with ``-32600`` naming the limit; the id is read from the frame's first bytes (JSON-RPC clients
   write it before the params), so the editor's request fails instead of hanging.
@@ -24,21 +28,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import contextvars
 import logging
 import os
-import re
 import sys
 import threading
 from collections.abc import Awaitable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
+
+from turnback import jsontext
+from turnback.runtime.sidecar import note_sent
 
 log = logging.getLogger("turnback.acp")
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
-_ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
 _HEAD = 4096
+#: The id of the editor's request the current task serves (None for a notification).
+REQUEST_ID: contextvars.ContextVar[Any] = contextvars.ContextVar("turnback_editor_request")
 #: Bytes written and not yet read by the editor past which the proxy reads no more from the
 #: agent until the editor has caught up.
 BACKLOG = 1 << 20
@@ -114,7 +121,7 @@ class EditorWire:
 
     def post(self, message: dict[str, Any]) -> None:
         """Write one message, after everything posted before it."""
-        self.post_line(json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode())
+        self.post_line(jsontext.dumps(message).encode())
 
     def post_line(self, line: bytes) -> None:
         """Write one message that is already JSON text (no newline), after everything posted
@@ -155,6 +162,7 @@ class EditorWire:
             await self._writer.drain()
 
     async def send(self, message: dict[str, Any]) -> None:
+        note_sent(self.send, message)
         self.post(message)
         self.flush()
         try:
@@ -180,14 +188,32 @@ class EditorWire:
             line = line.strip()
             if not line:
                 continue
-            message = self._check(line)
+            try:
+                message = self._check(line)
+            except Exception as error:  # one bad line must not end the receive loop
+                log.exception("turnback acp could not read a line from the editor")
+                self.error(
+                    None, -32603, f"Internal error: turnback acp could not read a line ({error})"
+                )
+                continue
             if message is not None:
+                # The SDK handles the message in a task made now, in this context: its handler
+                # can tell which request of the editor it is serving.
+                REQUEST_ID.set(message.get("id") if "method" in message else None)
                 return message
 
     def _check(self, line: bytes) -> dict[str, Any] | None:
         """The message a line holds, or None after answering why it is not one."""
         try:
-            message = json.loads(line)
+            message = jsontext.loads(line)
+        except jsontext.TooDeep as error:
+            self.error(
+                jsontext.request_id(line[:_HEAD]),
+                INVALID_REQUEST,
+                f"Invalid request: {error} (turnback acp's limit); it was skipped",
+                {"limit": jsontext.MAX_DEPTH},
+            )
+            return None
         except ValueError as error:
             self.error(
                 None,
@@ -196,38 +222,14 @@ class EditorWire:
                 {"line": line[:200].decode(errors="replace")},
             )
             return None
-        if not isinstance(message, dict):
-            kind = "a batch (array)" if isinstance(message, list) else type(message).__name__
-            self.error(
-                None,
-                INVALID_REQUEST,
-                f"Invalid request: a JSON-RPC message must be an object, not {kind}; "
-                "batches are not part of ACP",
-            )
+        problem = jsontext.rpc_problem(message)
+        if problem is not None:
+            rpc_id = message.get("id") if isinstance(message, dict) else None
+            if isinstance(rpc_id, bool) or not isinstance(rpc_id, int | str):
+                rpc_id = None
+            self.error(rpc_id, *problem)
             return None
-        method = message.get("method")
-        if "method" in message and not isinstance(method, str):
-            self.error(
-                message.get("id"), INVALID_REQUEST, "Invalid request: 'method' must be a string"
-            )
-            return None
-        if method is None and ("id" not in message or not ({"result", "error"} & message.keys())):
-            self.error(
-                message.get("id"),
-                INVALID_REQUEST,
-                "Invalid request: a message needs a 'method' (a request or notification) or an "
-                "'id' with a 'result' or an 'error' (a response)",
-            )
-            return None
-        params = message.get("params")
-        if method is not None and params is not None and not isinstance(params, dict):
-            self.error(
-                message.get("id"),
-                -32602,
-                f"Invalid params: the params of {method!r} must be an object",
-            )
-            return None
-        return message
+        return cast(dict[str, Any], message)
 
     async def _read_line(self) -> bytes | None:
         """One line; None at end of file. An over-long line is answered and skipped."""
@@ -238,8 +240,7 @@ class EditorWire:
         except asyncio.LimitOverrunError as overrun:
             head = await self._reader.read(min(overrun.consumed, _HEAD))
             size = len(head) + await self._skip_line()
-            found = _ID.search(head)
-            rpc_id = json.loads(found[1]) if found else None
+            rpc_id = jsontext.request_id(head)
             self.error(
                 rpc_id,
                 INVALID_REQUEST,

@@ -14,6 +14,7 @@ turn.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -169,6 +170,16 @@ class WorkspaceCheckpoints:
             )
         backoff.record_success()
         notes = self.take_problems()
+        if checkpoint.fallback is not None:
+            notes.append(
+                Note(
+                    ActivityLevel.INFO,
+                    "checkpoint.watch.fallback",
+                    f"the file watcher of {workspace} could not say what changed "
+                    f"({checkpoint.fallback}), so this checkpoint scanned every file",
+                    {"reason": checkpoint.fallback},
+                )
+            )
         if checkpoint.skipped:
             shown = ", ".join(checkpoint.skipped[:5])
             more = f" and {len(checkpoint.skipped) - 5} more" if len(checkpoint.skipped) > 5 else ""
@@ -182,6 +193,19 @@ class WorkspaceCheckpoints:
                 )
             )
         return checkpoint, notes
+
+    def watch(self, workspace: Path) -> str | None:
+        """Watch the workspace while a session runs in it, so its captures skip the scan; a
+        watcher that cannot start only costs that speed. Returns the workspace to pass to
+        :meth:`unwatch`, or ``None`` when no watcher runs."""
+        try:
+            return str(workspace) if self.snapshots.watch(workspace) else None
+        except (TurnbackError, OSError):
+            return None
+
+    def unwatch(self, workspace: str) -> None:
+        with contextlib.suppress(TurnbackError, OSError):
+            self.snapshots.unwatch(Path(workspace))
 
     def changes(
         self, workspace: str, old: str | None, new: str | None
@@ -230,6 +254,10 @@ class WorkspaceCheckpoints:
 REF_GRACE = 3600.0
 
 
+#: The activity a deleted session leaves (outside any session): gc still visits its workspace.
+DELETED = "session.deleted"
+
+
 def collect_garbage(
     store: Store,
     checkpoints: WorkspaceCheckpoints,
@@ -269,9 +297,15 @@ def collect_garbage(
         spent = [r.id for s in sessions for r in _spent_reverts(tx, s.id)]
         tx.release_revert_checkpoints(spent)
         named = tx.checkpoint_commits()
+        deleted = {
+            str(a.data.get("workspace"))
+            for a in tx.activities(None, limit=1_000_000)
+            if a.code == DELETED and a.session_id is None
+        }
+    deleted = {w for w in deleted if Path(w).is_dir()}  # nothing to prune where it is gone
     refs = freed = 0
     problems: list[str] = []
-    workspaces = sorted({s.workspace for s in sessions})
+    workspaces = sorted({s.workspace for s in sessions} | deleted)
     for done, workspace in enumerate(workspaces, start=1):
         try:
             grace = REF_GRACE if older_than is None else older_than

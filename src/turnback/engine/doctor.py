@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from turnback.engine.owners import is_alive
 from turnback.errors import TurnbackError
-from turnback.model import HealthCheck, RevertState, TurnStatus
+from turnback.model import HealthCheck, MessageKind, RevertState, TurnStatus, is_unreadable
 from turnback.store.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ def doctor(tb: Turnback) -> list[HealthCheck]:
         _home(tb.home),
         _database(tb),
         *_turns(tb),
+        _rows(tb),
         *_shadows(tb),
     ]
 
@@ -78,6 +79,32 @@ def _database(tb: Turnback) -> HealthCheck:
             "copy the file aside, then restore it from a backup or start a new home",
         )
     return HealthCheck("database", True, f"{tb.store.url}: schema {SCHEMA_VERSION}, integrity ok")
+
+
+def _rows(tb: Turnback) -> HealthCheck:
+    """Stored prompts, messages and events that cannot be read back. They are shown as
+    unreadable wherever they appear, so nothing else breaks; this says where they are."""
+    found: list[str] = []
+    with tb.store.read() as tx:
+        for session in tx.list_sessions():
+            for turn in tx.session_turns(session.id):
+                if is_unreadable(turn.prompt):
+                    found.append(f"session {session.id[:12]} turn {turn.number}: the prompt")
+                if any(is_unreadable(e.event) for e in tx.run_events(turn.token)):
+                    found.append(f"session {session.id[:12]} turn {turn.number}: an event")
+            for message in tx.messages(session.id):
+                if message.kind is MessageKind.UNREADABLE:
+                    found.append(f"session {session.id[:12]}: message {message.index} of a turn")
+    if not found:
+        return HealthCheck("stored rows", True, "every prompt, message and event reads back")
+    return HealthCheck(
+        "stored rows",
+        False,
+        f"{len(found)} stored value(s) cannot be read back and are shown as unreadable: "
+        + "; ".join(found[:10])
+        + (" …" if len(found) > 10 else ""),
+        "nothing else is affected; restore the database from a backup to get them back",
+    )
 
 
 def _turns(tb: Turnback) -> list[HealthCheck]:

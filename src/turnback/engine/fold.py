@@ -1,7 +1,8 @@
 """Folding a turn's events into conversation messages, with ACP's own semantics.
 
 * consecutive chunks of one kind (``user_message_chunk``, ``agent_message_chunk``,
-  ``agent_thought_chunk``) concatenate into one message; any other event ends the message;
+  ``agent_thought_chunk``) concatenate into one message; any other event ends the message, and
+  so does a chunk with another ``messageId`` (which the message keeps, to be replayed);
 * ``tool_call`` opens a tool message and every ``tool_call_update`` with the same ``toolCallId``
   merges into it (fields present in the update replace the ones before);
 * a ``plan`` replaces the turn's previous plan, in place;
@@ -103,7 +104,7 @@ class Folder:
         kind = str(event.get("sessionUpdate", ""))
         chunk = _CHUNKS.get(kind)
         if chunk is not None:
-            self._chunk(chunk, event.get("content"))
+            self._chunk(chunk, event.get("content"), event.get("messageId"))
             return
         self._open = None
         if kind in _TIMELINE_ONLY:
@@ -131,13 +132,19 @@ class Folder:
         else:
             messages.append((MessageKind.OTHER, dict(event)))
 
-    def add_text(self, kind: str, text: str) -> None:
+    def add_text(self, kind: str, text: str, message_id: Any = None) -> None:
         """Fold a chunk event whose content is one plain text block, from its text alone."""
-        self._chunk(_CHUNKS[kind], {"type": "text", "text": text})
+        self._chunk(_CHUNKS[kind], {"type": "text", "text": text}, message_id)
 
-    def _chunk(self, chunk: MessageKind, block: Any) -> None:
-        if self._open is not chunk:
-            self._messages.append((chunk, {"content": []}))
+    def _chunk(self, chunk: MessageKind, block: Any, message_id: Any) -> None:
+        # ACP: chunks of one message share a messageId; a new messageId starts a new message.
+        if self._open is not chunk or (
+            message_id is not None and self._messages[-1][1].get("messageId") != message_id
+        ):
+            data: JSON = {"content": []}
+            if message_id is not None:
+                data["messageId"] = message_id
+            self._messages.append((chunk, data))
         if block is not None:
             self._messages[-1][1]["content"].append(block)
         self._open = chunk

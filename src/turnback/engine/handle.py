@@ -13,10 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from turnback.engine import recovery, revert
-from turnback.engine.checkpoints import WorkspaceCheckpoints, collect_garbage
+from turnback.engine.checkpoints import DELETED, WorkspaceCheckpoints, collect_garbage
 from turnback.engine.journal import Journal
 from turnback.engine.owners import Lease, is_alive, require_here
-from turnback.engine.turns import RunningTurn, begin, encode, reopen, validate_prompt
+from turnback.engine.turns import (
+    RunningTurn,
+    begin,
+    encode,
+    reopen,
+    require_idle,
+    validate_prompt,
+)
 from turnback.errors import (
     AmbiguousId,
     CheckpointUnavailable,
@@ -40,6 +47,7 @@ from turnback.model import (
     SweepReport,
     Turn,
     TurnDiff,
+    TurnStatus,
     UnrecoveredTurn,
 )
 from turnback.store import Store, Tx, open_store, sqlite_url
@@ -301,6 +309,37 @@ class Session:
                 now,
             )
         return Session(self._tb, fork.id)
+
+    def delete(self) -> None:
+        """Remove this session from the store: its turns, conversation, timeline, activities
+        and reverts. Its workspace checkpoints are named by nothing any more, so ``gc``
+        releases them. Refused while a turn runs (TurnInProgress) and while a turn is set
+        aside (invariant 7: only apply or discard removes one)."""
+        with self._tb.store.atomic() as tx:
+            if tx.get_session(self.id) is None:
+                raise SessionNotFound(f"session {self.id} no longer exists")
+            require_idle(tx, self.id, "deleting the session")
+            aside = [t for t in tx.session_turns(self.id) if t.status is TurnStatus.SET_ASIDE]
+            if aside:
+                raise TurnInProgress(
+                    f"session {self.id[:12]} has {len(aside)} set-aside turn(s) (turn "
+                    f"{aside[0].number} first); apply or discard them before deleting it",
+                    aside[0].token,
+                )
+            record = tx.get_session(self.id)
+            assert record is not None
+            tx.delete_session(self.id)
+            # Kept outside the session (which is gone): says what went, and tells gc which
+            # workspace's shadow repository holds the checkpoints nothing names any more.
+            tx.insert_activity(
+                None,
+                None,
+                ActivityLevel.INFO,
+                DELETED,
+                f"session {self.id[:12]} in {record.workspace} was deleted",
+                {"session": self.id, "workspace": record.workspace},
+                time.time(),
+            )
 
     def set_agent_state(self, state: dict[str, object]) -> None:
         """Remember what the runtime needs of the agent behind this session (its own session

@@ -37,6 +37,7 @@ from turnback import faults
 from turnback.engine.checkpoints import WorkspaceCheckpoints
 from turnback.engine.owners import current_owner, is_alive, require_here
 from turnback.errors import (
+    RECOVER,
     CheckpointUnavailable,
     NothingToRevert,
     SessionNotFound,
@@ -77,16 +78,18 @@ def _require_quiet(tx: Tx, session_id: str, workspace: str) -> None:
         turn = running[0]
         where = "this session" if turn.session_id == session_id else f"session {turn.session_id}"
         raise TurnInProgress(
-            f"turn {turn.number} of {where} is running in {workspace}; revert once it has "
-            "ended (or run `turnback recover` if its process died)",
+            f"turn {turn.number} of {where} is running in {workspace}; revert once it has ended",
             turn.token,
+            turn=turn.number,
         )
     unfinished = tx.reverts(session_id, _UNFINISHED)
     if unfinished:
         raise TurnInProgress(
-            f"revert {unfinished[0].id} of this session is not finished; run `turnback recover` "
-            "to finish or roll it back first",
+            f"revert {unfinished[0].id} of this session is not finished; recovery finishes or "
+            "rolls it back",
             "",
+            state=unfinished[0].state.value,
+            remedy=RECOVER,
         )
 
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from turnback import faults
+from turnback import faults, jsontext
 from turnback.engine.fold import (
     Folder,
     cancelled_tool_result,
@@ -121,8 +121,10 @@ _ITERENCODE = _c_encoder()
 
 def _encode(value: Any) -> str:
     if _ITERENCODE is None or isinstance(value, str):
-        return _ENCODER.encode(value)
-    return "".join(_ITERENCODE(value, 0))
+        text = _ENCODER.encode(value)
+    else:
+        text = "".join(_ITERENCODE(value, 0))
+    return jsontext.safe_text(text, value)  # unpaired surrogates escaped, not lost
 
 
 def encode(value: Any, what: str) -> str:
@@ -148,17 +150,81 @@ def encode(value: Any, what: str) -> str:
     return text
 
 
+#: ACP's content blocks (the schema's ``ContentBlock``): for each ``type``, its required string
+#: fields, and its optional fields with the JSON types they may have (None: null allowed).
+_STR, _OBJ, _INT = (str,), (dict,), (int,)
+_BLOCKS: dict[str, tuple[tuple[str, ...], dict[str, tuple[type, ...]]]] = {
+    "text": (("text",), {}),
+    "image": (("data", "mimeType"), {"uri": _STR}),
+    "audio": (("data", "mimeType"), {}),
+    "resource_link": (
+        ("name", "uri"),
+        {"title": _STR, "description": _STR, "mimeType": _STR, "size": _INT},
+    ),
+    "resource": ((), {}),
+}
+_ANY_BLOCK: dict[str, tuple[type, ...]] = {"annotations": _OBJ, "_meta": _OBJ}
+
+
 def validate_prompt(prompt: Any) -> Any:
+    """``prompt`` if it is a non-empty string or a list of ACP content blocks; else
+    InvalidEvent naming the first field that is wrong (``prompt[1].text``)."""
     if isinstance(prompt, str):
         if not prompt.strip():
             raise InvalidEvent("the prompt is empty; give the turn something to do")
         return prompt
-    if isinstance(prompt, list) and prompt and all(isinstance(b, dict) for b in prompt):
-        return prompt
-    raise InvalidEvent(
-        "a prompt is a non-empty string or a list of ACP content blocks "
-        f"(dicts such as {{'type': 'text', 'text': '...'}}), not {type(prompt).__name__}"
-    )
+    if not isinstance(prompt, list) or not prompt:
+        raise InvalidEvent(
+            "a prompt is a non-empty string or a list of ACP content blocks "
+            f"(dicts such as {{'type': 'text', 'text': '...'}}), not "
+            f"{'an empty list' if isinstance(prompt, list) else type(prompt).__name__}"
+        )
+    for index, block in enumerate(prompt):
+        _validate_block(block, f"prompt[{index}]")
+    return prompt
+
+
+def _invalid(field: str, problem: str) -> InvalidEvent:
+    error = InvalidEvent(f"{field} {problem}; nothing was written")
+    error.field = field
+    return error
+
+
+def _validate_block(block: Any, where: str) -> None:
+    if not isinstance(block, dict):
+        raise _invalid(where, f"must be an ACP content block (an object), not {_kind(block)}")
+    kind = block.get("type")
+    if kind not in _BLOCKS:
+        raise _invalid(
+            f"{where}.type", f"must be one of {', '.join(map(repr, _BLOCKS))}, not {kind!r}"
+        )
+    required, optional = _BLOCKS[kind]
+    for name in required:
+        if not isinstance(block.get(name), str):
+            raise _invalid(f"{where}.{name}", f"must be a string, not {_kind(block.get(name))}")
+    for name, types in (*optional.items(), *_ANY_BLOCK.items()):
+        value = block.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+            expected = {str: "a string", dict: "an object", int: "an integer"}[types[0]]
+            raise _invalid(f"{where}.{name}", f"must be {expected} or null, not {_kind(value)}")
+    if kind == "resource":
+        resource = block.get("resource")
+        if not isinstance(resource, dict):
+            raise _invalid(f"{where}.resource", f"must be an object, not {_kind(resource)}")
+        if not isinstance(resource.get("uri"), str):
+            raise _invalid(
+                f"{where}.resource.uri", f"must be a string, not {_kind(resource.get('uri'))}"
+            )
+        if not isinstance(resource.get("text"), str) and not isinstance(resource.get("blob"), str):
+            raise _invalid(f"{where}.resource", "must have a string 'text' or a string 'blob'")
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string"}
+    names |= {list: "an array", dict: "an object"}
+    return names.get(type(value), type(value).__name__)
 
 
 def begin(
@@ -183,7 +249,7 @@ def begin(
         tx.lock_sessions([session_id])
         session = tx.get_session(session_id)
         if session is None:
-            raise SessionNotFound(f"no session {session_id}; `turnback sessions` lists them")
+            raise SessionNotFound(f"no session {session_id}")
         require_idle(tx, session_id, "beginning another")
         head = tx.get_turn(session.head) if session.head else None
         owner = lease.claim(tx)
@@ -215,8 +281,9 @@ def require_idle(tx: Tx, session_id: str, before: str) -> None:
         raise TurnInProgress(
             f"session {session_id[:12]} already has turn {running.number} running "
             f"(token {running.token}, since {time.ctime(running.started_at)}); wait for it to "
-            f"end before {before}, cancel it, or run `turnback recover` if its process died",
+            f"end before {before}, or cancel it",
             running.token,
+            turn=running.number,
         )
 
 
@@ -459,7 +526,8 @@ class RunningTurn:
             if kind == EventKind.REWIND:
                 self._folder = None
             elif is_text_chunk(kind, update):
-                self._folder.add_text(kind, str(update["content"].get("text", "")))
+                text = str(update["content"].get("text", ""))
+                self._folder.add_text(kind, text, update.get("messageId"))
             else:
                 self._folder.add(json.loads(payload))  # a copy the caller cannot change
         self._seq += 1

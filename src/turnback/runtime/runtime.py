@@ -166,6 +166,7 @@ class AgentRuntime:
             session, self._engine, on_notice=relay.activity if relay is not None else None
         )
         self._sidecar: Sidecar | None = None
+        self._watched: str | None = None  # the workspace start() set a watcher on
         self._reopening = False  # the agent replays its session's history: not news to a relay
         self._generation = 0
         self._reply = self._replier(0)  # answers to the current agent process
@@ -226,6 +227,11 @@ class AgentRuntime:
         )
         runtime._loop = asyncio.get_running_loop()
         runtime._reactor.start()
+        checkpoints = tb.checkpoints
+        if checkpoints is not None:  # a file watcher spares each capture the scan
+            runtime._watched = await runtime._engine.run(
+                lambda: checkpoints.watch(session.workspace)
+            )
         try:
             await runtime._ensure_agent()
         except BaseException:
@@ -239,6 +245,9 @@ class AgentRuntime:
             await self._sidecar.close()
             self._sidecar = None
         await self._reactor.close()
+        if self._watched is not None and self.tb.checkpoints is not None:
+            await self._engine.run(self.tb.checkpoints.unwatch, self._watched)
+            self._watched = None
         await asyncio.get_running_loop().run_in_executor(None, self._engine.close)
 
     async def __aenter__(self) -> AgentRuntime:
@@ -255,6 +264,11 @@ class AgentRuntime:
     @property
     def agent_session_id(self) -> str | None:
         return self._agent_session
+
+    @property
+    def initialize_result(self) -> dict[str, Any] | None:
+        """The agent's answer to ``initialize`` as it wrote it, while it runs."""
+        return self._sidecar.initialize_result if self._sidecar is not None else None
 
     @property
     def initialize_response(self) -> Any:
@@ -330,8 +344,7 @@ class AgentRuntime:
         conversation = [t for t in turns if t.in_conversation]
         if not conversation or conversation[-1].status is not TurnStatus.INTERRUPTED:
             raise ResumeUnavailable(
-                f"session {self.session.id[:12]} has no interrupted turn at its head to resume; "
-                "`turnback log` shows its turns"
+                f"session {self.session.id[:12]} has no interrupted turn at its head to resume"
             )
         interrupted = conversation[-1]
         checkpoints = await self._engine.run(self.session.step_checkpoints, interrupted.token)
@@ -446,6 +459,11 @@ class AgentRuntime:
             # The caller gave up on the turn: tell the agent, end the turn cancelled, propagate.
             await asyncio.shield(self._abandon(turn))
             raise
+        except Exception as error:
+            # Whatever went wrong, the turn ends: a turn left running refuses every later one.
+            with contextlib.suppress(Exception):
+                await self._end(turn, TurnStatus.FAILED, f"turnback failed the turn: {error}")
+            raise
         finally:
             self._current, self._live = None, None
 
@@ -542,6 +560,16 @@ class AgentRuntime:
             return None, False
         await self._engine.run(turn.rewind, checkpoint)
         where = f"step {checkpoint.step}" if checkpoint else "its beginning"
+        # In the turn, after the rewind: the conversation says where the turn went on from.
+        self._record(
+            turn,
+            {
+                "sessionUpdate": EventKind.NOTICE.value,
+                "text": f"The agent stopped unexpectedly; the turn resumed from {where}.",
+                "step": checkpoint.step if checkpoint else None,
+                "attempt": attempt + 1,
+            },
+        )
         await self._notice(
             ActivityLevel.INFO,
             "turn.resuming",

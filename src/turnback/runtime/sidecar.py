@@ -7,8 +7,11 @@ Some facts about the SDK (``agent-client-protocol`` 0.12) that the runtime depen
   :class:`_WatchedFrames`, which sees every frame as it comes off the pipe, in order, before the
   SDK dispatches it. Handlers do only what must be asynchronous (asking the user, answering).
 * A line that is not JSON is logged and dropped by the SDK, and a JSON value that is not an
-  object kills its receive loop (the connection then looks closed while the agent lives on).
-  :class:`_WatchedFrames` reports both to the runtime and drops them before the SDK sees them.
+  object kills its receive loop (the connection then looks closed while the agent lives on), as
+  do JSON nested too deeply to parse, a response whose ``id`` is an object and an ``error`` that
+  is not an object. :class:`_WatchedFrames` checks every line with :mod:`turnback.jsontext`,
+  reports what it cannot use to the runtime, answers a request among them with an error, and
+  drops it before the SDK sees it.
 * When the agent dies, requests in flight fail with ``ConnectionError`` once its stdout reaches
   EOF; with no request in flight nothing signals it, so :attr:`Sidecar.exited` watches the process.
 * The SDK starts the agent with a trimmed environment; callers pass what the agent needs.
@@ -21,9 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import contextvars
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -34,13 +37,13 @@ from acp.core import ClientSideConnection
 from acp.schema import ClientCapabilities, Implementation, InitializeResponse
 from acp.task import MessageSender, TaskSupervisor
 
+from turnback import jsontext
 from turnback.errors import AgentDied, AgentUnavailable
 
 #: The methods an agent may call on a client; anything else (not ``_``-prefixed) is unknown.
 CLIENT_METHODS = frozenset(acp.CLIENT_METHODS.values())
 
 Frame = dict[str, Any]
-_DECODER = json.JSONDecoder()
 _CLIENT_INFO = {"name": "turnback", "title": "turnback", "version": "1"}
 
 
@@ -75,6 +78,35 @@ class AgentFeatures:
         )
 
 
+#: JSON-RPC's notification that a request is no longer wanted (``{"requestId"}``); ids are the
+#: sender's own, so a relay passes it on hop by hop, naming the id the next hop saw.
+CANCEL_REQUEST = "$/cancel_request"
+Sender = Callable[[Frame], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class SentRequests:
+    """The requests one request of a relay's client led to sending on, each as (how to write
+    to where it went, its id there), while ``open``."""
+
+    sent: list[tuple[Sender, Any]] = field(default_factory=list)
+    open: bool = True
+
+
+#: Set by a relay while it handles one request of its client, so a ``$/cancel_request`` for
+#: that request can follow it. Tasks started meanwhile inherit it; closing it stops the notes.
+SENT_REQUESTS: contextvars.ContextVar[SentRequests | None] = contextvars.ContextVar(
+    "turnback_sent_requests", default=None
+)
+
+
+def note_sent(send: Sender, frame: Frame) -> None:
+    """Note ``frame`` in :data:`SENT_REQUESTS` if it is a request and a relay listens."""
+    notes = SENT_REQUESTS.get()
+    if notes is not None and notes.open and "method" in frame and "id" in frame:
+        notes.sent.append((send, frame["id"]))
+
+
 class _WatchedFrames(NdjsonTransport):
     """The SDK's newline-delimited JSON transport, with every incoming frame (parsed, and the line
     as written) shown to ``watch`` in wire order (synchronously, so nothing can reorder them), and
@@ -105,13 +137,21 @@ class _WatchedFrames(NdjsonTransport):
             if not line:
                 continue
             try:
-                message = _parse(line)
+                message = jsontext.loads(line)
+            except jsontext.TooDeep as error:
+                self._malformed(line, str(error))
+                await self._refuse(jsontext.request_id(line[:4096]), -32600, str(error))
+                continue
             except ValueError as error:
                 self._malformed(line, f"not JSON ({error})")
                 continue
-            if not isinstance(message, dict):
-                self._malformed(line, f"a JSON {type(message).__name__}, not an object")
+            problem = jsontext.rpc_problem(message)
+            if problem is not None:
+                self._malformed(line, problem[1])
+                if isinstance(message, dict) and "method" in message:
+                    await self._refuse(message.get("id"), *problem)
                 continue
+            message = cast(Frame, message)
             if self._watch(message, line):
                 # The watcher passed it on: read no more while its reader has a backlog, so a
                 # slow reader slows the agent down instead of filling this process's memory.
@@ -120,21 +160,23 @@ class _WatchedFrames(NdjsonTransport):
                 continue
             return message
 
+    async def send(self, payload: Frame) -> None:
+        await super().send(payload)
+        note_sent(self.send, payload)
+
+    async def _refuse(self, rpc_id: Any, code: int, message: str) -> None:
+        """Answer a request that cannot be handled, so the agent is not left waiting."""
+        if isinstance(rpc_id, bool) or not isinstance(rpc_id, int | str):
+            return
+        with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+            error = {"code": code, "message": message}
+            await self.send({"jsonrpc": "2.0", "id": rpc_id, "error": error})
+
     async def close(self) -> None:
         try:
             await super().close()
         finally:
             await self._supervisor.shutdown()
-
-
-def _parse(line: bytes) -> Any:
-    """``json.loads(line)`` for a stripped line, without the per-call work that is half its cost
-    on a short message (detecting the encoding, matching whitespace twice)."""
-    text = line.decode()
-    value, end = _DECODER.raw_decode(text)
-    if end != len(text):
-        raise ValueError(f"Extra data: line 1 column {end + 1} (char {end})")
-    return value
 
 
 class Sidecar:
@@ -173,6 +215,10 @@ class Sidecar:
         self.features = AgentFeatures()
         #: the agent's answer to ``initialize``, once open
         self.initialize_response: InitializeResponse | None = None
+        #: the same answer as the agent wrote it (the ``result`` object), fields the SDK's
+        #: model does not know included and none added
+        self.initialize_result: dict[str, Any] | None = None
+        self._answered = False
 
     @property
     def described(self) -> str:
@@ -216,7 +262,7 @@ class Sidecar:
             ) from error
         self._process = process
         self.exited = asyncio.ensure_future(process.wait())
-        transport = _WatchedFrames(reader, writer, self._watch, self._malformed, self._pace)
+        transport = _WatchedFrames(reader, writer, self._first_answer, self._malformed, self._pace)
         self._transport = transport
         # The SDK's router calls only the methods the client has; the Client protocol lists all.
         # User-input requests (elicitation) are in the SDK's unstable part of the protocol.
@@ -259,6 +305,15 @@ class Sidecar:
         self.features = AgentFeatures.from_initialize(response)
         return self.features
 
+    def _first_answer(self, frame: Frame, line: bytes) -> bool | None:
+        """The watch, keeping the first response as written: the answer to ``initialize``,
+        the first request this connection sends."""
+        if not self._answered and "method" not in frame:
+            self._answered = True
+            result = frame.get("result")
+            self.initialize_result = result if isinstance(result, dict) else None
+        return self._watch(frame, line)
+
     @property
     def _rpc(self) -> Connection:
         # The JSON-RPC connection under the typed one (see the module docstring).
@@ -285,7 +340,10 @@ class Sidecar:
         # Closing stdin asks the agent to leave; one that lingers is terminated, then killed, by
         # the SDK's shutdown.
         try:
-            await self._stack.aclose()
+            # The SDK terminates an agent still there after a second; one that exits in that
+            # very moment makes the signal fail. It is gone either way.
+            with contextlib.suppress(ProcessLookupError):
+                await self._stack.aclose()
         finally:
             self._conn = None
             if self.exited is not None and not self.exited.done():

@@ -27,6 +27,7 @@ import json
 from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
+from turnback import jsontext
 from turnback.model import (
     Activity,
     ActivityLevel,
@@ -43,11 +44,28 @@ from turnback.model import (
     StepCheckpoint,
     Turn,
     TurnStatus,
+    unreadable,
 )
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return jsontext.dumps(value)  # unpaired surrogates escaped: both stores keep UTF-8
+
+
+def _loads(text: Any, fallback: Any = None) -> Any:
+    """A stored JSON value; one that cannot be read back is shown as unreadable (or as
+    ``fallback``, for the store's own bookkeeping), never raised: one damaged row must not
+    hide a session's others."""
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError, RecursionError) as error:
+        return unreadable(text, error) if fallback is None else fallback
+
+
+def _text(value: str | None) -> str | None:
+    """A sentence for people (a detail, a title, an activity): one that quotes an agent's
+    unpaired surrogate keeps a replacement character in its place."""
+    return jsontext.readable(value) if value is not None else None
 
 
 _ENDED = tuple(status.value for status in TurnStatus if status.ended)
@@ -74,10 +92,10 @@ def _session(row: tuple[Any, ...]) -> SessionRecord:
         agent=row[3],
         head=row[4],
         status=row[5],
-        pending_requests=tuple(json.loads(row[6])),
+        pending_requests=tuple(_loads(row[6], [])),
         created_at=row[7],
         updated_at=row[8],
-        agent_state=json.loads(row[9]),
+        agent_state=_loads(row[9], {}),
     )
 
 
@@ -104,7 +122,7 @@ def _turn(row: tuple[Any, ...]) -> Turn:
         parent=row[3],
         owner_id=row[4],
         status=TurnStatus(row[5]),
-        prompt=json.loads(row[6]),
+        prompt=_loads(row[6]),
         started_at=row[7],
         ended_at=row[8],
         detail=row[9],
@@ -219,7 +237,7 @@ class SQLTx:
             (
                 session.id,
                 session.workspace,
-                session.title,
+                _text(session.title),
                 session.agent,
                 session.head,
                 session.status,
@@ -245,6 +263,9 @@ class SQLTx:
     def list_sessions(self) -> list[SessionRecord]:
         rows = self._all(f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY updated_at DESC")
         return [_session(row) for row in rows]
+
+    def delete_session(self, session_id: str) -> None:
+        self._run("DELETE FROM sessions WHERE id = ?", (session_id,))  # rows cascade
 
     def set_head(self, session_id: str, head: str | None, now: float) -> None:
         self._run(
@@ -328,7 +349,7 @@ class SQLTx:
         cursor = self._run(
             "UPDATE turns SET status = ?, ended_at = ?, detail = ?, event_count = ? "
             "WHERE token = ? AND status = ?",
-            (status.value, ended_at, detail, event_count, token, expected.value),
+            (status.value, ended_at, _text(detail), event_count, token, expected.value),
         )
         return cursor.rowcount == 1
 
@@ -434,7 +455,7 @@ class SQLTx:
             "WHERE e.turn = ? AND t.status NOT IN (?, ?) ORDER BY e.seq",
             (token, *_KEEPS_JOURNAL),
         )
-        return [RunEvent(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5]) for r in rows]
+        return [RunEvent(r[0], r[1], r[2], r[3], _loads(r[4]), r[5]) for r in rows]
 
     # step checkpoints
 
@@ -492,7 +513,7 @@ class SQLTx:
         row = self._one(
             "INSERT INTO activities (session_id, turn, level, code, message, data, at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
-            (session_id, turn, level.value, code, message, _dumps(data), at),
+            (session_id, turn, level.value, code, _text(message), _dumps(data), at),
         )
         assert row is not None
         return int(row[0])
@@ -505,7 +526,7 @@ class SQLTx:
             (*params, limit),
         )
         return [
-            Activity(r[0], r[1], r[2], ActivityLevel(r[3]), r[4], r[5], json.loads(r[6]), r[7])
+            Activity(r[0], r[1], r[2], ActivityLevel(r[3]), r[4], r[5], _loads(r[6]), r[7])
             for r in reversed(rows)
         ]
 
@@ -683,4 +704,7 @@ def _marks(values: Sequence[object]) -> str:
 
 
 def _message(row: tuple[Any, ...]) -> Message:
-    return Message(row[0], row[1], row[2], MessageKind(row[3]), json.loads(row[4]))
+    try:
+        return Message(row[0], row[1], row[2], MessageKind(row[3]), json.loads(row[4]))
+    except (ValueError, TypeError, RecursionError) as error:
+        return Message(row[0], row[1], row[2], MessageKind.UNREADABLE, unreadable(row[4], error))

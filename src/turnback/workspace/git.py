@@ -125,6 +125,34 @@ class Git:
             env.update(extra)
         return env
 
+    def start(
+        self,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        pass_fds: Sequence[int] = (),
+        config: Sequence[str] = (),
+        stdin: bool = True,
+    ) -> subprocess.Popen[bytes]:
+        """Start ``git <overrides> <args>`` with pipes for stdout and stderr (and stdin)."""
+        command = [self.executable]
+        for setting in (*OVERRIDES, *config):
+            command += ["-c", setting]
+        command += list(args)
+        try:
+            return subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self.environment(env),
+                cwd=cwd if cwd is not None else "/",
+                pass_fds=tuple(pass_fds),
+            )
+        except OSError as error:
+            raise GitUnavailable(f"cannot run {self.executable}: {error}") from error
+
     def run(
         self,
         args: Sequence[str],
@@ -140,23 +168,10 @@ class Git:
         """Run ``git <overrides> <args>``; raise :class:`GitFailed` on a timeout or, with
         ``check``, a non-zero exit. ``env`` adds to the isolated environment (``GIT_DIR`` …);
         ``config`` adds ``name=value`` settings to the overrides."""
-        command = [self.executable]
-        for setting in (*OVERRIDES, *config):
-            command += ["-c", setting]
-        command += list(args)
         started = time.monotonic()
-        try:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=self.environment(env),
-                cwd=cwd if cwd is not None else "/",
-                pass_fds=tuple(pass_fds),
-            )
-        except OSError as error:
-            raise GitUnavailable(f"cannot run {self.executable}: {error}") from error
+        process = self.start(
+            args, env=env, cwd=cwd, pass_fds=pass_fds, config=config, stdin=input is not None
+        )
         with process:
             try:
                 stdout, stderr = process.communicate(input, timeout=max(timeout, 0.001))
@@ -170,7 +185,7 @@ class Git:
             # Its pipes are closed, so it has exited or is about to: wait without a timeout,
             # which blocks in waitpid instead of polling with sleeps as a timed wait does.
             returncode = process.wait()
-        result = subprocess.CompletedProcess(command, returncode, stdout, stderr)
+        result = subprocess.CompletedProcess(process.args, returncode, stdout, stderr)
         if check and result.returncode != 0:
             raise failure(args, result)
         return result

@@ -27,21 +27,38 @@ import fcntl
 import hashlib
 import os
 import re
+import select
 import shutil
+import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from turnback.errors import CheckpointUnavailable, GitFailed, InvalidId, WorkspaceError
-from turnback.workspace.git import Git
+from turnback.workspace.git import IDENTITY, Git
+
+EMPTY_TREE_SHA1 = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+EMPTY_TREE_SHA256 = "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321"
+IDENTITY_NAME = IDENTITY["GIT_COMMITTER_NAME"]
+IDENTITY_EMAIL = IDENTITY["GIT_COMMITTER_EMAIL"]
 
 OID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 _REF_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 NAMESPACE = "refs/turnback/"
 
+#: Note files in the shadow. ``INDEX_TREE`` holds the tree whose content the shadow's index
+#: holds (its stat data may be older): a capture that finds only tracked files modified writes
+#: its tree from that tree and those files, without rewriting the index. It is removed before
+#: anything changes the index and written again after, so it never names a tree the index does
+#: not hold. ``INDEX_NEXT`` holds the tree of the last capture fed by a watcher, which never
+#: touches the index: the next capture that scans first brings the index to it.
+INDEX_TREE = "turnback-index-tree"
+INDEX_NEXT = "turnback-index-next"
+
 GITLINK = "160000"
+TREE = "040000"
 SYMLINK = "120000"
 REGULAR = ("100644", "100755")
 
@@ -172,6 +189,7 @@ class ShadowRepo:
         self.lock_path = home / "shadow" / f"{key}.lock"
         self.report = report
         self._lock_fd: int | None = None
+        self._sha256: bool | None = None
 
     # -- running git ----------------------------------------------------------------------
 
@@ -359,7 +377,7 @@ class ShadowRepo:
 
     def unseed(self) -> None:
         """Forget the index (and HEAD) copied from the user: the next capture hashes afresh."""
-        for name in ("index", "turnback-seeded"):
+        for name in ("index", "turnback-seeded", INDEX_TREE, INDEX_NEXT):
             with contextlib.suppress(FileNotFoundError):
                 (self.dir / name).unlink()
         self._write_file(self.dir / "HEAD", b"ref: refs/heads/main\n")
@@ -367,6 +385,30 @@ class ShadowRepo:
     @property
     def seeded(self) -> bool:
         return (self.dir / "turnback-seeded").exists()
+
+    @property
+    def sha256(self) -> bool:
+        """Whether objects are named by SHA-256 (the shadow of a SHA-256 repository)."""
+        if self._sha256 is None:
+            config = (self.dir / "config").read_text(encoding="utf-8")
+            self._sha256 = "objectFormat = sha256" in config
+        return self._sha256
+
+    def noted_tree(self, name: str) -> str | None:
+        """The tree written in the note file ``name`` (:data:`INDEX_TREE`, :data:`INDEX_NEXT`)."""
+        try:
+            text = (self.dir / name).read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return text if OID.fullmatch(text) else None
+
+    def note_tree(self, name: str, tree: str | None) -> None:
+        """Write (or, with ``None``, remove) the note file ``name``."""
+        if tree is None:
+            with contextlib.suppress(FileNotFoundError):
+                (self.dir / name).unlink()
+        else:
+            self._write_file(self.dir / name, tree.encode() + b"\n")
 
     def _repair_head(self) -> None:
         head = self.dir / "HEAD"
@@ -560,6 +602,178 @@ class ShadowRepo:
                 with contextlib.suppress(OSError):
                     total += os.lstat(os.path.join(directory, name)).st_size
         return total
+
+
+@dataclass(frozen=True, slots=True)
+class Blob:
+    """The content of a file (``100644``/``100755``) or symbolic link (``120000``) to commit."""
+
+    mode: str
+    data: bytes
+
+    def oid(self, sha256: bool) -> str:
+        header = b"blob %d\0" % len(self.data)
+        return hashlib.new("sha256" if sha256 else "sha1", header + self.data).hexdigest()
+
+
+def _quote(path: bytes) -> bytes:
+    """A path as fast-import reads it: C-style quoted, so any byte but NUL can appear."""
+    escaped = path.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n")
+    return b'"' + escaped + b'"'
+
+
+class FastImport:
+    """One ``git fast-import`` in the shadow: looks paths up in trees, then writes one checkpoint
+    commit (blobs, trees and commit together as a single pack) and moves refs to it.
+
+    It runs with ``--done``: the refs move only after the pack and its index are complete, when
+    :meth:`finish` sends ``done``. If turnback dies before that, fast-import stops at the end of
+    its input without moving any ref; what it wrote is unreferenced, and gc prunes it."""
+
+    def __init__(self, shadow: ShadowRepo, deadline: float) -> None:
+        self._shadow = shadow
+        self._process = shadow.git.start(
+            ["fast-import", "--quiet", "--done", "--force"],
+            env=shadow.env(),
+            cwd=shadow.workspace,
+            pass_fds=() if shadow._lock_fd is None else (shadow._lock_fd,),
+            # fast-import would explode a small pack into loose objects, one file each
+            config=(*shadow.config, "fastimport.unpackLimit=0"),
+        )
+        self._deadline = deadline
+        self._output = b""
+        self._send(b"feature done\n")
+
+    def __enter__(self) -> FastImport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _send(self, data: bytes) -> None:
+        assert self._process.stdin is not None
+        try:
+            self._process.stdin.write(data)
+        except (BrokenPipeError, ValueError):
+            raise self._failed() from None
+
+    def _answer(self) -> bytes:
+        """The next line fast-import writes (an answer to ``ls`` or ``get-mark``)."""
+        assert self._process.stdin is not None
+        try:
+            self._process.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            raise self._failed() from None
+        while b"\n" not in self._output:
+            data = self._read()
+            if not data:
+                raise self._failed()
+            self._output += data
+        line, _, self._output = self._output.partition(b"\n")
+        return line
+
+    def _read(self) -> bytes:
+        """Read what fast-import wrote (``b""``: it exited); past the deadline, stop it."""
+        assert self._process.stdout is not None
+        fd = self._process.stdout.fileno()
+        remaining = self._deadline - time.monotonic()
+        ready, _, _ = select.select([fd], [], [], max(remaining, 0.0))
+        if not ready:
+            self._process.kill()
+            raise self._failed()
+        return os.read(fd, 65536)
+
+    def _failed(self) -> GitFailed:
+        self.close()
+        assert self._process.stderr is not None
+        stderr = self._process.stderr.read().decode("utf-8", "replace").strip()
+        status = self._process.returncode
+        why = "was stopped at its time limit" if status == -signal.SIGKILL else f"failed ({status})"
+        return GitFailed(f"`git fast-import` {why}" + (f": {stderr[:2000]}" if stderr else ""))
+
+    def entries(self, tree: str, paths: Sequence[bytes]) -> list[Entry | None]:
+        """The entry at each path of ``tree`` (``040000`` for a directory), or ``None``."""
+        if not paths:
+            return []
+        self._send(b"".join(b"ls " + tree.encode() + b" " + _quote(p) + b"\n" for p in paths))
+        found: list[Entry | None] = []
+        for _path in paths:
+            answer = self._answer()
+            if answer.startswith(b"missing "):
+                found.append(None)
+                continue
+            mode, _kind, oid = answer.split(b"\t", 1)[0].decode("ascii").split(" ")
+            found.append(Entry(mode.rjust(6, "0"), oid))
+        return found
+
+    def commit(
+        self,
+        refs: Sequence[str],
+        base: str | None,
+        edits: Mapping[bytes, Blob | None],
+        message: str,
+    ) -> tuple[str, str]:
+        """Send a commit of ``base`` (a tree) with ``edits`` applied (``None`` deletes a path
+        and anything below it), with no parent, for ``refs``; returns (commit, tree). Nothing
+        is durable before :meth:`finish`."""
+        text = message.encode()
+        parts = [
+            b"commit " + refs[0].encode() + b"\nmark :1\n",
+            b"committer %s <%s> %d +0000\n"
+            % (IDENTITY_NAME.encode(), IDENTITY_EMAIL.encode(), int(time.time())),
+            b"data %d\n" % len(text) + text + b"\n",
+        ]
+        if base is not None:
+            parts.append(b"M " + TREE.encode() + b" " + base.encode() + b' ""\n')
+        for path in sorted(p for p, blob in edits.items() if blob is None):
+            parts.append(b"D " + _quote(path) + b"\n")
+        for path, blob in sorted((p, b) for p, b in edits.items() if b is not None):
+            header = b"M " + blob.mode.encode() + b" inline " + _quote(path) + b"\n"
+            parts.append(header + b"data %d\n" % len(blob.data) + blob.data + b"\n")
+        parts.append(b'ls ""\n')
+        self._send(b"".join(parts))
+        answer = self._answer()
+        if answer.startswith(b"missing "):  # nothing at all: the empty tree
+            tree = EMPTY_TREE_SHA256 if self._shadow.sha256 else EMPTY_TREE_SHA1
+        else:
+            tree = answer.split(b"\t", 1)[0].decode("ascii").split(" ")[2]
+        self._send(b"\n" + b"".join(b"reset " + r.encode() + b"\nfrom :1\n\n" for r in refs[1:]))
+        return self.mark(), tree
+
+    def reset(self, refs: Sequence[str], commit: str) -> None:
+        """Move ``refs`` to an existing commit (at :meth:`finish`)."""
+        self._send(
+            b"".join(b"reset " + r.encode() + b"\nfrom " + commit.encode() + b"\n\n" for r in refs)
+        )
+
+    def mark(self) -> str:
+        self._send(b"get-mark :1\n")
+        return self._answer().decode("ascii")
+
+    def finish(self) -> None:
+        """Send ``done``: fast-import completes the pack, then moves the refs."""
+        self._send(b"done\n")
+        assert self._process.stdin is not None
+        try:
+            self._process.stdin.close()
+        except BrokenPipeError:
+            raise self._failed() from None
+        while self._read():  # its output ends when it exits
+            pass
+        if self._process.wait() != 0:
+            raise self._failed()
+        self.close()
+
+    def close(self) -> None:
+        """Stop fast-import if it still runs (no ref moves) and release its pipes."""
+        if self._process.returncode is None:
+            if self._process.poll() is None:
+                self._process.kill()
+            self._process.wait()
+        for pipe in (self._process.stdin, self._process.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
 
 def _path(raw: bytes) -> str:

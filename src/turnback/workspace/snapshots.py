@@ -5,11 +5,16 @@ point the crash suite kills the process at:
 
 1. ``capture.shadow`` – the shadow repository exists. It is built in a temporary directory and
    renamed into place, so it exists whole or not at all.
-2. ``capture.index`` – the shadow's index matches the files; the objects of changed files are
-   written. A crash here leaves an index that is merely ahead of the last checkpoint.
-3. ``capture.commit`` – the tree and commit objects are written; nothing names them yet.
-4. ``capture.ref`` – the checkpoint ref and the shadow's HEAD move together in one atomic
-   ``update-ref`` transaction (a lock file renamed over the ref, never a partial write).
+2. ``capture.index`` – what changed is known: from a watcher, or from one ``git status`` against
+   the shadow's index. A capture that finds more than tracked files modified in place brings the
+   index up to date first; the note naming the index's tree is removed before and written after,
+   so a crash here leaves an index that is merely ahead, never a note that lies about it.
+3. ``capture.commit`` – the whole checkpoint (blobs, trees, commit, and the ref and HEAD to move)
+   has been handed to one ``git fast-import`` started with ``--done``; nothing is durable yet,
+   and if turnback dies now fast-import stops without moving a ref.
+4. ``capture.ref`` – fast-import has written the objects as one pack with its index, and only
+   then moved the checkpoint ref and the shadow's HEAD (each atomically, a lock file renamed
+   over the ref, never a partial write).
 5. :meth:`Snapshots.capture` returns; only now may the engine commit a row naming the commit.
 
 A crash before step 4 leaves unreferenced objects, which :meth:`Snapshots.gc` prunes after a grace
@@ -24,12 +29,14 @@ after a crash is safe: it recomputes the plan from a fresh capture and writes wh
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import stat
 import tempfile
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from turnback.errors import (
@@ -39,22 +46,35 @@ from turnback.errors import (
 )
 from turnback.faults import point
 from turnback.model import ChangeKind, FileChange, WorkspaceCheckpoint
-from turnback.workspace.git import Git
+from turnback.workspace.git import Git, failure
 from turnback.workspace.shadow import (
     GITLINK,
+    INDEX_NEXT,
+    INDEX_TREE,
     OID,
     REGULAR,
+    SYMLINK,
+    Blob,
     Entry,
+    FastImport,
     ShadowRepo,
     ensure_workspace,
+    find_user_repository,
     ref_name,
 )
+from turnback.workspace.watcher import AVAILABLE as WATCHER_AVAILABLE
+from turnback.workspace.watcher import LIMIT, Changes, Watcher
 from turnback.workspace.writer import Refused, WorkspaceWriter
 
 #: Longest any operation other than a capture may take.
 OPERATION_TIMEOUT = 600.0
 #: Paths handed to one ``update-index`` process; progress is reported between batches.
 BATCH = 4000
+#: A capture that finds at most this many tracked files modified, and nothing else, leaves the
+#: shadow's index as it is (see :meth:`Snapshots._scanned`); more, and it updates the index.
+SYNC_AFTER = 256
+#: ... or files of more than this many bytes in all.
+SYNC_BYTES = 16 * 2**20
 #: Objects younger than this survive :meth:`Snapshots.gc` even when unreferenced, so a capture
 #: running in another process cannot lose its objects before its ref is written.
 OBJECT_GRACE = 3600.0
@@ -111,10 +131,11 @@ class Snapshots:
         self.progress = progress
         self.problems = problems
         self._shadows: dict[Path, ShadowRepo] = {}
-        # Per workspace, the last checkpoint this object wrote with nothing skipped, as
-        # (commit, tree): while the shadow's HEAD is that commit and status finds nothing to
-        # change, the workspace is that tree and a new capture can name the same commit.
-        self._clean: dict[Path, tuple[str, str]] = {}
+        # Per workspace, the last checkpoint this object wrote, and what it was written from:
+        # a capture that finds the same again names the same commit.
+        self._last: dict[Path, _Captured] = {}
+        self._watchers: dict[Path, Watcher] = {}
+        self._watching: dict[Path, int] = {}
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -151,41 +172,52 @@ class Snapshots:
         deadline = started + self.time_budget
         full = ref_name(ref)
         shadow = self._shadow(workspace)
+        watcher = self._watchers.get(shadow.workspace)
+        last = self._last.pop(shadow.workspace, None)
         try:
             with shadow.locked(deadline):
                 shadow.ensure(deadline)
                 point("capture.shadow")
-                clean = self._clean.pop(shadow.workspace, None)
-                try:
-                    tree, skipped = self._write_tree(shadow, deadline, clean)
-                except GitFailed as error:
-                    stale = shadow.seeded or "index" in str(error)
-                    if time.monotonic() >= deadline or not stale:
-                        raise
-                    # A stale copy of the user's index, or a damaged index: start afresh once.
-                    shadow.report(
-                        f"the checkpoint index of {shadow.workspace} could not be used ({error}); "
-                        "it was rebuilt by hashing the workspace"
-                    )
-                    shadow.unseed()
-                    tree, skipped = self._write_tree(shadow, deadline, None)
-                if clean is not None and tree == clean[1] and not skipped:
-                    commit = clean[0]  # nothing changed since it: the same commit, a new ref
-                else:
-                    message = "turnback checkpoint\n\n" + "".join(
-                        f"Skipped: {json.dumps(path)}\n" for path in skipped
-                    )
-                    commit = (
-                        shadow.run("commit-tree", tree, deadline=deadline, input=message.encode())
-                        .stdout.decode()
-                        .strip()
-                    )
-                point("capture.commit")
-                shadow.repair_ref(full)
-                shadow.update_refs([(full, commit), ("HEAD", commit)], deadline)
+                fallback: str | None = None
+                usable = False
+                if watcher is not None:
+                    changes = watcher.take()
+                    usable = last is not None and watcher.baseline == last.tree
+                    watcher.baseline = None  # until this capture succeeds
+                with FastImport(shadow, deadline) as writer:
+                    plan: _Plan | None = None
+                    if usable and last is not None:
+                        found = changes.reason or self._watched(
+                            shadow, writer, changes, last, deadline
+                        )
+                        if isinstance(found, _Plan):
+                            plan = found
+                        else:
+                            fallback = found
+                    if plan is None:
+                        plan = self._scanned_or_rebuilt(shadow, deadline)
+                        plan.fallback = fallback
+                    if not plan.synced:
+                        point("capture.index")  # a synced plan passed it before its write-tree
+                    if last is not None and not last.skipped and plan.same_as(last):
+                        commit, tree = last.commit, last.tree  # the same commit, a new ref
+                        shadow.repair_ref(full)
+                        writer.reset([full, "HEAD"], commit)
+                    else:
+                        shadow.repair_ref(full)
+                        commit, tree = writer.commit(
+                            [full, "HEAD"], plan.base, plan.edits, plan.message()
+                        )
+                    point("capture.commit")
+                    writer.finish()
                 point("capture.ref")
-                if not skipped:
-                    self._clean[shadow.workspace] = (commit, tree)
+                if plan.watched:
+                    shadow.note_tree(INDEX_NEXT, tree)
+                self._last[shadow.workspace] = _Captured(
+                    commit, tree, frozenset(plan.skipped), plan.key(shadow.sha256), shadow.sha256
+                )
+                if watcher is not None:
+                    watcher.baseline = tree
         except GitFailed as error:
             if time.monotonic() >= deadline:
                 raise GitFailed(
@@ -197,31 +229,227 @@ class Snapshots:
             commit=commit,
             tree=tree,
             ref=ref,
-            skipped=tuple(skipped),
+            skipped=tuple(sorted(plan.skipped)),
             seconds=time.monotonic() - started,
+            watched=plan.watched,
+            fallback=plan.fallback,
         )
 
-    def _write_tree(
-        self, shadow: ShadowRepo, deadline: float, clean: tuple[str, str] | None
-    ) -> tuple[str, list[str]]:
-        """Bring the shadow's index up to date with the files and write its tree. When status
-        finds nothing to change and HEAD is still ``clean``'s commit, its tree is the answer."""
+    def _watched(
+        self,
+        shadow: ShadowRepo,
+        writer: FastImport,
+        changes: Changes,
+        last: _Captured,
+        deadline: float,
+    ) -> _Plan | str:
+        """The checkpoint made of the last one and the paths the watcher saw change, or why the
+        workspace must be scanned instead.
+
+        It records what a scan would: a path in the last checkpoint is tracked and kept whatever
+        the ignore rules say; a new one is added unless ignored; a file too large or unreadable
+        is skipped; a new directory is listed whole (without ``.git``)."""
+        root = os.fsencode(shadow.workspace)
+        limit = self._watchers[shadow.workspace].limit
+        tops: list[bytes] = []
+        for directory in sorted(changes.directories):
+            if not any(_below(directory, top) for top in tops):
+                tops.append(directory)
+        found: dict[bytes, Blob | _Other] = {}
+        for path in sorted(changes.paths):
+            if any(_below(path, top) for top in tops):
+                continue
+            state = self._read(os.path.join(root, path))
+            if state is _Other.DIRECTORY:
+                tops.append(path)
+            else:
+                found[path] = state
+        for top in tops:
+            listing = _list_files(root, top)
+            if listing is None:
+                return f"a repository is nested inside {os.fsdecode(top)}"
+            for path in listing:
+                state = self._read(os.path.join(root, path))
+                found[path] = _Other.ABSENT if state is _Other.DIRECTORY else state
+            if len(found) > limit:
+                return f"more than {limit:,} paths changed"
+        asked = sorted({*found, *tops})
+        entries = dict(zip(asked, writer.entries(last.tree, asked), strict=True))
+        if any(entry is not None and entry.gitlink for entry in entries.values()):
+            return "a nested repository changed"
+        new = [p for p, state in found.items() if entries[p] is None and state is not _Other.ABSENT]
+        ignored = self._ignored(shadow, new, deadline)
+        changed = [*tops, *found]
+        skipped = {
+            path
+            for path in last.skipped
+            if not any(os.fsencode(path) == p or _below(os.fsencode(path), p) for p in changed)
+        }
+        edits: dict[bytes, Blob | None] = {top: None for top in tops if entries[top] is not None}
+        for path, state in found.items():
+            tracked = entries[path] is not None
+            if not tracked and path in ignored:
+                continue
+            if isinstance(state, Blob):
+                edits[path] = state  # over a directory, it replaces all below
+            elif state is _Other.SKIPPED:
+                skipped.add(os.fsdecode(path))
+                if tracked:
+                    edits[path] = None
+            elif tracked:
+                edits[path] = None
+        return _Plan(base=last.tree, edits=edits, skipped=skipped, watched=True)
+
+    @staticmethod
+    def _ignored(shadow: ShadowRepo, paths: list[bytes], deadline: float) -> set[bytes]:
+        """Which of these untracked paths the ignore rules exclude from checkpoints."""
+        if not paths:
+            return set()
+        # check-ignore refuses literal pathspecs; "./" keeps a leading ":" from reading as magic
+        result = shadow.git.run(
+            ["check-ignore", "--no-index", "-z", "--stdin"],
+            env={**shadow.env(), "GIT_LITERAL_PATHSPECS": "0"},
+            input=b"".join(b"./" + path + b"\0" for path in paths),
+            timeout=deadline - time.monotonic(),
+            check=False,
+            cwd=shadow.workspace,
+        )
+        if result.returncode not in (0, 1):
+            raise failure(["check-ignore"], result)
+        return {path[2:] for path in result.stdout.split(b"\0") if path}
+
+    # -- watching ---------------------------------------------------------------------------
+
+    def watch(self, workspace: Path, *, limit: int = LIMIT) -> bool:
+        """Watch the workspace's files until :meth:`unwatch`, so that captures look only at the
+        paths that changed instead of scanning the workspace. The first capture after this scans
+        and sets the baseline. Calls nest (one :meth:`unwatch` each). Returns whether a watcher
+        runs: ``False`` where the platform has none (captures scan, as without this)."""
+        root = ensure_workspace(workspace)
+        if root in self._watchers:
+            self._watching[root] += 1
+            return True
+        if not WATCHER_AVAILABLE:
+            return False
+        user = find_user_repository(root)
+        self._watchers[root] = Watcher(
+            root,
+            limit=limit,
+            skip=[self.home.resolve()],
+            excludes=user.exclude if user is not None else None,
+        )
+        self._watching[root] = 1
+        return True
+
+    def watching(self, workspace: Path) -> bool:
+        """Whether a watcher feeds this workspace's captures."""
+        return ensure_workspace(workspace) in self._watchers
+
+    def unwatch(self, workspace: Path) -> None:
+        """Stop what one :meth:`watch` started; the last one stops the watcher."""
+        root = ensure_workspace(workspace)
+        count = self._watching.get(root, 0) - 1
+        if count > 0:
+            self._watching[root] = count
+            return
+        self._watching.pop(root, None)
+        watcher = self._watchers.pop(root, None)
+        if watcher is not None:
+            watcher.close()
+
+    def _scanned_or_rebuilt(self, shadow: ShadowRepo, deadline: float) -> _Plan:
+        try:
+            return self._scanned(shadow, deadline)
+        except GitFailed as error:
+            stale = shadow.seeded or "index" in str(error)
+            if time.monotonic() >= deadline or not stale:
+                raise
+            # A stale copy of the user's index, or a damaged index: start afresh once.
+            shadow.report(
+                f"the checkpoint index of {shadow.workspace} could not be used ({error}); "
+                "it was rebuilt by hashing the workspace"
+            )
+            shadow.unseed()
+            return self._scanned(shadow, deadline)
+
+    def _scanned(self, shadow: ShadowRepo, deadline: float) -> _Plan:
+        """Find what changed with one ``git status`` against the shadow's index.
+
+        When it finds only tracked files modified in place (the common warm capture), the
+        checkpoint is the index's tree with those files: nothing rewrites the index, and they
+        are found again by the next status until a capture that adds or deletes updates it. Any
+        other change brings the index up to date and writes its tree."""
+        index_tree = shadow.noted_tree(INDEX_TREE)
+        behind = shadow.noted_tree(INDEX_NEXT)
+        if behind is not None:
+            if index_tree is not None and behind != index_tree:
+                # Watched captures moved on without the index: move it to the last one, keeping
+                # the stat data of every entry that did not change.
+                shadow.note_tree(INDEX_TREE, None)
+                shadow.run("read-tree", "-m", "-i", index_tree, behind, deadline=deadline)
+                shadow.note_tree(INDEX_TREE, behind)
+                index_tree = behind
+            shadow.note_tree(INDEX_NEXT, None)
         out = shadow.run(
             "status",
             "--porcelain=v2",
             "-z",
-            "--branch",  # the "# branch.oid" header: HEAD's commit, without another command
             "--untracked-files=normal",  # served by the untracked cache; "all" is not
             "--ignore-submodules=dirty",
             "--no-renames",
             deadline=deadline,
         ).stdout
-        reported = out.split(b"\0")
-        headers = {t for t in reported if t.startswith(b"# ")}
-        unchanged = len(headers) == len([t for t in reported if t])
-        if unchanged and clean is not None and b"# branch.oid " + clean[0].encode() in headers:
-            point("capture.index")
-            return clean[1], []
+        reported = [t for t in out.split(b"\0") if t]
+        if index_tree is not None and len(reported) <= SYNC_AFTER:
+            root = os.fsencode(shadow.workspace)
+            edits: dict[bytes, Blob | None] = {}
+            size = 0
+            for token in reported:
+                fields = token.split(b" ", 8)
+                # "1 XY N... ": a tracked file (not a gitlink) changed on disk, not deleted
+                if fields[0] != b"1" or fields[1][1:2] not in b".MT" or fields[2][:1] != b"N":
+                    break
+                if fields[1][1:2] == b".":
+                    continue  # staged only: the index already holds it
+                found = self._read(os.path.join(root, fields[8]))
+                if not isinstance(found, Blob):
+                    break
+                edits[fields[8]] = found
+                size += len(found.data)
+                if size > SYNC_BYTES:
+                    break  # cheaper to hash them once into the index than again each time
+            else:
+                return _Plan(base=index_tree, edits=edits)
+        shadow.note_tree(INDEX_TREE, None)
+        tree, skipped = self._write_tree(shadow, reported, deadline)
+        shadow.note_tree(INDEX_TREE, tree)
+        return _Plan(base=tree, skipped=set(skipped), synced=True)
+
+    def _read(self, full: bytes) -> Blob | _Other:
+        """What a capture records at ``full`` now: its content, or why it records none."""
+        try:
+            info = os.lstat(full)
+            if stat.S_ISLNK(info.st_mode):
+                return Blob(SYMLINK, os.readlink(full))
+            if stat.S_ISDIR(info.st_mode):
+                return _Other.DIRECTORY
+            if not stat.S_ISREG(info.st_mode):
+                return _Other.ABSENT  # a socket or fifo: git records none
+            if info.st_size > self.max_file_bytes or not os.access(full, os.R_OK):
+                return _Other.SKIPPED
+            with open(full, "rb", buffering=0) as file:
+                data = file.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return _Other.ABSENT
+        except PermissionError:
+            return _Other.SKIPPED
+        return Blob(REGULAR[1] if info.st_mode & stat.S_IXUSR else REGULAR[0], data)
+
+    def _write_tree(
+        self, shadow: ShadowRepo, reported: list[bytes], deadline: float
+    ) -> tuple[str, list[str]]:
+        """Bring the shadow's index up to date with what status ``reported`` and write its
+        tree."""
         root = os.fsencode(shadow.workspace)
         update: list[bytes] = []
         directories: list[bytes] = []
@@ -701,6 +929,9 @@ class Snapshots:
         try:
             with shadow.locked(deadline):
                 shadow.ensure(deadline)
+                # the report fast-import leaves when a capture was killed (or failed) under it
+                for report in shadow.dir.glob("fast_import_crash_*"):
+                    report.unlink()
                 for ref, path in list(shadow.loose_ref_files()):
                     if path.name.endswith(".lock"):
                         path.unlink()
@@ -735,6 +966,85 @@ class Snapshots:
 
 class _Conflict(Exception):
     pass
+
+
+class _Other(enum.Enum):
+    """What a capture finds at a path instead of a file's content."""
+
+    ABSENT = "absent"
+    DIRECTORY = "directory"
+    SKIPPED = "skipped"  # too large, or unreadable
+
+
+@dataclass(slots=True)
+class _Plan:
+    """A checkpoint to write: a tree and the paths to change in it."""
+
+    base: str | None
+    edits: dict[bytes, Blob | None] = field(default_factory=dict)
+    skipped: set[str] = field(default_factory=set)
+    synced: bool = False  # the shadow's index holds exactly ``base``
+    watched: bool = False  # the paths came from a watcher, not a scan
+    fallback: str | None = None  # why a watched workspace was scanned
+
+    def message(self) -> str:
+        return "turnback checkpoint\n\n" + "".join(
+            f"Skipped: {json.dumps(path)}\n" for path in sorted(self.skipped)
+        )
+
+    def key(self, sha256: bool) -> tuple[str | None, frozenset[tuple[bytes, str, str]]]:
+        """What the tree is made of: the same key, the same tree."""
+        return self.base, frozenset(
+            (path, blob.mode, blob.oid(sha256)) if blob else (path, "", "")
+            for path, blob in self.edits.items()
+        )
+
+    def same_as(self, last: _Captured) -> bool:
+        if self.skipped:
+            return False
+        if not self.edits and self.base == last.tree:
+            return True
+        return (
+            last.key is not None
+            and last.key[0] == self.base
+            and self.edits.keys() == {path for path, _mode, _oid in last.key[1]}
+            and self.key(last.sha256) == last.key
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Captured:
+    """The last checkpoint a :class:`Snapshots` wrote for a workspace."""
+
+    commit: str
+    tree: str
+    skipped: frozenset[str]
+    key: tuple[str | None, frozenset[tuple[bytes, str, str]]] | None
+    sha256: bool = False
+
+
+def _below(path: bytes, directory: bytes) -> bool:
+    return path.startswith(directory + b"/")
+
+
+def _list_files(root: bytes, top: bytes) -> list[bytes] | None:
+    """Every file and symbolic link below ``top`` (relative paths), or ``None`` when a nested
+    repository is among them. A ``.git`` directory is never entered."""
+    files: list[bytes] = []
+    pending = [top]
+    while pending:
+        directory = pending.pop()
+        try:
+            with os.scandir(os.path.join(root, directory)) as entries:
+                children = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if any(name == b".git" for name, _is_dir in children):
+            return None
+        for name, is_dir in children:
+            path = os.path.join(directory, name)
+            (pending if is_dir else files).append(path)
+    return files
 
 
 def _is_directory(path: bytes) -> bool:

@@ -1,0 +1,140 @@
+"""JSON text as turnback reads and writes it: lossless, bounded, never fatal.
+
+Some facts about JSON and Python that the rest of turnback depends on:
+
+* JSON strings are UTF-16 at heart: ``"\\ud800"`` (an unpaired surrogate) is valid JSON, and
+  JavaScript and Python agents both write it. Python reads it into a ``str`` that cannot be
+  encoded as UTF-8, so ``json.dumps(..., ensure_ascii=False).encode()`` -- and SQLite, which
+  stores UTF-8 -- fail on it. :func:`dumps` writes such a value with ``\\uXXXX`` escapes
+  instead: the same JSON value, so it is stored losslessly and replayed as it was sent.
+* ``json.loads`` recurses once per nesting level, so a line of a few thousand ``[`` raises
+  ``RecursionError`` -- not ``ValueError`` -- wherever it is parsed; code that catches only
+  ``ValueError`` dies of it. :func:`loads` refuses nesting deeper than :data:`MAX_DEPTH` levels
+  with :class:`TooDeep` (a ``ValueError``), whatever the depth.
+* A JSON-RPC message that parses may still be unusable: an ``id`` that is an object cannot key
+  a table of pending requests, an ``error`` that is a string has no code.
+  :func:`rpc_problem` says what is wrong with one before anything acts on it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+#: The deepest nesting of arrays and objects turnback accepts in a message or an event. ACP's
+#: own messages nest a dozen levels; tool inputs a few more.
+MAX_DEPTH = 128
+
+_ASCII = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_DECODER = json.JSONDecoder()
+_ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
+
+
+class TooDeep(ValueError):
+    """JSON nested deeper than :data:`MAX_DEPTH`."""
+
+    def __init__(self) -> None:
+        super().__init__(f"JSON nested deeper than {MAX_DEPTH} levels is refused")
+
+
+def has_surrogates(text: str) -> bool:
+    """Whether ``text`` holds an unpaired surrogate (and so cannot be written as UTF-8)."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+def readable(text: str) -> str:
+    """``text`` with each unpaired surrogate replaced by U+FFFD, for text meant to be read."""
+    return _SURROGATE.sub("\ufffd", text) if has_surrogates(text) else text
+
+
+def safe_text(text: str, value: Any) -> str:
+    """``text`` (``value`` written with ``ensure_ascii=False``), or ``value`` written with
+    escapes when ``text`` holds an unpaired surrogate: UTF-8 encodable either way."""
+    return _ASCII.encode(value) if has_surrogates(text) else text
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text of ``value`` that always encodes as UTF-8 (see the module docstring)."""
+    return safe_text(json.dumps(value, separators=(",", ":"), ensure_ascii=False), value)
+
+
+def loads(text: str | bytes) -> Any:
+    """The JSON value of one stripped line; ``ValueError`` (:class:`TooDeep` when nested deeper
+    than :data:`MAX_DEPTH`) when it is not one."""
+    line = text.decode() if isinstance(text, bytes) else text
+    try:
+        value, end = _DECODER.raw_decode(line)
+    except RecursionError:
+        raise TooDeep() from None
+    if end != len(line):
+        raise ValueError(f"Extra data: line 1 column {end + 1} (char {end})")
+    if line.count("[") + line.count("{") > MAX_DEPTH and depth(value) > MAX_DEPTH:
+        raise TooDeep()
+    return value
+
+
+def depth(value: Any) -> int:
+    """How deep ``value``'s arrays and objects nest (0 for a scalar), without recursing."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_DEPTH:
+            return deepest
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def request_id(head: bytes) -> Any:
+    """The ``id`` written in the first bytes of a frame that cannot be parsed whole (JSON-RPC
+    clients write it before the params), or None."""
+    found = _ID.search(head)
+    if found is None:
+        return None
+    try:
+        return json.loads(found[1])
+    except ValueError:
+        return None
+
+
+def rpc_problem(message: Any) -> tuple[int, str] | None:
+    """What makes ``message`` (a parsed line) unusable as a JSON-RPC 2.0 message, as an error
+    code and a sentence; None when it is usable."""
+    if not isinstance(message, dict):
+        kind = "a batch (array)" if isinstance(message, list) else type(message).__name__
+        return (
+            -32600,
+            f"Invalid request: a JSON-RPC message must be an object, not {kind}; batches are "
+            "not part of ACP",
+        )
+    rpc_id = message.get("id")
+    if rpc_id is not None and (isinstance(rpc_id, bool) or not isinstance(rpc_id, int | str)):
+        return (-32600, "Invalid request: 'id' must be a string, a number or null")
+    method = message.get("method")
+    if "method" in message and not isinstance(method, str):
+        return (-32600, "Invalid request: 'method' must be a string")
+    if method is None:
+        if "id" not in message or not ({"result", "error"} & message.keys()):
+            return (
+                -32600,
+                "Invalid request: a message needs a 'method' (a request or notification) or "
+                "an 'id' with a 'result' or an 'error' (a response)",
+            )
+        error = message.get("error")
+        usable = isinstance(error, dict) and isinstance(error.get("code"), int)
+        if "error" in message and not usable:
+            return (-32600, "Invalid response: 'error' must be an object with an integer 'code'")
+        return None
+    params = message.get("params")
+    if params is not None and not isinstance(params, dict):
+        return (-32602, f"Invalid params: the params of {method!r} must be an object")
+    return None

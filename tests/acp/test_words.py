@@ -1,0 +1,83 @@
+"""Engine errors carry structured fields; the CLI and the proxy each word their own hint."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import turnback
+from tests.acp.harness import SCRIPTED, run
+from tests.acp.test_session_methods import Talk
+from tests.acp.test_wedges import _request
+from tests.acp.test_wire_errors import finish, raw_proxy
+from turnback.errors import WAIT, TurnInProgress
+
+
+def test_a_running_turn_is_named_with_fields_and_each_surface_words_its_hint(
+    home: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "a.txt").write_text("one\n")
+    with turnback.open(home) as tb:
+        session = tb.create_session(workspace=tmp_path)
+        with session.turn("first"):
+            pass
+        with session.turn("second"):
+            with pytest.raises(TurnInProgress) as busy:
+                session.turn("third")
+            assert (busy.value.turn, busy.value.state, busy.value.remedy) == (2, "running", WAIT)
+            assert "`" not in str(busy.value)  # the library names no command
+            cli = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "turnback",
+                    "--home",
+                    str(home),
+                    "revert",
+                    session.id,
+                    "1",
+                    "--yes",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+    assert cli.returncode == 3
+    assert "turn 2 of this session is running" in cli.stderr
+    assert "if the process running it died, `turnback recover` settles it" in cli.stderr
+
+
+def test_the_proxy_words_a_refused_prompt_for_the_editor(home: Path, tmp_path: Path) -> None:
+    async def scenario() -> dict[str, object]:
+        talk = Talk(await raw_proxy(home, tmp_path, agent=SCRIPTED))
+        await talk.ask("initialize", {})
+        new = {"cwd": str(tmp_path), "mcpServers": []}
+        session_id = (await talk.ask("session/new", new))["result"]["sessionId"]
+        slow = [{"type": "text", "text": "say working\nsleep 30"}]
+        await talk.editor.send(
+            _request(900, "session/prompt", {"sessionId": session_id, "prompt": slow})
+        )
+        while not any("working" in json.dumps(n) for n in talk.notes):
+            await talk.ask("session/list", {})
+            await asyncio.sleep(0.05)
+        again = [{"type": "text", "text": "say again"}]
+        refused = await talk.ask("session/prompt", {"sessionId": session_id, "prompt": again})
+        rewind = [{"type": "text", "text": "/rewind 0"}]
+        answered = await talk.ask("session/prompt", {"sessionId": session_id, "prompt": rewind})
+        await asyncio.wait_for(finish(talk.editor), 15)
+        return {"refused": refused, "rewind": answered, "notes": talk.notes}
+
+    got = run(scenario())
+    error = got["refused"]["error"]  # type: ignore[index]
+    assert error["code"] == -32603
+    assert error["data"]["turn"] == 1 and error["data"]["state"] == "running"
+    assert error["data"]["remedy"] == "wait" and error["data"]["error"] == "TurnInProgress"
+    assert "send it again once the turn has ended, or cancel the turn" in error["message"]
+    assert "`turnback" not in error["message"]
+    said = json.dumps(got["notes"])
+    assert "could not do `/rewind`" in said and "turnback recover" not in said
