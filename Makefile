@@ -3,6 +3,12 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The TypeScript agent the acp tests run: an agent on the other official ACP SDK.
+TS_AGENT := tests/acp/ts_agent
+TS_STAMP := $(TS_AGENT)/node_modules/.installed
+# The browser tests of `turnback ui` drive Debian's Chromium; CI runs as root where apt works.
+CHROMIUM := /usr/bin/chromium
+BROWSER_STAMP := $(VENV)/.chromium
 
 PG_BIN ?= /usr/lib/postgresql/15/bin
 
@@ -13,6 +19,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+$(TS_STAMP): $(TS_AGENT)/package.json $(TS_AGENT)/package-lock.json
+	command -v npm >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
+	npm ci --prefix $(TS_AGENT) --no-audit --no-fund --loglevel=error >/dev/null
+	touch $(TS_STAMP)
+
+$(BROWSER_STAMP): $(STAMP)
+	test -x $(CHROMIUM) || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
+	test -x $(CHROMIUM)
+	touch $(BROWSER_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/turnback demo
@@ -32,20 +48,22 @@ postgres:
 		postgresql-15 >/dev/null; } || { echo "make test needs PostgreSQL 15's server \
 		($(PG_BIN)/postgres): apt-get install postgresql-15" >&2; exit 1; }
 
-pytest: $(STAMP) postgres
+pytest: $(STAMP) $(TS_STAMP) $(BROWSER_STAMP) postgres
 	TURNBACK_PG_BIN=$(PG_BIN) $(BIN)/pytest
 
 test: lint typecheck pytest
 
-bench: $(STAMP)
+bench: $(STAMP) $(TS_STAMP) $(BROWSER_STAMP)
 	$(BIN)/python bench/journal.py
 	$(BIN)/python bench/snapshots.py
 	$(BIN)/python bench/runtime.py
 	$(BIN)/python bench/proxy.py
+	$(BIN)/python bench/log.py
+	$(BIN)/python bench/ui.py
 
 # the proxy's property test with many more examples than CI runs
 fuzz: $(STAMP)
 	TURNBACK_FUZZ_EXAMPLES=$${TURNBACK_FUZZ_EXAMPLES:-2000} $(BIN)/pytest tests/acp/test_fuzz.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache $(TS_AGENT)/node_modules

@@ -1,7 +1,7 @@
 """Benchmark of the ACP proxy: an agent through ``turnback acp`` next to the same agent directly.
 
     python bench/proxy.py              # the recorded run: 10,000 chunks, 1,000 timed updates
-    python bench/proxy.py --smoke      # 500 chunks, 100 timed updates: a few seconds
+    python bench/proxy.py --smoke      # 500 chunks, 100 timed updates, 1 start-up round
     python bench/proxy.py --json
 
 One SDK client (what an editor does: keep each update) drives the same agent -- a small SDK agent
@@ -24,8 +24,23 @@ Rows:
 (r)  one prompt round trip (a prompt with one short reply): medians of (d) and (p), and the
      difference -- for the proxy, a whole durable turn with its two workspace captures.
 
-Interleaved rounds; the best of each is kept (the least disturbed by the machine). Exit code 0
-(MISS is printed when a goal is missed), 1 when the benchmark itself went wrong.
+Interleaved rounds; the best of each is kept (the least disturbed by the machine).
+
+Start-up, with two agents turnback did not tune for: the agent on the TypeScript SDK the tests
+use (``node tests/acp/ts_agent/agent.mjs``, installed by ``make``) and the bundled scripted
+agent (``python -m turnback.agents.scripted``). Each round starts each agent directly and
+through the proxy (on one home, so only the first start creates its database; with more than
+one round, an extra first round warms up and is not counted), in turn, and times what an editor
+waits for:
+
+(i-ts), (i-py)      from spawning the process to the answer to ``initialize``.
+                    goal: at most 150 ms added
+(new-ts), (new-py)  the ``session/new`` round trip that follows.  goal: at most 50 ms added
+
+Each shows the median of (d) and of (p), and the time added in a round ((p) - (d) of that round)
+as its median and its min-max over the rounds.
+
+Exit code 0 (MISS is printed when a goal is missed), 1 when the benchmark itself went wrong.
 """
 
 from __future__ import annotations
@@ -63,8 +78,15 @@ from acp.schema import (  # noqa: E402  # noqa: E402
 )
 
 AGENT = (sys.executable, str(Path(__file__).resolve()), "--agent")
+TS_AGENT = Path(__file__).resolve().parents[1] / "tests" / "acp" / "ts_agent"
+STARTED_AGENTS = {
+    "ts": ("the TypeScript SDK agent", ("node", str(TS_AGENT / "agent.mjs"))),
+    "py": ("the scripted agent", (sys.executable, "-m", "turnback.agents.scripted")),
+}
 NOTIFICATION_GOAL_MS = 1.0
 STREAM_GOAL = 1.25
+INITIALIZE_GOAL_MS = 150.0
+NEW_SESSION_GOAL_MS = 50.0
 
 
 # -- the agent -----------------------------------------------------------------------------
@@ -183,7 +205,64 @@ async def measure(
     }
 
 
-async def bench(sizes: dict[str, int], rounds: int, scratch: Path) -> dict[str, Any]:
+def through_proxy(home: Path, agent: tuple[str, ...] | list[str]) -> list[str]:
+    return [sys.executable, "-m", "turnback", "--home", str(home), "acp", "--", *agent]
+
+
+async def start_up(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Milliseconds from spawning ``command`` to its answer to initialize, and for session/new."""
+    started = time.perf_counter()
+    async with acp.spawn_agent_process(
+        cast(acp.Client, Client()), command[0], *command[1:], cwd=cwd, env=env
+    ) as (conn, _):
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        answered = time.perf_counter()
+        await conn.new_session(cwd=str(cwd), mcp_servers=[])
+        opened = time.perf_counter()
+    return (answered - started) * 1000, (opened - answered) * 1000
+
+
+async def start_ups(rounds: int, scratch: Path, env: dict[str, str]) -> list[dict[str, Any]]:
+    """The start-up rows: each agent started directly and through the proxy, interleaved."""
+    if not (TS_AGENT / "node_modules").is_dir():
+        raise RuntimeError(f"the TypeScript agent is not installed: run `npm ci` in {TS_AGENT}")
+    home = scratch / "start-up-home"
+    times: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    warm_up = 1 if rounds > 1 else 0  # not counted: it creates the home's database
+    for round_ in range(warm_up + rounds):
+        for key, (_, agent) in STARTED_AGENTS.items():
+            for side in ("d", "p"):
+                work = scratch / f"start-{key}-{side}{round_}"
+                work.mkdir()
+                command = list(agent) if side == "d" else through_proxy(home, agent)
+                measured = await start_up(command, work, env)
+                if round_ >= warm_up:
+                    times.setdefault((key, side), []).append(measured)
+    rows = []
+    for index, (what, goal) in enumerate(
+        (("initialize", INITIALIZE_GOAL_MS), ("session/new", NEW_SESSION_GOAL_MS))
+    ):
+        for key, (name, _) in STARTED_AGENTS.items():
+            direct = [t[index] for t in times[(key, "d")]]
+            proxy = [t[index] for t in times[(key, "p")]]
+            added = [p - d for p, d in zip(proxy, direct, strict=True)]
+            median = statistics.median(added)
+            rows.append(
+                {
+                    "id": f"{'i' if index == 0 else 'new'}-{key}",
+                    "what": f"{what}, {name}, median (ms)",
+                    "direct": statistics.median(direct),
+                    "proxy": statistics.median(proxy),
+                    "value": median,
+                    "spread": [min(added), max(added)],
+                    "goal": f"<= {goal:.0f} ms added",
+                    "ok": median <= goal,
+                }
+            )
+    return rows
+
+
+async def bench(sizes: dict[str, int], rounds: int, startups: int, scratch: Path) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNBACK_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
     best: dict[str, dict[str, float]] = {}
@@ -195,17 +274,7 @@ async def bench(sizes: dict[str, int], rounds: int, scratch: Path) -> dict[str, 
             if side == "c":
                 command = [sys.executable, str(Path(__file__).resolve()), "--copy", "--", *AGENT]
             if side == "p":
-                home = scratch / f"home{round_}"
-                command = [
-                    sys.executable,
-                    "-m",
-                    "turnback",
-                    "--home",
-                    str(home),
-                    "acp",
-                    "--",
-                    *AGENT,
-                ]
+                command = through_proxy(scratch / f"home{round_}", AGENT)
             result = await measure(command, work, env, sizes)
             kept = best.setdefault(side, result)
             for key, value in result.items():
@@ -251,7 +320,9 @@ async def bench(sizes: dict[str, int], rounds: int, scratch: Path) -> dict[str, 
             "ok": True,
         },
     ]
-    return {"rows": rows, **sizes, "rounds": rounds}
+    if startups > 0:
+        rows += await start_ups(startups, scratch, env)
+    return {"rows": rows, **sizes, "rounds": rounds, "startups": startups}
 
 
 def table(report: dict[str, Any]) -> str:
@@ -260,9 +331,12 @@ def table(report: dict[str, Any]) -> str:
         "|---|---|---:|---:|---:|---|---|",
     ]
     for row in report["rows"]:
-        value = f"{row['value']:.2f} x" if row["id"] in "sc" else f"{row['value']:+.3f} ms"
+        value = f"{row['value']:.2f} x" if row["id"] in ("s", "c") else f"{row['value']:+.3f} ms"
         if row["id"] == "r":
             value = f"{row['value']:+.1f} ms"
+        if "spread" in row:
+            low, high = row["spread"]
+            value = f"{row['value']:+.0f} ms ({low:+.0f} to {high:+.0f})"
         verdict = "" if row["goal"] == "-" else ("PASS" if row["ok"] else "**MISS**")
         lines.append(
             f"| ({row['id']}) | {row['what']} | {row['direct']:.3f} | {row['proxy']:.3f} | "
@@ -281,6 +355,9 @@ def main() -> int:
     parser.add_argument("--timed", type=int, default=1_000)
     parser.add_argument("--prompts", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--startups", type=int, help="start-up rounds (default 7, 1 with --smoke; 0: none)"
+    )
     parser.add_argument("--dir", type=Path, help="scratch directory (default: a temporary one)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     args = parser.parse_args()
@@ -290,12 +367,13 @@ def main() -> int:
     if args.copy:
         return serve_copy(args.command)
     sizes = {"chunks": args.chunks, "timed": args.timed, "prompts": args.prompts}
-    rounds = args.rounds
+    rounds, startups = args.rounds, 7 if args.startups is None else args.startups
     if args.smoke:
         sizes, rounds = {"chunks": 500, "timed": 100, "prompts": 3}, 1
+        startups = 1 if args.startups is None else args.startups
     scratch = Path(tempfile.mkdtemp(prefix="turnback-bench-proxy-", dir=args.dir))
     try:
-        report = asyncio.run(bench(sizes, rounds, scratch))
+        report = asyncio.run(bench(sizes, rounds, startups, scratch))
     except RuntimeError as error:
         print(f"the benchmark went wrong: {error}", file=sys.stderr)
         return 1

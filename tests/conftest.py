@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -126,3 +128,46 @@ def abandoned_turn(tb: turnback.Turnback) -> AbandonTurn:
         return turn
 
     return make
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
+    """Mount small tmpfs file systems, unmounted afterwards: ``small_disk(bytes)`` is one.
+
+    It needs root (CI runs as root); it skips only where mounting is impossible."""
+    mounted: list[Path] = []
+
+    def mount(size: int) -> Path:
+        point = tmp_path / f"disk{len(mounted)}"
+        point.mkdir()
+        result = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)],
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
+        mounted.append(point)
+        return point
+
+    try:
+        yield mount
+    finally:
+        for point in reversed(mounted):
+            subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+def fill(disk: Path, leave: int = 0) -> Path:
+    """Fill a small disk with one file until at most ``leave`` bytes are free."""
+    filler = disk / "filler.bin"
+    with filler.open("ab") as out:
+        while True:
+            free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+            if free <= leave:
+                break
+            try:
+                out.write(b"\0" * min(65536, max(4096, free - leave)))
+                out.flush()
+            except OSError:
+                break
+    return filler

@@ -8,26 +8,34 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 if TYPE_CHECKING:
-    from turnback import Turnback
+    from turnback import Session, Turnback
     from turnback.model import (
         Activity,
         FileChange,
         Message,
         Revert,
+        RevertPlan,
         SessionRecord,
         Turn,
         UnrecoveredTurn,
     )
 
+T = TypeVar("T")
 
 # -- rendering ---------------------------------------------------------------------------------
 
@@ -65,6 +73,59 @@ _STATUS_COLOURS = {
 
 def _status(status: str) -> str:
     return _colour(status, fg=_STATUS_COLOURS.get(status))
+
+
+def _char_width(c: str) -> int:
+    if unicodedata.combining(c):
+        return 0
+    return 2 if unicodedata.east_asian_width(c) in "WF" else 1
+
+
+def _width(text: str) -> int:
+    """Columns ``text`` takes on a terminal: wide characters two, combining marks none."""
+    return len(text) if text.isascii() else sum(_char_width(c) for c in text)
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` terminal columns, with an ellipsis when cut."""
+    if text.isascii():
+        return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+    out: list[str] = []
+    used = 0
+    for c in text:
+        used += _char_width(c)
+        if used > width - 1:
+            return "".join(out) + "…" if _width(text) > width else text
+        out.append(c)
+    return text
+
+
+_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\v": "\\v",
+    "\f": "\\f",
+    "\r": "\\r",
+    '"': '\\"',
+    "\\": "\\\\",
+}
+
+
+_PLAIN = re.compile(r'[^\x00-\x1f\x7f"\\]*')
+
+
+def _quote(path: str) -> str:
+    """A path as git quotes one with unusual characters: in double quotes, control characters
+    escaped (``\\t``, ``\\n``, octal), so a name cannot break a row or move the cursor."""
+    if _PLAIN.fullmatch(path):
+        return path
+    body = "".join(
+        _ESCAPES.get(c) or (f"\\{ord(c):03o}" if ord(c) < 0x20 or ord(c) == 0x7F else c)
+        for c in path
+    )
+    return f'"{body}"'
 
 
 def _short(text: str, width: int = 60) -> str:
@@ -125,7 +186,8 @@ _KIND_LETTERS = {
 
 def _changes_line(changes: Sequence[FileChange], limit: int = 6) -> str:
     shown = [
-        f"{_KIND_LETTERS[c.kind.value]} " + (f"{c.old_path} -> {c.path}" if c.old_path else c.path)
+        f"{_KIND_LETTERS[c.kind.value]} "
+        + (f"{_quote(c.old_path)} -> {_quote(c.path)}" if c.old_path else _quote(c.path))
         for c in changes[:limit]
     ]
     more = f", … {len(changes) - limit} more" if len(changes) > limit else ""
@@ -144,6 +206,8 @@ def revert_json(revert: Revert) -> dict[str, Any]:
         "keep_user_edits": revert.keep_user_edits,
         "undo_checkpoint": revert.undo_checkpoint,
         "detail": revert.detail,
+        "created_at": revert.created_at,
+        "ended_at": revert.ended_at,
     }
 
 
@@ -164,6 +228,77 @@ def activity_json(activity: Activity) -> dict[str, Any]:
 
 def unrecovered_json(item: UnrecoveredTurn) -> dict[str, Any]:
     return {**turn_json(item.turn), "session": item.turn.session_id, "reason": item.reason}
+
+
+# -- the --json shapes, whole: the web page's API serves the same ones ------------------------
+
+
+def sessions_json(tb: Turnback) -> list[dict[str, Any]]:
+    """``sessions --json``: every session, most recently active first, with how many turns its
+    conversation holds and how many are set aside."""
+    records = tb.sessions()
+    overview = tb.conversations() if records else {}
+    aside = Counter(u.turn.session_id for u in tb.unrecovered()) if records else Counter()
+    return [
+        {**session_json(r, overview.get(r.id, (0, None))[0]), "set_aside": aside[r.id]}
+        for r in records
+    ]
+
+
+def log_json(handle: Session) -> dict[str, Any]:
+    """``log --json``: the session, each turn with its files and checkpoints, the reverts, and
+    what changed since the head (``None`` while a turn runs, or when it cannot be known)."""
+    record = handle.record
+    timeline = handle.timeline()
+    running = [d.turn for d in timeline if d.turn.status == "running"]
+    since = None if running else handle.changes_since_head()
+    return {
+        "session": session_json(record),
+        "turns": [
+            {
+                **turn_json(d.turn),
+                "files": [change_json(f) for f in d.files],
+                "outside": [change_json(f) for f in d.outside],
+                "checkpoints": {"begin": d.turn.begin_checkpoint, "end": d.turn.end_checkpoint},
+                "reverted_by": d.turn.reverted_by,
+            }
+            for d in timeline
+        ],
+        "reverts": [revert_json(r) for r in handle.reverts()],
+        "since_head": None if since is None else [change_json(f) for f in since],
+    }
+
+
+def show_json(handle: Session, turn: int | str) -> dict[str, Any]:
+    """``show --json``: one turn's conversation and its run timeline."""
+    found = handle.get_turn(turn)
+    return {
+        "session": handle.id,
+        "turn": turn_json(found),
+        "messages": [message_json(m) for m in handle.turn_messages(found.token)],
+        "events": [
+            {"seq": e.seq, "kind": e.kind, "event": e.event, "at": e.at}
+            for e in handle.run_events(found.token)
+        ],
+    }
+
+
+def diff_json(handle: Session, turn: int | str, *, patch: bool = True) -> dict[str, Any]:
+    """``diff --json``: a turn's files, the changes made outside it, and its patch (None
+    without ``patch``, as under ``--stat``, or when the checkpoints are unavailable)."""
+    from turnback.errors import CheckpointUnavailable
+
+    try:
+        found = handle.diff(turn, patch=patch)
+    except CheckpointUnavailable:
+        found = handle.diff(turn)  # "available": false says so
+    return {
+        "turn": turn_json(found.turn),
+        "available": found.available,
+        "files": [change_json(f) for f in found.files],
+        "outside": [change_json(f) for f in found.outside],
+        "patch": found.patch,
+    }
 
 
 def _emit_json(data: Any) -> None:
@@ -200,7 +335,17 @@ class Progress:
 class Context:
     def __init__(self, home: str | None) -> None:
         self.home = home
+        self.pager = True
         self._tb: Turnback | None = None
+
+    def page(self, lines: Sequence[str]) -> None:
+        """Long output: through the pager (``$PAGER``, else ``less``) on a terminal, as git
+        does, unless ``--no-pager``; printed otherwise."""
+        text = "\n".join(lines)
+        if self.pager and sys.stdout.isatty():
+            click.echo_via_pager(text + "\n")
+        else:
+            click.echo(text)
 
     @property
     def tb(self) -> Turnback:
@@ -215,23 +360,42 @@ class Context:
             self._tb.close()
 
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def _home_after_command(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(Context).home = value
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def json_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--json``, and ``--home`` accepted after the command as well as before it."""
+    command = click.option(
+        "--home",
+        type=click.Path(file_okay=False),
+        expose_value=False,
+        is_eager=True,
+        callback=_home_after_command,
+        help="turnback's home directory (as the global --home).",
+    )(command)
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(command)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.option(
     "--home",
     type=click.Path(file_okay=False),
     envvar="TURNBACK_HOME",
     help="turnback's home directory (default: $TURNBACK_HOME, else the platform data dir).",
 )
+@click.option("--no-pager", is_flag=True, help="Print long output instead of paging it.")
 @click.version_option(package_name="turnback")
 @click.pass_context
-def cli(ctx: click.Context, home: str | None) -> None:
+def cli(ctx: click.Context, home: str | None, no_pager: bool) -> None:
     """turnback: durable, resumable, reviewable and reversible turns for AI coding agents."""
     state = Context(home)
+    state.pager = not no_pager
     ctx.obj = state
     ctx.call_on_close(state.close)
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
 
 
 pass_state = click.make_pass_decorator(Context)
@@ -245,21 +409,24 @@ def sessions(state: Context, as_json: bool) -> None:
     from turnback.errors import StoreNotFound
 
     try:
-        records = state.tb.sessions()
+        listed = sessions_json(state.tb)
     except StoreNotFound:
-        records = []
-    counts = {
-        r.id: len([t for t in state.tb.session(r.id).turns() if t.status.ended]) for r in records
-    }
+        listed = []
     if as_json:
-        _emit_json([session_json(r, counts[r.id]) for r in records])
+        _emit_json(listed)
         return
-    if not records:
+    if not listed:
         click.echo("No sessions yet. `turnback demo` shows turnback at work.")
         return
     rows = [
-        [r.id[:12], str(counts[r.id]), _when(r.updated_at), _short(r.title or "-", 30), r.workspace]
-        for r in records
+        [
+            r["id"][:12],
+            str(r["turns"]),
+            _when(r["updated_at"]),
+            _short(r["title"] or "-", 30),
+            r["workspace"],
+        ]
+        for r in listed
     ]
     click.echo(_table(["session", "turns", "updated", "title", "workspace"], rows))
 
@@ -269,64 +436,82 @@ def sessions(state: Context, as_json: bool) -> None:
 @json_option
 @pass_state
 def log(state: Context, session: str, as_json: bool) -> None:
-    """Show a session's turns: number, status, events and prompt."""
+    """Show a session's timeline: its turns (the head marked) with their files and +/-, the
+    changes made between turns, its reverts and undos where they happened, and what changed
+    since the last turn."""
     handle = state.tb.session(session)
-    turns = handle.turns()
-    diffs = {t.token: handle.diff(t.token) for t in turns}
     if as_json:
-        _emit_json(
-            {
-                "session": session_json(handle.record),
-                "turns": [
-                    {
-                        **turn_json(t),
-                        "files": [change_json(f) for f in diffs[t.token].files],
-                        "outside": [change_json(f) for f in diffs[t.token].outside],
-                        "checkpoints": {"begin": t.begin_checkpoint, "end": t.end_checkpoint},
-                        "reverted_by": t.reverted_by,
-                    }
-                    for t in turns
-                ],
-            }
-        )
+        _emit_json(log_json(handle))
         return
     record = handle.record
-    click.echo(f"session {record.id}  {record.title or ''}".rstrip())
-    click.echo(f"workspace {record.workspace}\n")
-    if not turns:
-        click.echo("No turns yet.")
+    timeline = handle.timeline()
+    reverts = handle.reverts()
+    running = [d.turn for d in timeline if d.turn.status == "running"]
+    # The capture for "since the head" runs git while the rows are rendered.
+    pool = ThreadPoolExecutor(max_workers=1)
+    pending = None if running else pool.submit(handle.changes_since_head)
+    pool.shutdown(wait=False)
+    width = shutil.get_terminal_size((100, 24)).columns
+    lines: list[str] = []
+    emit = lines.append
+    emit(f"session {record.id}  {record.title or ''}".rstrip())
+    emit(f"workspace {_quote(record.workspace)}\n")
+    if not timeline:
+        click.echo("\n".join([*lines, "No turns yet."]))
         return
-    for t in turns:
-        diff = diffs[t.token]
-        if diff.outside:
-            click.echo(
-                _colour(f"   changed outside any turn: {_changes_line(diff.outside)}", dim=True)
-            )
+    after: dict[str | None, list[Revert]] = {}
+    for r in reverts:
+        after.setdefault(r.from_head, []).append(r)
+    numbers = {d.turn.token: d.turn.number for d in timeline}
+    for d in timeline:
+        t = d.turn
+        if d.outside:
+            line = f"   changed outside any turn: {_changes_line(d.outside)}"
+            emit(_colour(_fit(line, width), dim=True))
         number = str(t.number) if t.status.ended or t.status == "running" else "-"
-        status = _status(t.status.value) + (
-            _colour(" (reverted)", dim=True) if t.reverted_by else ""
-        )
-        added = sum(f.additions for f in diff.files)
-        removed = sum(f.deletions for f in diff.files)
-        click.echo(
-            f"{number:>3}  {t.token[:12]}  {status}  {_when(t.started_at)}  "
-            f"{t.event_count} events  {_short(t.prompt_text, 50)}"
-        )
-        if diff.files:
-            click.echo(
-                f"     {len(diff.files)} file(s) "
-                + _colour(f"+{added}", fg="green")
-                + " "
-                + _colour(f"-{removed}", fg="red")
-                + f": {_changes_line(diff.files)}"
+        status = _status(t.status.value)
+        if t.reverted_by:
+            status += _colour(" (reverted)", dim=True)
+        if t.token == record.head:
+            status += " " + _colour("<- head", bold=True)
+        head = f"{number:>3}  {t.token[:12]}  {status}  {_when(t.started_at)}  "
+        head += f"{t.event_count} events" + (" so far" if t.status == "running" else "") + "  "
+        room = max(10, width - _width(click.unstyle(head)))
+        emit(head + _fit(" ".join(t.prompt_text.split()), room))
+        if t.status == "running" and not handle.is_live(t):
+            emit(
+                _colour(
+                    "     its process is gone; `turnback recover` settles it "
+                    "(or beginning a turn does)",
+                    fg="yellow",
+                )
             )
-        elif not diff.available and t.status != "running":
-            click.echo(_colour("     workspace checkpoint unavailable", fg="yellow"))
-    aside = [t for t in turns if t.status == "set_aside"]
+        if d.files:
+            added = sum(f.additions for f in d.files)
+            removed = sum(f.deletions for f in d.files)
+            counts = _colour(f"+{added}", fg="green") + " " + _colour(f"-{removed}", fg="red")
+            prefix = f"     {len(d.files)} file(s) {counts}: "
+            room = max(10, width - _width(click.unstyle(prefix)))
+            emit(prefix + _fit(_changes_line(d.files), room))
+        elif not d.available and t.status != "running":
+            emit(_colour("     workspace checkpoint unavailable", fg="yellow"))
+        for r in after.get(t.token, []):
+            to = numbers.get(r.to_turn, 0) if r.to_turn else 0
+            what = f"revert {r.id}: back to turn {to}" + (
+                ", keeping hand edits" if r.keep_user_edits else ""
+            )
+            when = f"undone {_when(r.ended_at)}" if r.state == "undone" else r.state.value
+            emit(_colour(f"   <- {what} ({when})", fg="magenta"))
+    since = pending.result() if pending else None
+    if since:
+        line = f"   changed since the head, in no turn yet: {_changes_line(since)}"
+        emit(_colour(_fit(line, width), dim=True))
+    aside = [d.turn for d in timeline if d.turn.status == "set_aside"]
     if aside:
-        click.echo(
+        emit(
             f"\n{len(aside)} turn(s) set aside: `turnback unrecovered {record.id[:12]}` shows them."
         )
+    click.echo("\n".join(lines))
 
 
 @cli.command()
@@ -338,37 +523,31 @@ def log(state: Context, session: str, as_json: bool) -> None:
 def show(state: Context, session: str, turn: str, events: bool, as_json: bool) -> None:
     """Show one turn's conversation. TURN is its number or a token prefix."""
     handle = state.tb.session(session)
+    if as_json:
+        _emit_json(show_json(handle, turn))
+        return
     found = handle.get_turn(turn)
     messages = handle.turn_messages(found.token)
     timeline = handle.run_events(found.token)
-    if as_json:
-        _emit_json(
-            {
-                "session": handle.id,
-                "turn": turn_json(found),
-                "messages": [message_json(m) for m in messages],
-                "events": [
-                    {"seq": e.seq, "kind": e.kind, "event": e.event, "at": e.at} for e in timeline
-                ],
-            }
-        )
-        return
-    click.echo(f"turn {found.number} ({found.token})  {_status(found.status.value)}")
+    lines = [f"turn {found.number} ({found.token})  {_status(found.status.value)}"]
     if found.detail:
-        click.echo(f"  {found.detail}")
-    click.echo()
+        lines.append(f"  {found.detail}")
+    lines.append("")
     if found.status in ("running", "set_aside"):
-        click.echo(f"This turn is {found.status.value}: its events are still in the journal.")
+        lines.append(f"This turn is {found.status.value}: its events are still in the journal.")
     for message in messages:
         label = _colour(f"[{message.kind.value}]", bold=True)
         body = message.text
         if message.kind == "tool_call":
             body = f"{message.data.get('title', '')} ({message.data.get('status', '?')})"
-        click.echo(f"{label} {body}")
-    if events:
-        click.echo()
-        for e in timeline:
-            click.echo(f"{e.seq:>5} {e.kind} {json.dumps(e.event, ensure_ascii=False)}")
+        lines.append(f"{label} {body}")
+    if not events:
+        click.echo("\n".join(lines))
+        return
+    lines.append("")
+    for e in timeline:
+        lines.append(f"{e.seq:>5} {e.kind} {json.dumps(e.event, ensure_ascii=False)}")
+    state.page(lines)
 
 
 @cli.command()
@@ -444,9 +623,14 @@ def unrecovered(
         result: dict[str, Any] = {"applied": turn_json(applied)}
         text = f"applied turn {applied.token[:12]} as turn {applied.number}"
     else:
+        token = handle.get_turn(turn).token if turn.strip().isdigit() else None
+        token = token or next(
+            (u.turn.token for u in handle.unrecovered() if u.turn.token.startswith(turn.lower())),
+            turn,
+        )
         count = handle.discard(turn)
-        result = {"discarded": turn, "events": count}
-        text = f"discarded set-aside turn {turn} and its {count} events"
+        result = {"discarded": token, "events": count}
+        text = f"discarded set-aside turn {token} and its {count} events"
     if as_json:
         _emit_json(result)
     else:
@@ -502,40 +686,42 @@ def diff(state: Context, session: str, turn: str, stat: bool, as_json: bool) -> 
     Changes made between turns, by hand or by a `git pull`, are listed apart: they are not
     the agent's."""
     handle = state.tb.session(session)
-    found = handle.diff(turn, patch=not stat and not as_json)
     if as_json:
-        full = handle.diff(turn, patch=found.available).patch if found.available else None
-        _emit_json(
-            {
-                "turn": turn_json(found.turn),
-                "available": found.available,
-                "files": [change_json(f) for f in found.files],
-                "outside": [change_json(f) for f in found.outside],
-                "patch": full,
-            }
-        )
+        _emit_json(diff_json(handle, turn, patch=not stat))
         return
+    found = handle.diff(turn, patch=not stat)
+    if not found.available:
+        handle.diff(turn, patch=True)  # raises CheckpointUnavailable, saying why (exit code 1)
     if found.outside:
         click.echo(f"changed outside any turn, before turn {found.turn.number}:")
         for change in found.outside:
             click.echo(f"  {_KIND_LETTERS[change.kind.value]} {change.path}")
         click.echo()
-    if not found.available:
-        click.echo(f"turn {found.turn.number}: workspace checkpoint unavailable")
-        return
     if stat or not found.patch:
-        width = max((len(c.path) for c in found.files), default=0)
-        for c in found.files:
-            counts = "binary" if c.binary else f"+{c.additions} -{c.deletions}"
-            label = f"{c.old_path} -> {c.path}" if c.old_path else c.path
-            click.echo(f"  {_KIND_LETTERS[c.kind.value]} {label.ljust(width)}  {counts}")
+        labels = [
+            f"{_quote(c.old_path)} -> {_quote(c.path)}" if c.old_path else _quote(c.path)
+            for c in found.files
+        ]
+        width = max(map(_width, labels), default=0)
+        for c, label in zip(found.files, labels, strict=True):
+            counts = (
+                "binary"
+                if c.binary
+                else _colour(f"+{c.additions}", fg="green")
+                + " "
+                + _colour(f"-{c.deletions}", fg="red")
+            )
+            padding = " " * (width - _width(label))
+            click.echo(f"  {_KIND_LETTERS[c.kind.value]} {label}{padding}  {counts}")
         if not found.files:
             click.echo(f"turn {found.turn.number} changed no files")
         return
+    lines = []
     for line in found.patch.splitlines():
         colour = {"+": "green", "-": "red", "@": "cyan"}.get(line[:1])
         bold = line.startswith(("+++", "---", "diff "))
-        click.echo(_colour(line, fg=None if bold else colour, bold=bold))
+        lines.append(_colour(line, fg=None if bold else colour, bold=bold))
+    state.page(lines)
 
 
 @cli.command()
@@ -551,6 +737,7 @@ def diff(state: Context, session: str, turn: str, stat: bool, as_json: bool) -> 
     help="Undo only the agent's own changes; keep edits made by hand.",
 )
 @click.option("--undo", is_flag=True, help="Undo the session's last revert.")
+@click.option("--dry-run", is_flag=True, help="Show what the revert would do; change nothing.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @json_option
 @pass_state
@@ -562,6 +749,7 @@ def revert(
     conversation_only: bool,
     keep_user_edits: bool,
     undo: bool,
+    dry_run: bool,
     yes: bool,
     as_json: bool,
 ) -> None:
@@ -569,29 +757,50 @@ def revert(
 
     Later turns are kept as reverted history, and `turnback revert --undo SESSION` puts
     everything back. Files that existed before the undone turns began, and ignored files,
-    are never deleted."""
+    are never deleted. `--dry-run` shows the files it would restore, delete and keep, and the
+    hand edits in its way, and changes nothing."""
     if files_only and conversation_only:
         raise click.UsageError("--files-only and --conversation-only exclude each other")
     if undo and turn is not None:
         raise click.UsageError("`revert --undo SESSION` takes no TURN: it undoes the last revert")
-    if not undo and (turn is None or not turn.strip().isdigit()):
-        raise click.UsageError("revert needs the TURN number to go back to (0: before the first)")
+    if undo and dry_run:
+        raise click.UsageError("--dry-run previews a revert to a TURN, not --undo")
+    if not undo and turn is None:
+        raise click.UsageError(
+            "revert needs the TURN to go back to: a number (0: before the first) or token prefix"
+        )
     handle = state.tb.session(session)
+    if turn is not None and not turn.strip().isdigit():
+        turn = str(handle.get_turn(turn).number)
+    options = {
+        "files": not conversation_only,
+        "conversation": not files_only,
+        "keep_user_edits": keep_user_edits,
+    }
     what = "undo the last revert" if undo else f"revert session {handle.id[:12]} to turn {turn}"
-    if not yes:
-        if not sys.stdin.isatty():
+    if dry_run or not yes:
+        if not dry_run and not (sys.stdin.isatty() and sys.stderr.isatty()):
             raise click.UsageError(f"this would {what}; pass --yes to confirm without a terminal")
-        click.confirm(f"{what[0].upper()}{what[1:]}?", abort=True)
+        plan = (
+            None
+            if undo
+            else _conflicts_as_json(as_json, handle.revert_plan, int(turn or 0), **options)
+        )
+        if dry_run:
+            assert plan is not None
+            if as_json:
+                _emit_json(plan_json(plan))
+            else:
+                click.echo(f"{what[0].upper()}{what[1:]} would change:")
+                click.echo("\n".join(_plan_lines(plan, keep_user_edits)))
+            return
+        if plan is not None:
+            click.echo("\n".join(_plan_lines(plan, keep_user_edits)), err=True)
+        click.confirm(f"{what[0].upper()}{what[1:]}?", abort=True, err=True)
     if undo:
         result = handle.undo_revert()
     else:
-        assert turn is not None
-        result = handle.revert(
-            int(turn),
-            files=not conversation_only,
-            conversation=not files_only,
-            keep_user_edits=keep_user_edits,
-        )
+        result = _conflicts_as_json(as_json, handle.revert, int(turn or 0), **options)
     if as_json:
         _emit_json(revert_json(result))
     elif undo:
@@ -601,6 +810,62 @@ def revert(
             f"reverted to turn {turn} (revert {result.id}); "
             f"`turnback revert --undo {handle.id[:12]}` puts it back"
         )
+
+
+def _conflicts_as_json(as_json: bool, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``call``, printing the paths of a RevertConflict (exit code 3) or of files a restore could
+    not write (exit code 1) as JSON under ``--json``."""
+    from turnback.errors import RestoreIncomplete, RevertConflict
+
+    try:
+        return call(*args, **kwargs)
+    except (RevertConflict, RestoreIncomplete) as error:
+        if not as_json:
+            raise
+        key = "conflicts" if isinstance(error, RevertConflict) else "paths"
+        _emit_json({"error": str(error), key: list(error.paths)})
+        click.echo(_colour(f"error: {error}", fg="red"), err=True)
+        sys.exit(error.exit_code)
+
+
+def plan_json(plan: RevertPlan) -> dict[str, Any]:
+    return {
+        "restore": [change_json(c) for c in plan.restore],
+        "delete": [change_json(c) for c in plan.delete],
+        "keep": [{**change_json(c), "reason": plan.kept_because.get(c.path)} for c in plan.keep],
+        "conflicts": [change_json(c) for c in plan.conflicts],
+    }
+
+
+def _counts(change: FileChange) -> str:
+    if change.binary:
+        return "binary"
+    return (
+        _colour(f"+{change.additions}", fg="green")
+        + " "
+        + _colour(f"-{change.deletions}", fg="red")
+    )
+
+
+def _plan_lines(plan: RevertPlan, keep_user_edits: bool) -> list[str]:
+    lines = []
+    for label, changes, colour in (
+        ("restore", plan.restore, "green"),
+        ("delete", plan.delete, "red"),
+    ):
+        for c in changes:
+            counts = _counts(c)
+            lines.append(f"  {_colour(label.ljust(8), fg=colour)} {c.path}  {counts}")
+    for c in plan.keep:
+        lines.append(f"  {'keep'.ljust(8)} {c.path}  ({plan.kept_because.get(c.path)})")
+    clash = (
+        "your edit clashes with the agent's change: the revert will refuse"
+        if keep_user_edits
+        else "your edit: the revert overwrites it (--keep-user-edits keeps it)"
+    )
+    for c in plan.conflicts:
+        lines.append(f"  {_colour('conflict'.ljust(8), fg='yellow')} {c.path}  ({clash})")
+    return lines or ["  no files"]
 
 
 @cli.command()
@@ -644,7 +909,16 @@ def doctor(state: Context, as_json: bool) -> None:
     """Check git, the home, the database and the checkpoints; say what to do for each problem.
 
     Exits 1 when something needs attention."""
-    checks = state.tb.doctor()
+    from turnback.errors import StoreError
+
+    try:
+        checks = state.tb.doctor()
+    except StoreError as error:  # the database cannot be opened: the checks that need none
+        from turnback.engine.doctor import doctor_unopened
+        from turnback.engine.handle import default_home
+
+        home = Path(state.home).expanduser() if state.home else default_home()
+        checks = doctor_unopened(home.absolute(), error)
     if as_json:
         _emit_json([{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix} for c in checks])
     else:
@@ -672,19 +946,99 @@ def doctor(state: Context, as_json: bool) -> None:
     show_default=True,
     help="The largest JSON-RPC message accepted from the editor, in bytes.",
 )
+@click.option(
+    "--initialize-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long the agent may take to answer initialize when it starts.",
+)
+@click.option(
+    "--restart-attempts",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    metavar="N",
+    help="Restarts of an agent that dies during one turn before the turn fails.",
+)
+@click.option(
+    "--on-agent-crash",
+    type=click.Choice(["continue", "stop"]),
+    default="continue",
+    show_default=True,
+    help="When the agent dies mid-turn before saving a step checkpoint: restart it and have it "
+    "continue the turn, or end the turn as interrupted.",
+)
 @click.argument("agent_command", nargs=-1, required=True, type=click.UNPROCESSED)
 @pass_state
 def acp(
-    state: Context, acp_home: str | None, max_frame: int, agent_command: tuple[str, ...]
+    state: Context,
+    acp_home: str | None,
+    max_frame: int,
+    initialize_timeout: float,
+    restart_attempts: int,
+    on_agent_crash: str,
+    agent_command: tuple[str, ...],
 ) -> None:
     """Run AGENT_COMMAND behind an ACP proxy on stdin/stdout: every prompt a durable turn.
 
     Configure the editor to start `turnback acp -- AGENT_COMMAND…` instead of the agent. Sessions
     are listed, loaded, resumed and forked from turnback's store, and /checkpoints, /diff,
     /rewind and /undo-rewind are answered by turnback."""
-    from turnback.acp import main as serve_acp
+    import subprocess
 
-    sys.exit(serve_acp(agent_command, home=acp_home or state.home, max_frame=max_frame))
+    early: subprocess.Popen[bytes] | None
+    try:
+        # Started before the ACP SDK is imported (most of the proxy's own start-up), so the
+        # agent's start-up overlaps it; the proxy takes it over.
+        early = subprocess.Popen(agent_command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    except OSError:
+        early = None  # the proxy answers initialize with why it cannot start it
+
+    from turnback.acp import main as serve_acp
+    from turnback.runtime import OnCrash, ResumePolicy
+
+    policy = ResumePolicy(
+        attempts=restart_attempts,
+        on_crash=OnCrash(on_agent_crash),
+        initialize_timeout=initialize_timeout,
+    )
+    home = acp_home or state.home
+    sys.exit(serve_acp(agent_command, home=home, max_frame=max_frame, policy=policy, early=early))
+
+
+@cli.command()
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address to serve on; anything but loopback lets other machines knock.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="The port to serve on (0: a free one).",
+)
+@click.option("--no-open", is_flag=True, help="Print the address only; do not open a browser.")
+@click.option("--read-only", is_flag=True, help="Serve no action: review only, change nothing.")
+@pass_state
+def ui(state: Context, host: str, port: int, no_open: bool, read_only: bool) -> None:
+    """Serve a local review page: sessions, timelines, diffs, reverts with a preview, undo.
+
+    Prints the page's address, with its token, as the first line, then opens a browser unless
+    --no-open; serves until interrupted. Every request needs the token."""
+    from turnback.ui import serve
+
+    try:
+        serve(state.home, host=host, port=port, open_browser=not no_open, read_only=read_only)
+    except OSError as error:
+        raise click.ClickException(
+            f"cannot serve on {host}:{port}: {error.strerror or error}; "
+            "choose another --port (0 picks a free one)"
+        ) from None
 
 
 @cli.command()
@@ -693,8 +1047,12 @@ def acp(
 @json_option
 def demo(keep: bool, workspace: str | None, as_json: bool) -> None:
     """Show turnback at work: durable turns, a crash mid-turn, and its recovery."""
-    from turnback.demo import run
+    from turnback.demo import check_workspace, run
 
+    try:
+        check_workspace(workspace)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="'--workspace'") from error
     summary = run(keep=keep, workspace=workspace, echo=(lambda _: None) if as_json else click.echo)
     if as_json:
         _emit_json(summary)

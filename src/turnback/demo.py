@@ -80,8 +80,19 @@ _ORCHESTRATOR = textwrap.dedent(
 )
 
 
+def check_workspace(workspace: str | None) -> None:
+    """ValueError unless ``workspace`` is absent, new or empty: the demo writes and reverts
+    files there, and must not touch anyone's own."""
+    if workspace is not None and Path(workspace).is_dir() and any(Path(workspace).iterdir()):
+        raise ValueError(
+            f"{workspace} is not empty, and the demo writes and reverts files there; give it a "
+            "new or empty directory"
+        )
+
+
 def run(*, keep: bool, workspace: str | None, echo: Callable[[str], None]) -> dict[str, Any]:
     """Run the demo, telling ``echo`` each step; returns a summary (the ``--json`` output)."""
+    check_workspace(workspace)
     home = Path(tempfile.mkdtemp(prefix="turnback-demo-home-"))
     work = Path(workspace) if workspace else Path(tempfile.mkdtemp(prefix="turnback-demo-ws-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -97,7 +108,12 @@ def run(*, keep: bool, workspace: str | None, echo: Callable[[str], None]) -> di
             shutil.rmtree(home, ignore_errors=True)
             if workspace is None:
                 shutil.rmtree(work, ignore_errors=True)
-            echo("\nRemoved the demo's home and workspace; `turnback demo --keep` keeps them.")
+                echo("\nRemoved the demo's home and workspace; `turnback demo --keep` keeps them.")
+            else:
+                echo(
+                    f"\nRemoved the demo's home; its workspace {work} stays as the demo left it "
+                    "(`turnback demo --keep` keeps the home too)."
+                )
     echo(f"The demo took {time.monotonic() - started:.1f}s.")
     return {
         "home": str(home) if keep else None,

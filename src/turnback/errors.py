@@ -63,6 +63,16 @@ class TurnInProgress(TurnbackError):
         self.turn, self.state, self.remedy = turn, state, remedy
 
 
+class RevertInProgress(TurnInProgress):
+    """A turn was begun on a workspace whose revert (or undo) has not finished: the revert holds
+    the workspace until it commits or rolls back."""
+
+    def __init__(self, message: str, revert_id: int, owner_id: str | None) -> None:
+        super().__init__(message, "", state="reverting", remedy=WAIT)
+        self.revert_id = revert_id
+        self.owner_id = owner_id
+
+
 class TurnNotRunning(TurnbackError):
     """An operation that needs a running turn met one that has ended."""
 
@@ -139,6 +149,14 @@ class RevertConflict(WorkspaceError):
     """A revert would overwrite changes it must keep; nothing was written."""
 
     exit_code = 3
+
+    def __init__(self, message: str, paths: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.paths = paths
+
+
+class RestoreIncomplete(WorkspaceError):
+    """Files of a restore could not be written (a full disk, say); ``paths`` names them."""
 
     def __init__(self, message: str, paths: tuple[str, ...] = ()) -> None:
         super().__init__(message)

@@ -63,7 +63,8 @@ def dumps(value: Any) -> str:
 def loads(text: str | bytes) -> Any:
     """The JSON value of one stripped line; ``ValueError`` (:class:`TooDeep` when nested deeper
     than :data:`MAX_DEPTH`) when it is not one."""
-    line = text.decode() if isinstance(text, bytes) else text
+    # as json.loads reads bytes: a surrogate written raw in UTF-8 is read as that surrogate
+    line = text.decode("utf-8", "surrogatepass") if isinstance(text, bytes) else text
     try:
         value, end = _DECODER.raw_decode(line)
     except RecursionError:

@@ -8,6 +8,7 @@ with a ``sessionUpdate`` discriminator. turnback's own kinds use the ACP extensi
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,19 +149,24 @@ class Turn:
 
     @property
     def prompt_text(self) -> str:
-        if isinstance(self.prompt, str):
-            return self.prompt
-        if is_unreadable(self.prompt):
-            return "[unreadable prompt]"
-        if not isinstance(self.prompt, list):
-            return ""
-        return "".join(
-            block["text"]
-            for block in self.prompt
-            if isinstance(block, dict)
-            and block.get("type") == "text"
-            and isinstance(block.get("text"), str)
-        )
+        return prompt_text(self.prompt)
+
+
+def prompt_text(prompt: Any) -> str:
+    """The text of a prompt: a string, or the text blocks of a list of ACP content blocks."""
+    if isinstance(prompt, str):
+        return prompt
+    if is_unreadable(prompt):
+        return "[unreadable prompt]"
+    if not isinstance(prompt, list):
+        return ""
+    return "".join(
+        block["text"]
+        for block in prompt
+        if isinstance(block, dict)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +338,23 @@ class Revert:
 
 
 @dataclass(frozen=True, slots=True)
+class RevertPlan:
+    """What a revert would do to the files, computed while writing nothing.
+
+    Each list holds file changes from the workspace as it is now: ``restore`` the paths written
+    back (with the lines added and removed), ``delete`` the paths removed, ``keep`` the paths
+    left as they are although they differ from the target (``kept_because`` says why, by path:
+    ``ignored``, ``not captured``, ``pre-existing`` or ``user edit``), and ``conflicts`` the
+    hand edits in the way: a plain revert overwrites them, ``keep_user_edits`` refuses them."""
+
+    restore: tuple[FileChange, ...] = ()
+    delete: tuple[FileChange, ...] = ()
+    keep: tuple[FileChange, ...] = ()
+    conflicts: tuple[FileChange, ...] = ()
+    kept_because: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class TurnDiff:
     """What one turn changed in the workspace: checkpoint at its begin to checkpoint at its end."""
 
@@ -339,6 +362,17 @@ class TurnDiff:
     files: tuple[FileChange, ...]
     outside: tuple[FileChange, ...]  # changed between the previous turn and this one, by hand
     available: bool  # both checkpoints exist, so the files above are the whole story
+    patch: str | None = None  # the unified patch, when asked for
+
+
+@dataclass(frozen=True, slots=True)
+class RangeDiff:
+    """What the workspace changed from the end of one turn to the end of a later one (0: before
+    the first turn): the agent's turns and the edits made by hand between them, together."""
+
+    from_turn: int
+    to_turn: int
+    files: tuple[FileChange, ...]
     patch: str | None = None  # the unified patch, when asked for
 
 

@@ -16,12 +16,18 @@ from acp.core import ClientSideConnection
 from acp.schema import (
     AllowedOutcome,
     ClientCapabilities,
+    CreateTerminalResponse,
     DeniedOutcome,
     FileSystemCapabilities,
+    KillTerminalResponse,
     PermissionOption,
     ReadTextFileResponse,
+    ReleaseTerminalResponse,
     RequestPermissionResponse,
+    TerminalExitStatus,
+    TerminalOutputResponse,
     ToolCallUpdate,
+    WaitForTerminalExitResponse,
     WriteTextFileResponse,
 )
 
@@ -46,7 +52,8 @@ def dump(model: Any) -> dict[str, Any]:
 
 class Editor:
     """An ACP client as an editor is one: records updates, answers permissions from a list,
-    keeps files it is asked to write, records extension traffic."""
+    keeps files it is asked to write, runs terminals as real processes, records extension
+    traffic."""
 
     def __init__(self, answers: Sequence[str | None] = ()) -> None:
         self.updates: list[tuple[str, dict[str, Any]]] = []
@@ -54,6 +61,7 @@ class Editor:
         self.answers = list(answers)
         self.files: dict[str, str] = {}
         self.extensions: list[tuple[str, dict[str, Any]]] = []
+        self.terminals: dict[str, tuple[list[str], asyncio.subprocess.Process, bytearray]] = {}
 
     async def session_update(self, session_id: str, update: Any, **meta: Any) -> None:
         self.updates.append((session_id, dump(update)))
@@ -79,6 +87,61 @@ class Editor:
 
     async def read_text_file(self, path: str, session_id: str, **_: Any) -> ReadTextFileResponse:
         return ReadTextFileResponse(content=self.files.get(path, ""))
+
+    async def create_terminal(
+        self,
+        command: str,
+        session_id: str,
+        args: list[str] | None = None,
+        cwd: str | None = None,
+        **_: Any,
+    ) -> CreateTerminalResponse:
+        argv = [command, *(args or [])]
+        process = await asyncio.create_subprocess_exec(
+            *argv, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+        terminal_id = f"term-{len(self.terminals) + 1}"
+        self.terminals[terminal_id] = (argv, process, bytearray())
+        return CreateTerminalResponse(terminal_id=terminal_id)
+
+    async def _exited(self, terminal_id: str) -> TerminalExitStatus:
+        _, process, output = self.terminals[terminal_id]
+        assert process.stdout is not None
+        output.extend(await process.stdout.read())
+        code = await process.wait()
+        if code < 0:
+            return TerminalExitStatus(signal=f"signal {-code}")
+        return TerminalExitStatus(exit_code=code)
+
+    async def wait_for_terminal_exit(
+        self, session_id: str, terminal_id: str, **_: Any
+    ) -> WaitForTerminalExitResponse:
+        status = await self._exited(terminal_id)
+        return WaitForTerminalExitResponse(exit_code=status.exit_code, signal=status.signal)
+
+    async def terminal_output(
+        self, session_id: str, terminal_id: str, **_: Any
+    ) -> TerminalOutputResponse:
+        _, process, output = self.terminals[terminal_id]
+        status = await self._exited(terminal_id) if process.returncode is not None else None
+        return TerminalOutputResponse(
+            output=output.decode(errors="replace"), truncated=False, exit_status=status
+        )
+
+    async def kill_terminal(
+        self, session_id: str, terminal_id: str, **_: Any
+    ) -> KillTerminalResponse:
+        _, process, _ = self.terminals[terminal_id]
+        if process.returncode is None:
+            process.kill()
+        return KillTerminalResponse()
+
+    async def release_terminal(
+        self, session_id: str, terminal_id: str, **_: Any
+    ) -> ReleaseTerminalResponse:
+        await self.kill_terminal(session_id, terminal_id)
+        await self.terminals[terminal_id][1].wait()
+        return ReleaseTerminalResponse()
 
     async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         self.extensions.append((method, params))
@@ -140,3 +203,26 @@ async def wait_for(predicate: Any, timeout: float = 10.0) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("timed out waiting for the condition")
         await asyncio.sleep(0.02)
+
+
+class DiskEditor(Editor):
+    """An editor that writes the files it is asked to write to disk, as editors do."""
+
+    async def write_text_file(
+        self, content: str, path: str, session_id: str, **meta: Any
+    ) -> WriteTextFileResponse:
+        Path(path).write_text(content)
+        return await super().write_text_file(content, path, session_id, **meta)
+
+
+TS_AGENT_DIR = Path(__file__).with_name("ts_agent")
+
+
+def ts_agent() -> tuple[str, ...]:
+    """The command of the agent on the TypeScript SDK (``ts_agent/agent.mjs``)."""
+    if not (TS_AGENT_DIR / "node_modules" / "@agentclientprotocol" / "sdk").is_dir():
+        raise RuntimeError(
+            f"the TypeScript agent's SDK is not installed: run `make pytest` (or `npm ci` in "
+            f"{TS_AGENT_DIR}) first"
+        )
+    return ("node", str(TS_AGENT_DIR / "agent.mjs"))

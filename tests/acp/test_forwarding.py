@@ -9,23 +9,24 @@ from typing import Any, cast
 import pytest
 
 from turnback.acp.proxy import Proxy, _SessionRelay
+from turnback.runtime.wire import with_session_id
 
 EDITOR_ID = "editor-session"
 
 
 class Recorder:
-    """What the relay hands the proxy: raw lines, or parsed updates to re-encode."""
+    """What the relay hands the proxy: lines for the editor, and the agent's commands."""
 
     def __init__(self) -> None:
         self.wire = self
         self.lines: list[bytes] = []
-        self.updates: list[dict[str, Any]] = []
+        self.commands: list[tuple[dict[str, Any], bool]] = []
 
     def post_line(self, line: bytes) -> None:
         self.lines.append(line)
 
-    def forward_update(self, editor: object, params: dict[str, Any]) -> None:
-        self.updates.append(params)
+    def agent_commands(self, editor: object, update: dict[str, Any], *, forward: bool) -> None:
+        self.commands.append((update, forward))
 
 
 def forward(line: bytes, *, replay: bool = False) -> Recorder:
@@ -48,7 +49,6 @@ COMPACT = (
 
 def test_an_update_in_the_sdks_form_goes_out_as_written() -> None:
     recorder = forward(COMPACT)
-    assert recorder.updates == []
     [line] = recorder.lines
     assert line == COMPACT.replace(b'"sessionId":"agent-1"', f'"sessionId":"{EDITOR_ID}"'.encode())
     # what the agent wrote survives byte for byte: escapes, number formatting, _meta
@@ -56,31 +56,58 @@ def test_an_update_in_the_sdks_form_goes_out_as_written() -> None:
 
 
 @pytest.mark.parametrize(
-    "line",
+    ("line", "as_written"),
     [
-        # spaces, or another key order: not the form the relay recognises
-        b'{"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "agent-1", '
-        b'"update": {"sessionUpdate": "plan", "entries": []}}}',
-        b'{"method":"session/update","jsonrpc":"2.0","params":{"update":{"sessionUpdate":"plan",'
-        b'"entries":[]},"sessionId":"agent-1"}}',
-        # a second sessionId key anywhere in the line
-        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"agent-1",'
-        b'"update":{"sessionUpdate":"tool_call","toolCallId":"t","rawInput":{"sessionId":"x"}}}}',
+        # spaces: encoded again
+        (
+            b'{"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "agent-1", '
+            b'"update": {"sessionUpdate": "plan", "entries": []}}}',
+            False,
+        ),
+        # another key order, the one sessionId compact: replaced in place
+        (
+            b'{"method":"session/update","jsonrpc":"2.0","params":{"update":{"sessionUpdate":'
+            b'"plan","entries":[]},"sessionId":"agent-1"}}',
+            True,
+        ),
+        # a second sessionId key anywhere in the line: encoded again (compact, so the same)
+        (
+            b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"agent-1",'
+            b'"update":{"sessionUpdate":"tool_call","toolCallId":"t","rawInput":'
+            b'{"sessionId":"agent-1"}}}}',
+            False,
+        ),
         # an id written with escapes
-        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"agent\\u002d1",'
-        b'"update":{"sessionUpdate":"plan","entries":[]}}}',
-        # the commands turnback adds its own to
-        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"agent-1",'
-        b'"update":{"sessionUpdate":"available_commands_update","availableCommands":[]}}}',
+        (
+            b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"agent\\u002d1",'
+            b'"update":{"sessionUpdate":"plan","entries":[]}}}',
+            False,
+        ),
     ],
 )
-def test_any_other_update_is_re_encoded_with_the_editors_session_id(line: bytes) -> None:
+def test_the_session_id_is_replaced_in_place_only_where_that_is_safe(
+    line: bytes, as_written: bool
+) -> None:
+    frame = json.loads(line)
+    [out] = forward(line).lines
+    assert out == with_session_id(frame, line, EDITOR_ID)
+    params = frame["params"]
+    assert json.loads(out) == {**frame, "params": {**params, "sessionId": EDITOR_ID}}
+    assert (out == line.replace(b'"agent-1"', f'"{EDITOR_ID}"'.encode())) is as_written
+
+
+def test_the_agents_commands_are_kept_and_sent_with_turnbacks() -> None:
+    line = (
+        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"agent-1",'
+        b'"update":{"sessionUpdate":"available_commands_update","availableCommands":[]}}}'
+    )
     recorder = forward(line)
     assert recorder.lines == []
-    params = json.loads(line)["params"]
-    assert recorder.updates == [{**params, "sessionId": EDITOR_ID}]
+    assert recorder.commands == [(json.loads(line)["params"]["update"], True)]
+    # while the agent replays a session it reopens, they are kept, not sent
+    assert forward(line, replay=True).commands == [(json.loads(line)["params"]["update"], False)]
 
 
 def test_an_update_replayed_while_the_agent_reloads_is_not_forwarded() -> None:
     recorder = forward(COMPACT, replay=True)
-    assert (recorder.lines, recorder.updates) == ([], [])
+    assert (recorder.lines, recorder.commands) == ([], [])

@@ -227,3 +227,11 @@ def test_a_hung_agent_cannot_keep_the_proxy_from_ending_its_turn_and_exiting(
     assert took < 5.0
     with turnback.open(home) as tb:
         assert tb.session(session_id).get_turn(1).status is TurnStatus.CANCELLED
+
+
+def test_a_surrogate_written_raw_in_utf8_reads_as_that_surrogate() -> None:
+    # Python's json reads bytes this way, so an id an editor wrote so is answered as it was sent.
+    from turnback import jsontext
+
+    assert jsontext.loads(b'{"id":"\xed\xa0\x80"}') == {"id": "\ud800"}
+    assert jsontext.loads(jsontext.dumps({"id": "\ud800"}).encode()) == {"id": "\ud800"}

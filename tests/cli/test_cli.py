@@ -335,6 +335,15 @@ def test_demo(tmp_path: Path) -> None:
     assert "your hand edit is still there (True)" in text
     assert "Undid the revert" in text and "(test_greet.py back: True)" in text
     assert (tmp_path / "ws" / "greet.py").is_file()
+    assert "Removed the demo's home; its workspace" in text  # not "and workspace": it stays
+
+
+def test_demo_refuses_a_workspace_that_is_not_empty(tmp_path: Path) -> None:
+    (tmp_path / "greet.py").write_text("the user's own\n")
+    refused = run(None, "demo", "--workspace", str(tmp_path))
+    assert refused.returncode == 2 and "not empty" in refused.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["greet.py"]
+    assert (tmp_path / "greet.py").read_text() == "the user's own\n"
 
 
 def test_demo_json() -> None:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import pty
+import subprocess
 from pathlib import Path
 
 import pytest
 
 import turnback
 
-from .test_cli import ok, ok_json, run
+from .test_cli import TURNBACK, ok, ok_json, run
 
 
 @pytest.fixture
@@ -102,3 +106,146 @@ def test_progress_shows_only_on_a_terminal_after_a_moment(
     err = capsys.readouterr().err
     assert "capture: 1/3" in err and "capture: 3/3" in err
     assert "gc" not in err and err.count("capture: 1/3") == 1
+
+
+def test_revert_dry_run_shows_the_plan_and_changes_nothing(
+    home: Path, workspace: Path, session_id: str
+) -> None:
+    (workspace / "a.py").write_text("one\nMINE\n")
+    plan = ok_json(home, "revert", session_id, "1", "--dry-run")
+    assert set(plan) == {"restore", "delete", "keep", "conflicts"}
+    assert [(c["path"], c["additions"], c["deletions"]) for c in plan["restore"]] == [
+        ("a.py", 1, 1)
+    ]
+    assert plan["keep"] == [] or all("reason" in c for c in plan["keep"])
+    assert [c["path"] for c in plan["conflicts"]] == ["a.py"]  # the hand edit it overwrites
+    text = ok(home, "revert", session_id, "1", "--dry-run")
+    assert "restore" in text and "a.py" in text and "conflict" in text
+    assert (workspace / "a.py").read_text() == "one\nMINE\n"
+    assert ok_json(home, "log", session_id)["turns"][1]["reverted_by"] is None
+    # a conflict under --json is JSON on standard output, exit code 3, nothing written
+    refused = run(home, "revert", session_id, "1", "--keep-user-edits", "--yes", "--json")
+    assert refused.returncode == 3
+    assert json.loads(refused.stdout)["conflicts"] == ["a.py"]
+    assert (workspace / "a.py").read_text() == "one\nMINE\n"
+
+
+def test_the_revert_prompt_goes_to_the_terminal_not_to_standard_output(
+    home: Path, workspace: Path, session_id: str
+) -> None:
+    controller, terminal = pty.openpty()
+    try:
+        child = subprocess.Popen(
+            [TURNBACK, "--home", str(home), "revert", session_id, "1", "--json"],
+            stdin=terminal,
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+        seen = b""
+        while b"[y/N]" not in seen:
+            seen += os.read(controller, 4096)
+        os.write(controller, b"y\n")
+        out, _ = child.communicate(timeout=60)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert child.returncode == 0
+    assert b"restore" in seen and b"a.py" in seen  # the plan, shown before asking
+    assert json.loads(out)["state"] == "committed"
+    assert (workspace / "a.py").read_text() == "one\ntwo\n"
+
+
+def test_a_running_turn_is_first_class_in_log_show_and_diff(
+    home: Path, workspace: Path, session_id: str
+) -> None:
+    with turnback.open(home, durability="strict") as tb:
+        running = tb.session(session_id).turn("still at work")
+        for text in ("one", "two", "three"):
+            running.record(
+                {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+            )
+        (workspace / "new.py").write_text("so far\n")
+        [*_, turn] = ok_json(home, "log", session_id)["turns"]
+        assert (turn["number"], turn["status"], turn["events"]) == (3, "running", 3)
+        text = ok(home, "log", session_id)
+        assert "3 events so far" in text and "process is gone" not in text
+        assert "still at work" in ok(home, "show", session_id, "3")
+        data = ok_json(home, "diff", session_id, "3")
+        assert data["available"] and [f["path"] for f in data["files"]] == ["new.py"]
+        assert "+so far" in ok(home, "diff", session_id, "3")
+        running.complete()
+
+
+def test_log_is_a_timeline(home: Path, workspace: Path, session_id: str) -> None:
+    with turnback.open(home) as tb:
+        session = tb.session(session_id)
+        session.revert(1)
+        session.undo_revert()
+        session.revert(1, files=False)
+    (workspace / "tab\there.txt").write_text("by hand, after the last turn\n")
+    text = ok(home, "log", session_id)
+    lines = text.splitlines()
+    assert "<- head" in next(line for line in lines if line.lstrip().startswith("1 "))
+    reverts = [line for line in lines if "revert " in line and "back to turn 1" in line]
+    assert len(reverts) == 2 and "undone" in reverts[0] and "committed" in reverts[1]
+    assert lines.index(reverts[0]) > lines.index(
+        next(line for line in lines if line.lstrip().startswith("2 "))
+    )
+    since = next(line for line in lines if "changed since the head, in no turn yet" in line)
+    assert since.endswith('A "tab\\there.txt"')  # quoted as git quotes it: one row, one line
+    data = ok_json(home, "log", session_id)
+    assert [r["state"] for r in data["reverts"]] == ["undone", "committed"]
+    assert [f["path"] for f in data["since_head"]] == ["a.py", "hand.txt", "tab\there.txt"]
+
+
+def test_log_fits_the_terminal_and_counts_wide_characters() -> None:
+    from turnback.cli import _fit, _width
+
+    assert _width("日本語") == 6 and _width("abc") == 3
+    assert _fit("日本語のプロンプト", 7) == "日本語…" and _width(_fit("x" * 50, 10)) == 10
+
+
+def _on_a_terminal(args: list[str], env: dict[str, str]) -> str:
+    """Run the CLI with its standard output on a terminal; what reached the terminal."""
+    controller, terminal = pty.openpty()
+    try:
+        child = subprocess.Popen(
+            [TURNBACK, *args], stdin=terminal, stdout=terminal, stderr=terminal, env=env
+        )
+        os.close(terminal)
+        seen = b""
+        while True:
+            try:
+                data = os.read(controller, 65536)
+            except OSError:  # the terminal closed with the child
+                break
+            if not data:
+                break
+            seen += data
+        child.wait(timeout=60)
+    finally:
+        os.close(controller)
+    assert child.returncode == 0, seen
+    return seen.decode(errors="replace")
+
+
+def test_long_output_goes_through_the_pager_on_a_terminal(
+    home: Path, session_id: str, tmp_path: Path
+) -> None:
+    paged = tmp_path / "paged.txt"
+    pager = tmp_path / "pager"
+    pager.write_text(f"#!/bin/sh\ncat > {paged}\n")
+    pager.chmod(0o755)
+    env = {**os.environ, "NO_COLOR": "1", "PAGER": str(pager)}
+    shown = _on_a_terminal(["--home", str(home), "diff", session_id, "2"], env)
+    assert "+TWO" in paged.read_text() and "+TWO" not in shown
+    paged.unlink()
+    shown = _on_a_terminal(["--home", str(home), "--no-pager", "diff", session_id, "2"], env)
+    assert "+TWO" in shown and not paged.exists()
+    _on_a_terminal(["--home", str(home), "show", session_id, "2", "--events"], env)
+    assert "user_message_chunk" in paged.read_text() or "edit a" in paged.read_text()
+    # on a terminal, --stat is coloured
+    colour = {k: v for k, v in env.items() if k != "NO_COLOR"}
+    stat = _on_a_terminal(["--home", str(home), "diff", session_id, "2", "--stat"], colour)
+    assert "\x1b[32m+1" in stat and "\x1b[31m-1" in stat

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import turnback
+from turnback.engine.turns import begin
 
 from .harness import Acks, run_child, settle_and_check
 
@@ -196,3 +197,26 @@ def test_killed_while_undoing_a_revert(
     outcome = assert_consistent(home, workspace, session_id, state)
     assert outcome == "before", "an undo that began is finished by recovery"
     settle_and_check(home, session_id)
+
+
+@pytest.mark.parametrize("point", ["revert.started", "revert.files", "undo.files"])
+def test_a_killed_revert_holds_its_workspace_until_it_is_settled(
+    home: Path, workspace: Path, session_id: str, point: str
+) -> None:
+    state = three_turns(home, workspace, session_id)
+    if point.startswith("undo"):
+        with turnback.open(home) as tb:
+            tb.session(session_id).revert(1)
+        run_child(home, "undo", {"session": session_id}, fault=point)
+    else:
+        run_child(home, "revert", {"session": session_id, "to": 1}, fault=point)
+    with turnback.open(home) as tb:
+        with pytest.raises(turnback.RevertInProgress):  # the hold outlives its process
+            begin(tb.store, session_id, "a turn on a half-moved workspace", lease=tb.lease)
+        with tb.session(session_id).turn("a turn once the revert is settled") as turn:
+            pass  # turn() settled the dead revert first
+        reverts = tb.session(session_id).reverts()
+    assert reverts[-1].state == ("undone" if point.startswith("undo") else "rolled_back")
+    with turnback.open(home) as tb:
+        newest = tb.session(session_id).get_turn(turn.token)
+    assert newest.parent == state["heads"][-1] and newest.status.ended

@@ -4,6 +4,7 @@ git and real files (DESIGN.md invariants 4, 9 and 10)."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -348,3 +349,24 @@ def test_fork_copies_the_conversation_in_one_go(
     with fork.turn("continue in the fork") as turn:
         say(turn, "forked")
     assert fork.get_turn(3).token == turn.token and len(session.turns()) == 3
+
+
+def test_gc_reports_the_space_a_killed_process_left_in_the_database_log(home: Path) -> None:
+    script = (
+        "import os, sys, turnback\n"
+        "tb = turnback.open(sys.argv[1], durability='strict', checkpoints=False)\n"
+        "s = tb.create_session('.')\n"
+        "with s.turn('fill the log') as t:\n"
+        "    for i in range(300):\n"
+        "        t.record({'sessionUpdate': 'agent_message_chunk',\n"
+        "                  'content': {'type': 'text', 'text': 'x' * 8000}})\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(home)], check=False, timeout=120)
+    wal = home / "turnback.db-wal"
+    left = wal.stat().st_size
+    assert left > 2**20, "the killed process left no log to give back"
+    with turnback.open(home) as tb:
+        report = tb.gc()
+    assert report.bytes_freed >= left * 0.9
+    assert not wal.exists() or wal.stat().st_size == 0

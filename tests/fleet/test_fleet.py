@@ -150,6 +150,7 @@ def test_a_lost_lease_stops_the_turns_of_its_process(
         session = tb.create_session(tmp_path)
         turn = session.turn("work")
         turn.record(chunk)
+        turn.sync()
         first_owner = turn.turn.owner_id
         assert first_owner is not None
         with tb.store.atomic() as tx:
@@ -160,7 +161,8 @@ def test_a_lost_lease_stops_the_turns_of_its_process(
         with pytest.raises(turnback.OwnershipLost):
             turn.complete()
         assert session.running() is not None, "the turn is left to recovery, not ended here"
-        assert session.get_turn(turn.token).event_count == 0
+        # a running turn counts its journal: the chunk acknowledged before the loss, not after
+        assert session.get_turn(turn.token).event_count == 1
         later = tb.create_session(tmp_path).turn("later work")
         assert later.turn.owner_id not in (None, first_owner), "a lost lease's owner is retired"
         later.complete()
@@ -246,6 +248,11 @@ def test_checkpoints_are_answered_for_only_on_the_host_that_took_them(
         with pytest.raises(turnback.CheckpointUnavailable, match="live on host a") as error:
             session.diff(1, patch=True)
         assert error.value.hosts == ("a",)
+        with pytest.raises(turnback.CheckpointUnavailable, match="live on host a"):
+            session.range_diff(0, 1)
+        with pytest.raises(turnback.CheckpointUnavailable, match="live on host a"):
+            session.revert_plan(0)
+        assert session.changes_since_head() is None, "this host's workspace is not the one seen"
         with pytest.raises(turnback.CheckpointUnavailable, match="live on host a"):
             session.revert(0)
         assert (workspace / "a.txt").read_text() == "from host a\n"

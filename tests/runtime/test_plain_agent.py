@@ -17,7 +17,7 @@ import turnback
 from tests.runtime.harness import SCRIPTED, run, text_of
 from turnback.errors import TurnInProgress
 from turnback.model import TurnStatus
-from turnback.runtime import AgentRuntime, ResumePolicy, RollbackUnavailable
+from turnback.runtime import AgentRuntime, OnCrash, ResumePolicy, RollbackUnavailable
 
 PLAIN_AGENT = """
     import asyncio, json, os, signal, sys, uuid
@@ -87,10 +87,10 @@ def opened(session: turnback.Session) -> list[str]:
     return [a.data["opened"] for a in session.activities() if a.code == "agent.session"]
 
 
-def test_without_checkpoints_a_crash_fails_the_turn(
+def test_without_checkpoints_a_crash_is_continued_in_a_new_session_told_what_happened(
     tb: turnback.Turnback, session: turnback.Session, plain: Any
 ) -> None:
-    command, env, _ = plain
+    command, env, log = plain
 
     async def scenario() -> tuple[turnback.Turn, Any]:
         async with await AgentRuntime.start(tb, session, command, env=env, policy=FAST) as rt:
@@ -98,28 +98,41 @@ def test_without_checkpoints_a_crash_fails_the_turn(
 
     turn, features = run(scenario())
     assert not (features.checkpoints or features.rollback or features.load_session)
-    assert turn.status is TurnStatus.FAILED
-    assert "turn.resume.unavailable" in [a.code for a in session.activities()]
-    assert text_of(session.turn_messages(turn.number)) == "hi\n"
+    assert turn.status is TurnStatus.COMPLETED
+    # what the first attempt reported stays; the continued attempt (this agent simply runs the
+    # request again) adds its own
+    assert text_of(session.turn_messages(turn.number)) == "hi\nhi\nbye\n"
+    assert opened(session) == ["new", "new"]  # no session/load: a new session
+    prompts = [e for e in entries(log) if e["event"] == "prompt"]
+    assert len(prompts) == 2 and prompts[0]["session"] != prompts[1]["session"]
+    assert prompts[1]["meta"] == {"resume": {"step": None, "attempt": 1}}
+    note, request = prompts[1]["texts"]
+    assert request == "say hi\ncrash-once a\nsay bye"
+    assert "was interrupted" in note and "Agent: hi" in note and "workspace is as it" in note
+    codes = [a.code for a in session.activities()]
+    assert codes.count("agent.crashed") == 1 and codes.count("turn.resuming") == 1
 
 
-def test_restart_from_the_beginning_opens_a_new_session_instead_of_loading(
+def test_on_crash_stop_ends_the_turn_interrupted_and_resume_continues_it(
     tb: turnback.Turnback, session: turnback.Session, plain: Any
 ) -> None:
     command, env, log = plain
-    policy = ResumePolicy(backoff=0.01, restart_without_checkpoint=True)
+    policy = ResumePolicy(backoff=0.01, on_crash=OnCrash.STOP)
 
-    async def scenario() -> turnback.Turn:
+    async def scenario() -> tuple[turnback.Turn, turnback.Turn]:
         async with await AgentRuntime.start(tb, session, command, env=env, policy=policy) as rt:
-            return await rt.prompt("say hi\ncrash-once a\nsay bye")
+            stopped = await rt.prompt("say hi\ncrash-once a\nsay bye")
+        async with await AgentRuntime.start(tb, session, command, env=env, policy=FAST) as rt:
+            return stopped, await rt.resume()
 
-    turn = run(scenario())
-    assert turn.status is TurnStatus.COMPLETED
-    assert text_of(session.turn_messages(turn.number)) == "hi\nbye\n"
-    assert opened(session) == ["new", "new"]
+    stopped, continued = run(scenario())
+    assert stopped.status is TurnStatus.INTERRUPTED
+    assert "before saving a step checkpoint" in (stopped.detail or "")
+    assert continued.number == stopped.number and continued.status is TurnStatus.COMPLETED
+    assert "turn.interrupted" in [a.code for a in session.activities()]
     prompts = [e for e in entries(log) if e["event"] == "prompt"]
-    assert len(prompts) == 2 and prompts[0]["session"] != prompts[1]["session"]
-    assert "resume" not in json.dumps(prompts[1]["meta"])  # nothing to resume from
+    assert len(prompts) == 2 and prompts[1]["meta"]["resume"]["step"] is None
+    assert "Agent: hi" in prompts[1]["texts"][-2]
 
 
 def test_a_new_agent_session_gets_the_conversation_so_far_ahead_of_the_next_prompt(
@@ -141,7 +154,7 @@ def test_a_new_agent_session_gets_the_conversation_so_far_ahead_of_the_next_prom
     assert "agent.exited" in [a.code for a in session.activities()]
     assert opened(session) == ["new", "new", "continued"]
     new = [e for e in entries(log) if e["event"] == "new"]
-    assert new[0]["meta"] == {}
+    assert new[0]["meta"] is None  # nothing to give it
     assert [m["kind"] for m in new[1]["meta"]["transcript"]] == ["user", "agent"]
     last = [e for e in entries(log) if e["event"] == "prompt"][-1]
     context, prompt = last["texts"]

@@ -13,7 +13,7 @@ import pytest
 import turnback
 from tests.runtime.harness import SCRIPTED, run, text_of, tool_titles
 from turnback.model import EventKind, MessageKind, TurnStatus
-from turnback.runtime import AgentRuntime, PermissionRequest, ResumePolicy
+from turnback.runtime import AgentRuntime, OnCrash, PermissionRequest, ResumePolicy
 
 FAST = ResumePolicy(backoff=0.01)
 
@@ -123,36 +123,38 @@ def test_a_pending_permission_is_cleared_and_asked_again_after_resume(
     assert [(a["requestId"], a["optionId"]) for a in answered] == [(second, "allow")]
 
 
-def test_an_agent_that_dies_with_no_checkpoint_fails_the_turn_with_an_activity(
-    tb: turnback.Turnback, session: turnback.Session, workspace: Path
+def test_an_agent_that_dies_before_any_checkpoint_continues_the_turn(
+    tb: turnback.Turnback, session: turnback.Session
 ) -> None:
-    async def no_checkpoint() -> turnback.Turn:
+    async def scenario() -> turnback.Turn:
         async with await AgentRuntime.start(tb, session, SCRIPTED, policy=FAST) as rt:
             return await rt.prompt("say hi\ncrash-once\nsay bye")
 
-    turn = run(no_checkpoint())
-    assert turn.status is TurnStatus.FAILED
-    unavailable = [a for a in session.activities() if a.code == "turn.resume.unavailable"]
-    assert len(unavailable) == 1
-    assert "before saving any step checkpoint" in unavailable[0].message
-    assert text_of(session.turn_messages(turn.number)) == "hi\n"
+    turn = run(scenario())
+    assert turn.status is TurnStatus.COMPLETED
+    # the first attempt's "hi" is kept (the agent was told it had said it); the scripted agent
+    # runs its script again from the start
+    assert text_of(session.turn_messages(turn.number)) == "hi\nhi\nbye\n"
+    resuming = [a for a in session.activities() if a.code == "turn.resuming"]
+    assert len(resuming) == 1 and "continue turn 1 where it had got to" in resuming[0].message
+    assert resuming[0].data["step"] is None
 
 
-def test_restart_without_checkpoint_when_the_policy_allows_it(
+def test_on_crash_stop_without_a_checkpoint_ends_the_turn_interrupted(
     tb: turnback.Turnback, session: turnback.Session
 ) -> None:
-    policy = ResumePolicy(backoff=0.01, restart_without_checkpoint=True)
+    policy = ResumePolicy(backoff=0.01, on_crash=OnCrash.STOP)
 
     async def scenario() -> turnback.Turn:
         async with await AgentRuntime.start(tb, session, SCRIPTED, policy=policy) as rt:
             return await rt.prompt("say hi\ncrash-once\nsay bye")
 
     turn = run(scenario())
-    assert turn.status is TurnStatus.COMPLETED
-    # "hi" was said twice by the agent, and is shown once: the restart voided the first.
-    assert text_of(session.turn_messages(turn.number)) == "hi\nbye\n"
-    resuming = [a for a in session.activities() if a.code == "turn.resuming"]
-    assert resuming and "from its beginning" in resuming[0].message
+    assert turn.status is TurnStatus.INTERRUPTED
+    assert session.record.head == turn.token
+    assert text_of(session.turn_messages(turn.number)) == "hi\n"
+    codes = [a.code for a in session.activities()]
+    assert codes.count("turn.interrupted") == 1 and "turn.resuming" not in codes
 
 
 def test_an_agent_that_keeps_crashing_stops_after_the_bounded_attempts(

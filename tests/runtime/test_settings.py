@@ -23,13 +23,13 @@ def test_a_mode_chosen_once_is_given_to_every_later_agent_process(
         turns = []
         async with await AgentRuntime.start(tb, session, MODE_AGENT) as rt:
             turns.append(await rt.prompt("which mode?"))
-            agent_session = rt.session_response.session_id  # type: ignore[union-attr]
+            agent_session = rt.agent_session_id
             await rt.request("session/set_mode", {"sessionId": agent_session, "modeId": "code"})
             turns.append(await rt.prompt("which mode?"))
             pid = rt.agent_pid
             assert pid is not None
             os.kill(pid, signal.SIGKILL)
-            while rt.agent_pid == pid and rt._sidecar is not None and rt._sidecar.alive:
+            while rt.agent_pid == pid:
                 await asyncio.sleep(0.01)
             turns.append(await rt.prompt("which mode?"))  # a new process, a new agent session
         async with await AgentRuntime.start(tb, session, MODE_AGENT) as rt:  # turnback again

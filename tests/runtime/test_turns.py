@@ -61,7 +61,7 @@ def test_stop_reasons_end_the_turn_and_the_next_prompt_loads_the_same_agent_sess
         async with await AgentRuntime.start(tb, session, SCRIPTED) as rt:
             failed = await rt.prompt("say one\nfail boom")
             running = asyncio.create_task(rt.prompt("say going\nsleep 30\nsay never"))
-            while not session.running() or not rt._live:
+            while not session.running() or not rt._recorder.live:
                 await asyncio.sleep(0.01)
             await asyncio.sleep(0.2)
             await rt.cancel()

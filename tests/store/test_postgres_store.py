@@ -106,6 +106,28 @@ def test_a_session_held_past_the_busy_timeout_is_locked_and_nothing_is_lost(
         waiter.close()
 
 
+def test_a_begin_and_a_revert_on_one_workspace_lock_each_other(postgres_url: str) -> None:
+    holder = open_store(postgres_url)
+    waiter = open_store(postgres_url, busy_timeout=0.3)
+    one, other, elsewhere = new_session("/w"), new_session("/w"), new_session("/x")
+    try:
+        with holder.atomic() as tx:
+            for record in (one, other, elsewhere):
+                tx.insert_session(record)
+        with holder.atomic() as tx:
+            tx.lock_workspace(one.id)
+            with (
+                pytest.raises(StoreLocked, match="locked by another process"),
+                waiter.atomic() as second,
+            ):
+                second.lock_sessions([other.id])  # another session of the same workspace
+            with waiter.atomic() as second:
+                second.lock_workspace(elsewhere.id)  # another workspace is free
+    finally:
+        holder.close()
+        waiter.close()
+
+
 def test_a_dropped_connection_is_opened_again(postgres_url: str) -> None:
     store = open_store(postgres_url)
     record = new_session()

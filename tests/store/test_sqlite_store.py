@@ -7,6 +7,7 @@ version), so they open it directly.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import time
@@ -19,6 +20,8 @@ import pytest
 from turnback.errors import SchemaTooNew, StoreError
 from turnback.model import (
     ActivityLevel,
+    ChangeKind,
+    FileChange,
     JournalEntry,
     Message,
     MessageKind,
@@ -407,6 +410,41 @@ def test_messages_of_ended_turns_in_turn_order(store: Store) -> None:
         assert [m.index for m in tx.turn_messages(aside.token)] == [0, 1]
 
 
+def test_conversation_overview_counts_turns_and_names_the_first_prompt(store: Store) -> None:
+    record, empty = add_session(store), add_session(store)
+    add_turn(store, record.id, number=2, status=TurnStatus.COMPLETED, prompt="second")
+    add_turn(store, record.id, number=1, status=TurnStatus.INTERRUPTED, prompt=[{"a": 1}])
+    add_turn(store, record.id, number=3, status=TurnStatus.SET_ASIDE, prompt="aside")
+    add_turn(store, empty.id, number=1, prompt="still running")
+    with store.read() as tx:
+        assert tx.conversation_overview() == {record.id: (2, [{"a": 1}])}
+
+
+def test_session_file_changes_by_turn_and_scope(store: Store) -> None:
+    record, bare = add_session(store), add_session(store)
+    first = add_turn(store, record.id, status=TurnStatus.COMPLETED)
+    second = add_turn(store, record.id, number=2, status=TurnStatus.COMPLETED)
+    added = FileChange("b.txt", ChangeKind.ADDED, 2, 0, False, None)
+    binary = FileChange("a.bin", ChangeKind.RENAMED, 0, 0, True, "old.bin")
+    with store.atomic() as tx:
+        tx.insert_file_changes(first.token, "turn", [added, binary])
+        tx.insert_file_changes(second.token, "before", [added])
+    with store.read() as tx:
+        assert tx.session_file_changes(record.id) == {
+            (first.token, "turn"): [binary, added],
+            (second.token, "before"): [added],
+        }
+        assert tx.session_file_changes(bare.id) == {}
+
+
+def test_compact_frees_no_more_than_it_held(store: Store) -> None:
+    record = add_session(store)
+    add_turn(store, record.id)
+    assert store.compact() >= 0
+    with store.read() as tx:
+        assert tx.get_session(record.id) == record
+
+
 def test_run_events_round_trip(store: Store) -> None:
     record = add_session(store)
     turn = add_turn(store, record.id, status=TurnStatus.COMPLETED)
@@ -524,6 +562,16 @@ def test_upsert_owner_renews_the_lease_only(store: Store) -> None:
     assert stored == Owner(
         owner.id, owner.host, owner.boot_id, owner.pid, owner.start_time, owner.created_at, 99.0
     )
+
+
+def test_upsert_owner_without_a_lease_keeps_the_one_it_holds(store: Store) -> None:
+    owner = new_owner()
+    with store.atomic() as tx:
+        tx.upsert_owner(Owner(*dataclasses.astuple(owner)[:6], lease_expires=50.0))
+        tx.upsert_owner(owner)  # as a revert records its owner
+    with store.read() as tx:
+        stored = tx.get_owner(owner.id)
+    assert stored is not None and stored.lease_expires == 50.0
 
 
 def test_a_turn_must_name_a_known_owner(store: Store) -> None:

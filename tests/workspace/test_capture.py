@@ -401,3 +401,16 @@ def test_a_lost_or_damaged_head_of_the_shadow_is_reset_and_checkpoints_survive(
         ]
         assert snapshots.exists(any_workspace, "t/0")
     assert sum("HEAD" in p for p in problems) == 2
+
+
+def test_a_long_capture_reports_its_progress_as_it_goes(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("turnback.workspace.snapshots.BATCH", 100)  # 1,000 in use: same code
+    workspace = tmp_path / "many"
+    workspace.mkdir()
+    for i in range(250):
+        (workspace / f"f{i}.txt").write_text(f"{i}\n")
+    heard: list[tuple[str, int, int]] = []
+    Snapshots(home, progress=lambda *call: heard.append(call)).capture(workspace, "first")
+    assert heard == [("capture", n, 250) for n in (0, 100, 200, 250)]

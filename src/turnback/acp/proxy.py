@@ -6,17 +6,18 @@ How it is put together:
 * Towards the editor, the SDK's JSON-RPC ``Connection`` runs over :class:`EditorWire`, with
   :meth:`Proxy.handle` as its one handler. Messages stay JSON: what the proxy does not handle
   itself is forwarded as it came, so fields and ``_meta`` an SDK model does not know survive.
-* Towards the agent, each editor session is one turnback session run by one
-  :class:`~turnback.runtime.AgentRuntime` (its own agent process): every ``session/prompt`` is a
-  durable turn with workspace checkpoints, the agent is resumed when it dies mid-turn, and
-  permission requests are journaled before the editor is asked. The runtime's relay seam
-  (:class:`_SessionRelay`) forwards the agent's notifications and requests to the editor in wire
-  order, and tells the editor about a crash and the resume.
+* Towards the agent, one agent process (:attr:`Proxy.agent`, an
+  :class:`~turnback.runtime.connection.AgentConnection`) hosts every session; each editor
+  session is one turnback session run by one :class:`~turnback.runtime.AgentRuntime` on it:
+  every ``session/prompt`` is a durable turn with workspace checkpoints, the turn goes on when
+  the agent dies mid-turn, and permission requests are journaled before the editor is asked.
+  The runtime's relay seam (:class:`_SessionRelay`) forwards the agent's notifications and
+  requests to the editor in wire order, and tells the editor about a crash and the resume.
 * The editor-facing session id is the turnback session id, so ``session/list``, ``session/load``,
   ``session/resume`` and ``session/fork`` are served from turnback's store whatever the agent
-  supports; ``initialize`` is answered by the agent (a *lobby* process, kept for
-  ``authenticate`` and methods that name no session) with these capabilities added. An accepted
-  ``authenticate`` is sent again to each session's agent process before its session opens.
+  supports; ``initialize`` is the agent's own answer with these capabilities added, and
+  ``authenticate`` and methods that name no session go to the agent process as they are. An
+  accepted ``authenticate`` is sent again to each agent process started later.
 * ``/checkpoints``, ``/diff``, ``/rewind`` and ``/undo-rewind`` are answered here
   (:mod:`turnback.acp.commands`).
 
@@ -35,6 +36,7 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Mapping, Sequence
@@ -44,7 +46,6 @@ from typing import Any
 
 import acp
 from acp.connection import Connection
-from acp.schema import PromptResponse
 
 import turnback
 from turnback.acp import commands, transcript
@@ -60,16 +61,31 @@ from turnback.errors import (
     TurnbackError,
     TurnNotFound,
 )
-from turnback.model import Activity, ActivityLevel, Message, SessionRecord, Turn, TurnStatus
-from turnback.runtime import AgentError, AgentRuntime, InputRequest, PermissionRequest
+from turnback.model import (
+    Activity,
+    ActivityLevel,
+    Message,
+    SessionRecord,
+    Turn,
+    TurnStatus,
+    prompt_text,
+)
+from turnback.runtime import (
+    AgentError,
+    AgentRuntime,
+    InputRequest,
+    PermissionRequest,
+    ResumePolicy,
+)
+from turnback.runtime.connection import AgentConnection
 from turnback.runtime.reactor import Notice
 from turnback.runtime.relay import Reply
-from turnback.runtime.sidecar import (
+from turnback.runtime.wire import (
     CANCEL_REQUEST,
     SENT_REQUESTS,
     Frame,
     SentRequests,
-    Sidecar,
+    with_session_id,
 )
 
 log = logging.getLogger("turnback.acp")
@@ -84,19 +100,16 @@ _INVALID_PARAMS = (SessionNotFound, AmbiguousId, InvalidId, TurnNotFound, Invali
 #: Seconds a running turn gets to end after the editor went away; all agents stop within 4.
 _SHUTDOWN_GRACE = 2.5
 _TAKEN_BY_RUNTIME = frozenset({"session/request_permission", "elicitation/create"})
-#: The runtime's activities the editor is told of as they happen: one line when the agent
-#: stopped and the turn resumes, one when it cannot.
-_SHOWN_ACTIVITIES = frozenset({"turn.resuming", "turn.resume.failed", "turn.resume.unavailable"})
+#: The runtime's activities the editor is told of as they happen, as one ``[turnback]`` line
+#: each: one per recovery (its first restart, or the turn stopped), and the failure when it
+#: could not recover.
+_SHOWN_ACTIVITIES = frozenset(
+    {"turn.resuming", "turn.interrupted", "turn.resume.failed", "turn.resume.unavailable"}
+)
 _SESSION_METHODS = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
 #: Sessions per session/list page.
 LIST_PAGE = 50
-#: How the ACP SDKs write a session/update: forwarded as written, with only the session id
-#: replaced, when a line starts with this and the session id, and names no other sessionId.
-_UPDATE_HEAD = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
-
-
-def _head(session_id: str) -> bytes:
-    return _UPDATE_HEAD + json.dumps(session_id, ensure_ascii=False).encode() + b","
+_COMMANDS = "available_commands_update"
 
 
 def _list_key(record: SessionRecord) -> tuple[float, str]:
@@ -116,13 +129,6 @@ def _read_cursor(cursor: Any) -> tuple[float, str]:
 def _error(message: str, code: int = INTERNAL_ERROR, **data: Any) -> acp.RequestError:
     """turnback's own error, with the code an agent would answer for the same situation."""
     return acp.RequestError(code, message, {"details": message, **data} if data else None)
-
-
-def _dump(model: Any) -> dict[str, Any]:
-    if model is None:
-        return {}
-    dumped: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return dumped
 
 
 def _supports(initialize: Any, feature: str) -> bool:
@@ -205,14 +211,11 @@ class _EditorSession:
 class _SessionRelay:
     """The runtime's :class:`~turnback.runtime.relay.Relay` for one editor session."""
 
-    def __init__(self, proxy: Proxy, session_id: str, mcp_servers: Sequence[Any]) -> None:
+    def __init__(self, proxy: Proxy, session_id: str | None, mcp_servers: Sequence[Any]) -> None:
         self._proxy = proxy
-        self._session_id = session_id
+        self._session_id = session_id  # None: the agent-wide relay, for frames of no session
         self._servers = list(mcp_servers)
         self.editor: _EditorSession | None = None
-        self._editor_head = _head(session_id)
-        self._agent_id: Any = None  # the agent's session id _agent_head was made for
-        self._agent_head = b""
 
     @property
     def initialize(self) -> Mapping[str, Any]:
@@ -231,27 +234,21 @@ class _SessionRelay:
         if method in _TAKEN_BY_RUNTIME:
             return False
         params = frame.get("params")
-        if (
-            method == "session/update"
-            and not replay
-            and "id" not in frame
-            and isinstance(params, dict)
-        ):
-            rewritten = self._rewritten(line, params)
-            if rewritten is not None:
-                self._proxy.wire.post_line(rewritten)
-                return True
-        if isinstance(params, dict) and "sessionId" in params:
-            params = {**params, "sessionId": self._session_id}
-        if method == "session/update":
-            if not replay and isinstance(params, dict):
-                self._proxy.forward_update(self.editor, params)
+        if method == "session/update" and isinstance(params, dict):
+            update = params.get("update")
+            if isinstance(update, dict) and update.get("sessionUpdate") == _COMMANDS:
+                # turnback's commands are added to the agent's; after a load or a restart too
+                self._proxy.agent_commands(self.editor, update, forward=not replay)
+            elif not replay and "id" not in frame and self._session_id is not None:
+                self._proxy.wire.post_line(with_session_id(frame, line, self._session_id))
             return True
         if method == "_turnback/checkpoint":
             return True  # addressed to turnback, which has recorded it
         if method == CANCEL_REQUEST and "id" not in frame:
             self._proxy.cancel_from_agent(reply, params)
             return True
+        if isinstance(params, dict) and "sessionId" in params and self._session_id is not None:
+            params = {**params, "sessionId": self._session_id}
         if "id" in frame:
             forwarded = _Forwarded()
             self._proxy.from_agent[(reply, frame["id"])] = forwarded
@@ -260,38 +257,28 @@ class _SessionRelay:
             self._proxy.forward_notification(str(method), params)
         return True
 
-    def _rewritten(self, line: bytes, params: dict[str, Any]) -> bytes | None:
-        """The agent's ``session/update`` line as the editor gets it -- the session id replaced
-        in the text -- when it is in the SDKs' compact form and needs nothing else changed; None
-        when the message must be re-encoded."""
-        agent_id = params.get("sessionId")
-        if agent_id != self._agent_id:
-            if not isinstance(agent_id, str):
-                return None
-            self._agent_id, self._agent_head = agent_id, _head(agent_id)
-        head = self._agent_head
-        if not line.startswith(head) or line.count(b'"sessionId"') != 1:
-            return None
-        update = params.get("update")
-        if isinstance(update, dict) and update.get("sessionUpdate") == "available_commands_update":
-            return None  # turnback's commands are added to the agent's
-        return self._editor_head + line[len(head) :]
-
     def backlog(self) -> Awaitable[None] | None:
         return self._proxy.wire.backlog()
 
     def activity(self, notice: Notice) -> None:
         """One line for the editor's user when the agent stopped mid-turn, in its words (the
-        runtime's activity says the same for the CLI)."""
-        if notice.code not in _SHOWN_ACTIVITIES or notice.turn is None:
+        runtime's activity says the same for the CLI): one per recovery, at its first restart."""
+        if self._session_id is None or notice.code not in _SHOWN_ACTIVITIES or notice.turn is None:
             return
         data = notice.data
         if notice.code == "turn.resuming":
+            if data.get("attempt") != 1:
+                return  # the recovery was announced at its first restart
             step = data.get("step")
-            where = f"step {step}" if step is not None else "its beginning"
+            where = f"from step {step}" if step is not None else "where it had got to"
             text = (
                 "The agent stopped unexpectedly; it is being restarted and this turn goes on "
-                f"from {where} (attempt {data.get('attempt')})."
+                f"{where} (attempt {data.get('attempt')})."
+            )
+        elif notice.code == "turn.interrupted":
+            text = (
+                "The agent stopped unexpectedly before saving a point to go on from, so this "
+                "turn has ended with what it did so far; send a prompt to go on."
             )
         elif notice.code == "turn.resume.failed":
             text = (
@@ -306,9 +293,11 @@ class _SessionRelay:
         self._proxy.update(self._session_id, transcript.notice_chunk(text))
 
     async def permission(self, request: PermissionRequest) -> str | None:
+        assert self._session_id is not None, "asked only through a session's runtime"
         return await self._proxy.ask_permission(self._session_id, request)
 
     async def input(self, request: InputRequest) -> dict[str, Any] | None:
+        assert self._session_id is not None, "asked only through a session's runtime"
         return await self._proxy.ask_input(self._session_id, request)
 
 
@@ -322,17 +311,23 @@ class Proxy:
         wire: EditorWire,
         *,
         env: Mapping[str, str] | None = None,
+        policy: ResumePolicy | None = None,
+        agent: AgentConnection | None = None,
     ) -> None:
         self.tb = tb
         self.command = tuple(command)
         self.wire = wire
+        self.policy = policy or ResumePolicy()
         self.env = dict(os.environ if env is None else env)
         self.conn: Connection | None = None
         self.initialize_params: dict[str, Any] = {}
         #: The editor's last accepted ``authenticate``: every agent process started later gets
         #: it too (in memory only: credentials are the agent's to keep).
         self.authenticated: dict[str, Any] | None = None
-        self._lobby: Sidecar | None = None
+        #: The one agent process every session of this proxy runs on.
+        self.agent = agent or agent_connection(self.command, self.env, self.policy)
+        self.agent.relay = _SessionRelay(self, None, ())
+        self._initialized = False
         self._sessions: dict[str, _EditorSession] = {}
         #: the editor's requests being served: what each led to sending, for $/cancel_request
         self._serving: dict[Any, SentRequests] = {}
@@ -383,7 +378,7 @@ class Proxy:
         if method == "session/list":
             return await asyncio.to_thread(self._list, params)
         if method == "authenticate":
-            result = await (await self._lobby_agent()).request(method, params)
+            result = await (await self._agent()).request(method, params)
             self.authenticated = dict(params)
             return result
         if method in _SESSION_METHODS:
@@ -393,7 +388,7 @@ class Proxy:
         if method == "session/close":
             closing = self._editor_session(params)
             runtime = closing.runtime
-            if runtime is not None and _supports(runtime.initialize_result, "close"):
+            if runtime is not None and _supports(runtime.initialize_response, "close"):
                 await runtime.request(method, self._to_agent(closing, params))
             await self._close_session(closing)  # turnback's record is kept: load opens it again
             return {}
@@ -406,7 +401,7 @@ class Proxy:
         if "sessionId" in params and not method.startswith("_"):
             self._editor_session(params)  # raises: the session is not open here
         if method.startswith("_") or method in acp.AGENT_METHODS.values():
-            return await (await self._lobby_agent()).request(method, params)
+            return await (await self._agent()).request(method, params)
         raise acp.RequestError(
             -32601,
             f"Method not found: {method!r} is not an ACP method; turnback acp forwards ACP "
@@ -430,41 +425,30 @@ class Proxy:
             return
         if editor is not None and editor.runtime is not None:
             await editor.runtime.notify(method, self._to_agent(editor, params))
-        elif self._lobby is not None and self._lobby.alive:
-            with contextlib.suppress(ConnectionError, OSError, AgentError):
-                await self._lobby.notify(method, params)
+        else:
+            await self.agent.notify(method, params)
 
     async def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         self.initialize_params = dict(params)
         self.authenticated = None  # a new initialize is followed by its own authenticate
-        lobby = await self._lobby_agent(restart=True)
-        return _initialized(lobby.initialize_result or _dump(lobby.initialize_response))
+        await self._agent(restart=self._initialized)
+        self._initialized = True
+        return _initialized(self.agent.initialize_response or {})
 
-    async def _lobby_agent(self, *, restart: bool = False) -> Sidecar:
-        if self._lobby is not None and (restart or not self._lobby.alive):
-            await self._lobby.close()
-            self._lobby = None
-        if self._lobby is None:
-            lobby = Sidecar(
-                self.command,
-                cwd=Path.cwd(),
-                env=self.env,
-                client=object(),  # the SDK answers "method not found" to all it might ask
-                watch=lambda frame, _line: "id" not in frame,  # notifications name no session here
-                malformed=lambda line, why: log.warning("the agent wrote %s: %r", why, line[:200]),
-                stderr=None,
-                initialize=self.initialize_params,
-            )
-            try:
-                await lobby.open(10.0)
-            except AgentError as error:
-                if isinstance(error.__cause__, acp.RequestError):
-                    raise error.__cause__ from None  # the agent refused initialize: its answer
-                raise _error(
-                    f"turnback acp could not start the agent: {error}", command=list(self.command)
-                ) from error
-            self._lobby = lobby
-        return self._lobby
+    async def _agent(self, *, restart: bool = False) -> AgentConnection:
+        """The agent process, started (again, with ``restart``: a new ``initialize``)."""
+        try:
+            if restart:
+                await self.agent.restart()
+            else:
+                await self.agent.ensure()
+        except AgentError as error:
+            if isinstance(error.__cause__, acp.RequestError):
+                raise error.__cause__ from None  # the agent refused initialize: its answer
+            raise _error(
+                f"turnback acp could not start the agent: {error}", command=list(self.command)
+            ) from error
+        return self.agent
 
     def _list(self, params: dict[str, Any]) -> dict[str, Any]:
         """session/list from turnback's store, newest first, ``LIST_PAGE`` at a time. The cursor
@@ -480,21 +464,27 @@ class Proxy:
             after = _read_cursor(params["cursor"])
             start = next((i for i, r in enumerate(records) if _list_key(r) > after), len(records))
         page = records[start : start + LIST_PAGE]
-        result: dict[str, Any] = {"sessions": [self._listed(record) for record in page]}
+        overview = self.tb.conversations() if page else {}
+        result: dict[str, Any] = {
+            "sessions": [
+                self._listed(record, *overview.get(record.id, (0, None))) for record in page
+            ]
+        }
         if start + LIST_PAGE < len(records):
             result["nextCursor"] = json.dumps(_list_key(page[-1]))
         return result
 
-    def _listed(self, record: SessionRecord) -> dict[str, Any]:
-        turns = self.tb.session(record.id).turns()
-        title = _title(record, turns)
+    def _listed(self, record: SessionRecord, turns: int, prompt: Any) -> dict[str, Any]:
+        title = record.title
+        if title is None and prompt is not None:
+            title = " ".join(prompt_text(prompt).split())[:80] or None
         info: dict[str, Any] = {
             "sessionId": record.id,
             "cwd": record.workspace,
             "updatedAt": _iso(record.updated_at),
             "_meta": {
                 "turnback": {
-                    "turns": sum(t.in_conversation for t in turns),
+                    "turns": turns,
                     "agent": record.agent,
                 }
             },
@@ -535,7 +525,7 @@ class Proxy:
             await self._session_info(session)
         runtime = editor.runtime
         assert runtime is not None
-        response = _dump(runtime.session_response)
+        response = dict(runtime.session_response or {})
         response.pop("sessionId", None)
         if method in ("session/new", "session/fork"):
             response["sessionId"] = session.id
@@ -546,26 +536,22 @@ class Proxy:
 
     async def _delete(self, params: dict[str, Any]) -> None:
         """session/delete: the session leaves turnback's store (refused while a turn runs or
-        one is set aside), then its agent process stops, and the agent deletes its own
-        session when it says it can."""
+        one is set aside), then the agent deletes its own session when it says it can, and the
+        session leaves the agent process."""
         session = await asyncio.to_thread(self._stored, params.get("sessionId"))
         record = await asyncio.to_thread(lambda: session.record)
         await asyncio.to_thread(session.delete)
         editor = self._sessions.get(session.id)
         agent_session = record.agent_state.get("agentSessionId")
+        if editor is not None and editor.runtime is not None:
+            agent_session = editor.runtime.agent_session_id
         try:
-            if editor is not None and editor.runtime is not None:
-                runtime = editor.runtime
-                if _supports(runtime.initialize_result, "delete") and runtime.agent_session_id:
-                    params = {**params, "sessionId": runtime.agent_session_id}
-                    await runtime.request("session/delete", params)
-            elif (
-                isinstance(agent_session, str)
-                and record.agent_state.get("command") == list(self.command)
-                and self._lobby is not None
-                and _supports(self._lobby.initialize_result, "delete")
+            if isinstance(agent_session, str) and record.agent_state.get("command") == list(
+                self.command
             ):
-                await self._lobby.request("session/delete", {**params, "sessionId": agent_session})
+                agent = await self._agent()
+                if _supports(agent.initialize_response, "delete"):
+                    await agent.request("session/delete", {**params, "sessionId": agent_session})
         except (acp.RequestError, ConnectionError, OSError, AgentError) as error:
             log.warning("the agent did not delete its session %s: %s", agent_session, error)
         finally:
@@ -590,8 +576,10 @@ class Proxy:
                 env=self.env,
                 on_permission=relay.permission,
                 on_input=relay.input,
+                policy=self.policy,
                 stderr=None,
                 relay=relay,
+                connection=self.agent,
             )
         except BaseException:
             del self._sessions[session.id]
@@ -637,10 +625,13 @@ class Proxy:
         answer = runtime.last_response
         if isinstance(answer, acp.RequestError):
             raise answer
-        if isinstance(answer, PromptResponse) and turn.status is not TurnStatus.CANCELLED:
-            return _dump(answer)
+        if isinstance(answer, dict) and turn.status is not TurnStatus.CANCELLED:
+            return answer
         if turn.status is TurnStatus.CANCELLED:
             return {"stopReason": "cancelled"}
+        if turn.status is TurnStatus.INTERRUPTED:
+            # --on-agent-crash stop: the editor was told; the turn ended, resumable later.
+            return {"stopReason": "end_turn", "_meta": {"turnback": {"interrupted": True}}}
         message = f"turn {turn.number} failed: {turn.detail}"
         self.update(editor.id, transcript.notice_chunk(message, "error"))
         raise _error(message, turn=turn.token)
@@ -701,17 +692,17 @@ class Proxy:
         params = {"sessionId": session_id, "update": update}
         self.wire.post({"jsonrpc": "2.0", "method": "session/update", "params": params})
 
-    def forward_update(self, editor: _EditorSession | None, params: dict[str, Any]) -> None:
-        update = params.get("update")
-        if (
-            editor is not None
-            and isinstance(update, dict)
-            and update.get("sessionUpdate") == "available_commands_update"
-        ):
-            offered = update.get("availableCommands")
-            editor.agent_commands = list(offered) if isinstance(offered, list) else []
-            params = {**params, "update": {**update, "availableCommands": self._commands(editor)}}
-        self.wire.post({"jsonrpc": "2.0", "method": "session/update", "params": params})
+    def agent_commands(
+        self, editor: _EditorSession | None, update: dict[str, Any], *, forward: bool
+    ) -> None:
+        """The agent offered its commands: keep them, and (unless it was replaying a session)
+        send the editor them with turnback's."""
+        if editor is None:
+            return
+        offered = update.get("availableCommands")
+        editor.agent_commands = list(offered) if isinstance(offered, list) else []
+        if forward:
+            self._announce_commands(editor)
 
     def forward_notification(self, method: str, params: Any) -> None:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
@@ -828,9 +819,21 @@ class Proxy:
         )
         for task in list(self._tasks):
             task.cancel()
-        if self._lobby is not None:
-            await self._lobby.close()
-            self._lobby = None
+        await self.agent.close()
+
+
+def agent_connection(
+    command: Sequence[str], env: Mapping[str, str], policy: ResumePolicy
+) -> AgentConnection:
+    """The agent process a proxy runs every session on: in the proxy's directory, with its
+    environment, its standard error the proxy's."""
+    return AgentConnection(
+        command,
+        cwd=Path.cwd(),
+        env=env,
+        stderr=None,
+        initialize_timeout=policy.initialize_timeout,
+    )
 
 
 async def serve(
@@ -838,6 +841,8 @@ async def serve(
     *,
     home: str | os.PathLike[str] | None = None,
     max_frame: int = DEFAULT_MAX_FRAME,
+    policy: ResumePolicy | None = None,
+    early: subprocess.Popen[bytes] | None = None,
 ) -> int:
     """Run the proxy on this process's stdin and stdout until the editor goes away or SIGTERM;
     returns the exit status."""
@@ -850,12 +855,16 @@ async def serve(
             "be answered with an error",
             file=sys.stderr,
         )
+    # The agent first: its start-up overlaps the proxy's (opening the store, recovery).
+    env = dict(os.environ)
+    agent = agent_connection(command, env, policy or ResumePolicy())
+    agent.spawn(early)
     reader, writer = await open_stdio(max_frame)
     wire = EditorWire(reader, writer, max_frame)
     tb = await asyncio.to_thread(turnback.open, home)
     try:
         await asyncio.to_thread(tb.recover)  # turns a killed proxy left running
-        proxy = Proxy(tb, command, wire)
+        proxy = Proxy(tb, command, wire, env=env, policy=policy, agent=agent)
         conn = Connection(proxy.handle, wire)
         proxy.conn = conn
         stop = asyncio.Event()
@@ -880,6 +889,13 @@ async def serve(
 
 
 def main(
-    command: Sequence[str], *, home: str | None = None, max_frame: int = DEFAULT_MAX_FRAME
+    command: Sequence[str],
+    *,
+    home: str | None = None,
+    max_frame: int = DEFAULT_MAX_FRAME,
+    policy: ResumePolicy | None = None,
+    early: subprocess.Popen[bytes] | None = None,
 ) -> int:
-    return asyncio.run(serve(command, home=home, max_frame=max_frame))
+    """:func:`serve`; ``early`` is the agent command already started (with pipes for stdin and
+    stdout) to use as the agent's first process."""
+    return asyncio.run(serve(command, home=home, max_frame=max_frame, policy=policy, early=early))

@@ -43,7 +43,9 @@ with ``sessionId``, ``checkpointId``, ``step`` (the last step done), ``state`` (
 script's ``sha256``) and ``storePath`` (this turn's checkpoint store, a JSON file the client may
 delete once the turn has ended). One is sent at every ``checkpoint`` command and after every file
 command. A prompt whose ``_meta.turnback.resume`` is ``{"checkpointId", "step", "state"?}`` skips
-steps up to and including ``step`` and continues with the next one, in the same turn.
+steps up to and including ``step`` and continues with the next one, in the same turn; one whose
+``step`` is null (turnback continuing a turn that crashed before any checkpoint) runs the script
+from its start.
 
 Why every file effect happens exactly once across crashes and resumes: a file command's effect is
 followed by its own checkpoint, so a resume from the latest checkpoint never reaches back past an
@@ -364,7 +366,9 @@ class _Turn:
         self.effects: dict[str, dict[str, Any]] = {}
         self.reached = 0
         self.first_step = 1
-        if resume is None:
+        if resume is None or resume.get("step") is None:
+            # ``step: null`` is a continuation after a crash before any checkpoint: the script
+            # runs from its start again (``crash-once`` markers keep it from crashing again).
             self.turn_id = uuid.uuid4().hex
         else:
             self.turn_id, step = self._resume_point(resume)

@@ -187,8 +187,8 @@ class WorkspaceCheckpoints:
                 Note(
                     ActivityLevel.WARNING,
                     "checkpoint.files.skipped",
-                    f"{len(checkpoint.skipped)} file(s) over the size limit were left out of the "
-                    f"checkpoint, and reverts leave them alone: {shown}{more}",
+                    f"{len(checkpoint.skipped)} file(s) over the size limit or unreadable were "
+                    f"left out of the checkpoint, and reverts leave them alone: {shown}{more}",
                     {"paths": list(checkpoint.skipped)},
                 )
             )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,14 +22,52 @@ if TYPE_CHECKING:
 
 
 def doctor(tb: Turnback) -> list[HealthCheck]:
+    """Every check, each reported whatever the others found: one that cannot run is a failed
+    check saying why, never an exception (a read-only home, a damaged database)."""
+    try:
+        workspaces = sorted({session.workspace for session in tb.sessions()})
+    except TurnbackError:  # the database check says what is wrong with it
+        workspaces = []
     return [
         _git(tb),
-        _home(tb.home),
+        _home(tb.home, workspaces),
         _database(tb),
-        *_turns(tb),
-        _rows(tb),
-        *_shadows(tb),
+        *_guarded("recovery", lambda: _turns(tb)),
+        *_guarded("stored rows", lambda: [_rows(tb)]),
+        *_guarded("checkpoints", lambda: _shadows(tb, workspaces)),
     ]
+
+
+def doctor_unopened(home: Path, error: TurnbackError) -> list[HealthCheck]:
+    """The checks that need no database, and the database's failure to open."""
+    from turnback.workspace import Snapshots
+
+    def git() -> HealthCheck:
+        found = Snapshots(home).git
+        return HealthCheck("git", True, f"git {'.'.join(map(str, found.version))}")
+
+    return [
+        *_guarded("git", lambda: [git()]),
+        _home(home, []),
+        HealthCheck("database", False, str(error), _DATABASE_FIX),
+    ]
+
+
+_DATABASE_FIX = "copy the file aside, then restore it from a backup or start a new home"
+
+
+def _guarded(name: str, checks: Callable[[], list[HealthCheck]]) -> list[HealthCheck]:
+    try:
+        return checks()
+    except (TurnbackError, OSError) as error:
+        text = str(error) if isinstance(error, TurnbackError) else error.strerror or str(error)
+        return [HealthCheck(name, False, f"could not be checked: {text}", _fix_for(error))]
+
+
+def _fix_for(error: BaseException) -> str:
+    if isinstance(error, OSError):
+        return "make the home writable (checks repair what they find), then check again"
+    return "the message above says what failed; fix that, then check again"
 
 
 def _git(tb: Turnback) -> HealthCheck:
@@ -42,7 +81,7 @@ def _git(tb: Turnback) -> HealthCheck:
     return HealthCheck("git", True, f"git {version} at {git.executable}")
 
 
-def _home(home: Path) -> HealthCheck:
+def _home(home: Path, workspaces: list[str]) -> HealthCheck:
     try:
         with tempfile.NamedTemporaryFile(dir=home, prefix=".doctor-"):
             pass
@@ -50,7 +89,7 @@ def _home(home: Path) -> HealthCheck:
         return HealthCheck(
             "home",
             False,
-            f"cannot write in {home}: {error.strerror or error}",
+            f"cannot write in {home}: {error.strerror or error} (commands that only read work)",
             "make it writable, or choose another home with --home or TURNBACK_HOME",
         )
     stat = os.statvfs(home)
@@ -62,21 +101,32 @@ def _home(home: Path) -> HealthCheck:
             f"{home} has only {free / 2**20:.0f} MiB free",
             "free some space: journals and checkpoints need room to be durable",
         )
-    return HealthCheck("home", True, f"{home} is writable, {free / 2**30:.1f} GiB free")
+    detail = f"{home} is writable, {free / 2**30:.1f} GiB free"
+    inside = [w for w in workspaces if home.resolve().is_relative_to(w)]
+    if inside:
+        return HealthCheck(
+            "home",
+            True,
+            f"{detail}; it is inside the workspace {inside[0]}: checkpoints leave it out, but "
+            "the agent can see and change turnback's files there",
+            "keep the home outside your workspaces (move it, then point --home or "
+            "TURNBACK_HOME at it)",
+        )
+    return HealthCheck("home", True, detail)
 
 
 def _database(tb: Turnback) -> HealthCheck:
     try:
         problems = tb.store.integrity_problems()
     except TurnbackError as error:
-        return HealthCheck("database", False, str(error), "restore it from a backup")
+        return HealthCheck("database", False, str(error), _DATABASE_FIX)
     if problems:
         shown = "; ".join(problems[:5])
         return HealthCheck(
             "database",
             False,
             f"{tb.store.url} has {len(problems)} integrity problem(s): {shown}",
-            "copy the file aside, then restore it from a backup or start a new home",
+            _DATABASE_FIX,
         )
     return HealthCheck("database", True, f"{tb.store.url}: schema {SCHEMA_VERSION}, integrity ok")
 
@@ -146,10 +196,10 @@ def _turns(tb: Turnback) -> list[HealthCheck]:
     return checks
 
 
-def _shadows(tb: Turnback) -> list[HealthCheck]:
+def _shadows(tb: Turnback, workspaces: list[str]) -> list[HealthCheck]:
     if tb.checkpoints is None:
         return []
-    workspaces = sorted({s.workspace for s in tb.sessions()})
+    snapshots = tb.checkpoints.snapshots
     checks = []
     for workspace in workspaces:
         name = f"checkpoints of {workspace}"
@@ -164,15 +214,23 @@ def _shadows(tb: Turnback) -> list[HealthCheck]:
             )
             continue
         try:
-            problems = tb.checkpoints.snapshots.check(Path(workspace))
-        except TurnbackError as error:
-            checks.append(HealthCheck(name, False, str(error), "run `turnback doctor` again"))
+            problems = snapshots.check(Path(workspace))
+        except (TurnbackError, OSError) as error:
+            text = str(error) if isinstance(error, TurnbackError) else error.strerror or str(error)
+            fix = (
+                _fix_for(error)
+                if isinstance(error, OSError)
+                else f"move its shadow repository {snapshots.shadow_dir(Path(workspace))} aside: "
+                "the next turn starts a fresh one (diffs and reverts of earlier turns stay "
+                "unavailable)"
+            )
+            checks.append(HealthCheck(name, False, text, fix))
             continue
         if problems:
             checks.append(
                 HealthCheck(
                     name,
-                    False,
+                    True,
                     "repaired: " + "; ".join(problems),
                     "nothing more to do; diffs of the dropped checkpoints are unavailable",
                 )

@@ -8,27 +8,32 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from turnback.engine import recovery, revert
 from turnback.engine.checkpoints import DELETED, WorkspaceCheckpoints, collect_garbage
 from turnback.engine.journal import Journal
-from turnback.engine.owners import Lease, is_alive, require_here
+from turnback.engine.owners import Lease, host_identity, is_alive, require_here
+from turnback.engine.revert import ConversationRollback, StartedRevert
 from turnback.engine.turns import (
     RunningTurn,
     begin,
     encode,
+    journal_messages,
     reopen,
     require_idle,
+    stranded,
     validate_prompt,
 )
 from turnback.errors import (
     AmbiguousId,
     CheckpointUnavailable,
     InvalidId,
+    RevertInProgress,
     SessionNotFound,
+    TurnbackError,
     TurnInProgress,
     TurnNotFound,
 )
@@ -36,11 +41,14 @@ from turnback.model import (
     Activity,
     ActivityLevel,
     Durability,
+    FileChange,
     GcReport,
     HealthCheck,
     Message,
+    RangeDiff,
     RecoveryReport,
     Revert,
+    RevertPlan,
     RunEvent,
     SessionRecord,
     StepCheckpoint,
@@ -159,6 +167,12 @@ class Turnback:
         with self.store.read() as tx:
             return tx.list_sessions()
 
+    def conversations(self) -> dict[str, tuple[int, Any]]:
+        """Per session id: how many turns its conversation holds, and its first prompt (one
+        query for every session; a session with no turn is absent)."""
+        with self.store.read() as tx:
+            return tx.conversation_overview()
+
     # recovery
 
     def recover(self) -> RecoveryReport:
@@ -182,10 +196,16 @@ class Turnback:
     def gc(self, keep: int | None = None, older_than: float | None = None) -> GcReport:
         """Prune workspace checkpoints: refs no row names (older than ``older_than`` seconds,
         default an hour), and with ``keep`` the checkpoints of all but each session's last
-        ``keep`` turns. Reports bytes freed."""
-        if self.checkpoints is None:
-            return GcReport()
-        return collect_garbage(self.store, self.checkpoints, keep=keep, older_than=older_than)
+        ``keep`` turns, and give back the space the database no longer needs. Reports the bytes
+        freed in the home."""
+        report = (
+            GcReport()
+            if self.checkpoints is None
+            else collect_garbage(self.store, self.checkpoints, keep=keep, older_than=older_than)
+        )
+        self.journal.flush()
+        freed = self.store.compact()  # the database's log, left at full size by a killed process
+        return dataclasses.replace(report, bytes_freed=report.bytes_freed + freed)
 
     def doctor(self) -> list[HealthCheck]:
         """Check git, the home, the database, recovery and every shadow repository."""
@@ -209,6 +229,16 @@ class Turnback:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _live_counts(tx: Tx, turns: list[Turn]) -> list[Turn]:
+    """``turns`` with a running turn's event count read from its journal."""
+    return [
+        dataclasses.replace(t, event_count=tx.journal_size(t.token)[0])
+        if t.status is TurnStatus.RUNNING
+        else t
+        for t in turns
+    ]
 
 
 class Session:
@@ -351,19 +381,36 @@ class Session:
     def turn(self, prompt: Any) -> RunningTurn:
         """Begin a turn: its row and prompt are durable when this returns.
 
-        A running turn whose owner died is recovered first; a live one raises TurnInProgress."""
+        A running turn whose owner died is recovered first; a live one raises TurnInProgress,
+        unless it is this process's own that the store could not end (a full disk): that one is
+        ended first, as it was to end.
+        So is a revert of the workspace a dead process left half done (rolled back, or its undo
+        finished); a live one raises RevertInProgress."""
         store = self._tb.store
         try:
             turn = self._begin(prompt)
-        except TurnInProgress as busy:
+        except RevertInProgress as held:
             with store.read() as tx:
-                running = tx.get_turn(busy.running_token)
-                owner = tx.get_owner(running.owner_id) if running and running.owner_id else None
+                owner = tx.get_owner(held.owner_id) if held.owner_id else None
                 now = tx.now()
-            if running is None or is_alive(owner, now):
+            if is_alive(owner, now):
                 raise
-            recovery.recover_turn(store, running, self._tb.checkpoints)
+            revert.recover_reverts(store, self._tb.checkpoints)
             turn = self._begin(prompt)
+        except TurnInProgress as busy:
+            left = stranded(busy.running_token)
+            if left is not None:  # this process could not write its end: end it now
+                left.end_stranded()
+                turn = self._begin(prompt)
+            else:
+                with store.read() as tx:
+                    running = tx.get_turn(busy.running_token)
+                    owner = tx.get_owner(running.owner_id) if running and running.owner_id else None
+                    now = tx.now()
+                if running is None or is_alive(owner, now):
+                    raise
+                recovery.recover_turn(store, running, self._tb.checkpoints)
+                turn = self._begin(prompt)
         return RunningTurn(
             store,
             self._tb.journal,
@@ -412,8 +459,33 @@ class Session:
         )
 
     def turns(self) -> list[Turn]:
+        """Every turn of the session, oldest first; a running turn counts its events so far."""
         with self._tb.store.read() as tx:
-            return tx.session_turns(self.id)
+            return _live_counts(tx, tx.session_turns(self.id))
+
+    def timeline(self) -> list[TurnDiff]:
+        """Every turn with the files it changed and those changed before it outside any turn,
+        oldest first, from a fixed number of queries whatever the session's length."""
+        with self._tb.store.read() as tx:
+            turns = _live_counts(tx, tx.session_turns(self.id))
+            changes = tx.session_file_changes(self.id)
+        return [
+            TurnDiff(
+                t,
+                tuple(changes.get((t.token, "turn"), ())),
+                tuple(changes.get((t.token, "before"), ())),
+                bool(t.begin_checkpoint and t.end_checkpoint),
+            )
+            for t in turns
+        ]
+
+    def is_live(self, turn: Turn) -> bool:
+        """Whether ``turn`` is running under a live process (one that died leaves it running
+        until recovery settles it)."""
+        if turn.status is not TurnStatus.RUNNING:
+            return False
+        with self._tb.store.read() as tx:
+            return is_alive(tx.get_owner(turn.owner_id) if turn.owner_id else None, tx.now())
 
     def get_turn(self, ref: int | str) -> Turn:
         """A turn by number (its position in the conversation) or by token prefix."""
@@ -421,9 +493,10 @@ class Session:
         if isinstance(ref, int) or (isinstance(ref, str) and ref.strip().isdigit()):
             number = int(ref)
             found = [t for t in turns if t.number == number and t.in_conversation]
+            found = found or [t for t in turns if t.number == number and t.status == "running"]
             if found:
                 return found[-1]
-            if isinstance(ref, str):  # all digits may also be a token prefix
+            if isinstance(ref, str) and len(ref.strip()) >= 4:  # 4+ digits: a token prefix too
                 by_token = [t for t in turns if t.token.startswith(ref.strip())]
                 if len(by_token) == 1:
                     return by_token[0]
@@ -434,7 +507,11 @@ class Session:
         prefix = normalise_id(str(ref), "turn")
         found = [t for t in turns if t.token.startswith(prefix)]
         if len(found) > 1:
-            raise AmbiguousId(f"{ref!r} matches {len(found)} turns; give more characters")
+            names = ", ".join(f"{t.token[:12]} (turn {t.number}, {t.status})" for t in found[:5])
+            raise AmbiguousId(
+                f"{ref!r} matches {len(found)} turns: {names}{' …' if len(found) > 5 else ''}; "
+                "give more characters"
+            )
         if not found:
             raise TurnNotFound(f"session {self.id[:12]} has no turn matching {ref!r}")
         return found[0]
@@ -448,22 +525,31 @@ class Session:
             return tx.messages(self.id)
 
     def turn_messages(self, ref: int | str) -> list[Message]:
-        token = self.get_turn(ref).token
+        """A turn's messages; a running turn's are folded from its journal so far, and a
+        set-aside turn's from its journal as recovery left it."""
+        turn = self.get_turn(ref)
         with self._tb.store.read() as tx:
-            return tx.turn_messages(token)
+            if turn.status in (TurnStatus.RUNNING, TurnStatus.SET_ASIDE):
+                return journal_messages(tx, turn)
+            return tx.turn_messages(turn.token)
 
     def run_events(self, ref: int | str) -> list[RunEvent]:
         token = self.get_turn(ref).token
         with self._tb.store.read() as tx:
             return tx.run_events(token)
 
-    def diff(self, ref: int | str, *, patch: bool = False) -> TurnDiff:
+    def diff(
+        self, ref: int | str, *, patch: bool = False, paths: Sequence[str] | None = None
+    ) -> TurnDiff:
         """What a turn changed in the workspace (from its stored file changes; no git call
-        unless ``patch`` asks for the unified patch too)."""
+        unless ``patch`` asks for the unified patch too, of every file or only of ``paths``:
+        a rename needs its old path too)."""
         turn = self.get_turn(ref)
         with self._tb.store.read() as tx:
             files = tx.file_changes(turn.token, "turn")
             outside = tx.file_changes(turn.token, "before")
+        if turn.status is TurnStatus.RUNNING and turn.begin_checkpoint and self._tb.checkpoints:
+            return self._running_diff(turn, tuple(outside), patch)
         available = bool(turn.begin_checkpoint and turn.end_checkpoint)
         text = None
         if patch:
@@ -477,9 +563,89 @@ class Session:
                 )
             assert turn.begin_checkpoint and turn.end_checkpoint
             text = self._tb.checkpoints.snapshots.patch(
-                Path(self.record.workspace), turn.begin_checkpoint, turn.end_checkpoint
+                Path(self.record.workspace), turn.begin_checkpoint, turn.end_checkpoint, paths
             )
         return TurnDiff(turn, tuple(files), tuple(outside), available, text)
+
+    def range_diff(self, from_turn: int, to_turn: int, *, patch: bool = False) -> RangeDiff:
+        """What the workspace changed from the end of turn ``from_turn`` (0: before the first
+        turn) to the end of turn ``to_turn``, both in the conversation: the agent's changes and
+        the edits made by hand in between alike."""
+        if not 0 <= from_turn <= to_turn:
+            raise TurnNotFound(
+                f"a range goes from an earlier turn to a later one, not {from_turn} to {to_turn}"
+            )
+        old = self._checkpoint_after(from_turn)
+        new = self._checkpoint_after(to_turn)
+        assert self._tb.checkpoints is not None
+        snapshots, workspace = self._tb.checkpoints.snapshots, Path(self.record.workspace)
+        files = snapshots.changes(workspace, old, new)
+        text = snapshots.patch(workspace, old, new) if patch else None
+        return RangeDiff(from_turn, to_turn, tuple(files), text)
+
+    def _checkpoint_after(self, number: int) -> str:
+        """The workspace checkpoint at the end of turn ``number`` (0: the first turn's begin)."""
+        turn = self.get_turn(max(number, 1))
+        commit = turn.begin_checkpoint if number == 0 else turn.end_checkpoint
+        if commit is None or self._tb.checkpoints is None:
+            moment = "beginning" if number == 0 else "end"
+            raise CheckpointUnavailable(
+                f"turn {turn.number} has no workspace checkpoint at its {moment} (the capture "
+                "failed, was skipped or pruned, or checkpoints are off), so no range can start "
+                "or end there"
+            )
+        require_here([turn], "a diff from or to it")
+        return commit
+
+    def changes_since_head(self) -> list[FileChange] | None:
+        """What changed in the workspace since the head turn ended (by hand, or a ``git pull``):
+        the head's end checkpoint against the workspace now, captured under a ref that is gone
+        once this returns. ``None`` when that cannot be known (checkpoints off, no head, or no
+        capture possible, as on a read-only home)."""
+        checkpoints = self._tb.checkpoints
+        record = self.record
+        with self._tb.store.read() as tx:
+            head = tx.get_turn(record.head) if record.head else None
+        if checkpoints is None or head is None or not head.end_checkpoint:
+            return None
+        if head.host and head.host != host_identity()[0]:
+            return None  # its checkpoint is on that host, and so is the workspace it saw
+        ref = f"{self.id}/now-{uuid.uuid4().hex}"
+        captured, _notes = checkpoints.capture(record.workspace, ref)
+        if captured is None:
+            return None
+        snapshots, path = checkpoints.snapshots, Path(record.workspace)
+        try:
+            return snapshots.changes(path, head.end_checkpoint, captured.commit)
+        except TurnbackError:
+            return None
+        finally:
+            snapshots.delete_refs(path, [ref])
+
+    def _running_diff(self, turn: Turn, outside: tuple[FileChange, ...], patch: bool) -> TurnDiff:
+        """A running turn's diff so far: its begin checkpoint against the workspace now,
+        captured under a ref that is gone once this returns."""
+        checkpoints = self._tb.checkpoints
+        assert checkpoints is not None and turn.begin_checkpoint
+        require_here([turn], "its diff while it runs")
+        workspace = self.record.workspace
+        ref = f"{self.id}/now-{uuid.uuid4().hex}"
+        captured, notes = checkpoints.capture(workspace, ref)
+        if captured is None:
+            if patch:
+                reason = notes[-1].message if notes else "the capture failed"
+                raise CheckpointUnavailable(
+                    f"turn {turn.number} is running and the workspace cannot be captured now "
+                    f"({reason}), so its diff so far is unavailable"
+                )
+            return TurnDiff(turn, (), outside, False)
+        snapshots, path = checkpoints.snapshots, Path(workspace)
+        try:
+            files = snapshots.changes(path, turn.begin_checkpoint, captured.commit)
+            text = snapshots.patch(path, turn.begin_checkpoint, captured.commit) if patch else None
+        finally:
+            snapshots.delete_refs(path, [ref])
+        return TurnDiff(turn, tuple(files), outside, True, text)
 
     def revert(
         self,
@@ -506,6 +672,53 @@ class Session:
             conversation=conversation,
             keep_user_edits=keep_user_edits,
             rollback=rollback,
+        )
+
+    def start_revert(
+        self,
+        to_turn: int,
+        *,
+        files: bool = True,
+        conversation: bool = True,
+        keep_user_edits: bool = False,
+        rollback: ConversationRollback | None = None,
+    ) -> StartedRevert:
+        """:meth:`revert` up to the agent's side: validated (``rollback.check`` included),
+        captured, the files moved. Roll the agent back on your side, then call ``finish()`` on
+        the result (or ``abandon(why)``, which puts the files back)."""
+        self._tb.journal.flush()
+        return revert.start_revert(
+            self._tb.store,
+            self._tb.checkpoints,
+            self.id,
+            to_turn,
+            files=files,
+            conversation=conversation,
+            keep_user_edits=keep_user_edits,
+            rollback=rollback,
+        )
+
+    def revert_plan(
+        self,
+        to_turn: int,
+        *,
+        files: bool = True,
+        conversation: bool = True,
+        keep_user_edits: bool = False,
+    ) -> RevertPlan:
+        """What ``revert`` with the same arguments would do to the files, writing nothing: the
+        files restored and deleted (with +/-), the files kept (ignored, not captured, existing
+        before the turns, or hand edits under ``keep_user_edits``) and the hand edits in the way
+        (``conflicts``). Raises what the revert would raise before it writes."""
+        self._tb.journal.flush()
+        return revert.plan(
+            self._tb.store,
+            self._tb.checkpoints,
+            self.id,
+            to_turn,
+            files=files,
+            conversation=conversation,
+            keep_user_edits=keep_user_edits,
         )
 
     def undo_revert(self) -> Revert:

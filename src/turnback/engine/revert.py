@@ -7,18 +7,31 @@ A revert's write order, each step a fault point of the crash suite:
    need exist, and the agent's conversation can be rolled back (``rollback.check``).
 2. Capture the workspace as it is now: the *undo checkpoint* (``revert.captured``). Its objects
    and ref are on disk before step 3 names it (invariant 4).
-3. One transaction: a revert row in state ``started``, naming the undo checkpoint and its owner
-   (``revert.started``).
+3. One transaction: again no turn runs on the workspace and the head has not moved (the capture
+   may have taken long), then a revert row in state ``started``, naming the undo checkpoint and
+   its owner (``revert.started``). From this row until step 5 or a rollback, the revert *holds*
+   its workspace: a turn's begin refuses while a revert row of the workspace is unfinished
+   (``turns.require_no_revert``). The row is durable, so a killed revert holds until recovery
+   settles it, and no turn can commit on a parent the revert is taking away.
 4. Move the files: restore checkpoint N, or with ``keep_user_edits`` undo only the agent's changes
    (the ``restore.*`` points). Then the agent's own rollback, if there is one (``revert.files``).
 5. One transaction: later turns marked reverted (kept as history), head moved back, the row
-   ``committed`` (``revert.commit.inside``, ``revert.done``).
+   ``committed`` (``revert.commit.inside``, ``revert.done``) -- if the row is still this
+   process's and unfinished, else ``OwnershipLost`` and nothing is written (a revert's process
+   judged dead may wake up to find its revert settled).
+
+The transactions of steps 3 and of an undo's row lock every session of the workspace (the
+concurrency contract of :mod:`turnback.store.sql`), as a begin does, so on a store with
+per-session locks a revert and a begin on two sessions of one workspace still serialise.
 
 A crash after 3 and before 5 commits leaves a ``started`` revert whose owner is dead, and
 ``recover()`` rolls it back: it restores the undo checkpoint -- exactly the files as they were
 before the revert -- and marks the row ``rolled_back``. Rolling back is always possible (it needs
 no agent and no other checkpoint) and idempotent (restoring an exact checkpoint twice changes
-nothing the second time). A revert that fails or conflicts rolls back the same way, at once.
+nothing the second time). A revert that fails or conflicts rolls back the same way, at once; so
+does one that could not write every file (a full disk: ``RestoreIncomplete`` names them). When
+the rollback cannot write them either, the revert stays unfinished, holding its workspace, and
+recovery finishes the rollback once it can.
 
 ``undo_revert`` runs the same order in reverse -- capture, row ``undoing``, restore the undo
 checkpoint, then one transaction that puts the turns and head back and marks the row ``undone`` --
@@ -29,24 +42,34 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
 from turnback import faults
 from turnback.engine.checkpoints import WorkspaceCheckpoints
 from turnback.engine.owners import current_owner, is_alive, require_here
+from turnback.engine.turns import UNFINISHED_REVERTS, require_no_revert
 from turnback.errors import (
-    RECOVER,
     CheckpointUnavailable,
     NothingToRevert,
+    OwnershipLost,
+    RestoreIncomplete,
     SessionNotFound,
     TurnbackError,
     TurnInProgress,
     TurnNotFound,
     WorkspaceError,
 )
-from turnback.model import ActivityLevel, Message, Revert, RevertState, Turn
+from turnback.model import (
+    ActivityLevel,
+    Message,
+    Revert,
+    RevertPlan,
+    RevertState,
+    SessionRecord,
+    Turn,
+)
 from turnback.store import Store, Tx
 
 
@@ -60,9 +83,6 @@ class ConversationRollback(Protocol):
     def apply(self, turns: int, transcript: list[Message]) -> None:
         """Roll the agent's context back ``turns`` turns; ``transcript`` is the conversation
         that remains."""
-
-
-_UNFINISHED = (RevertState.STARTED, RevertState.FILES_RESTORED, RevertState.UNDOING)
 
 
 def _conversation(tx: Tx, session_id: str) -> list[Turn]:
@@ -82,15 +102,7 @@ def _require_quiet(tx: Tx, session_id: str, workspace: str) -> None:
             turn.token,
             turn=turn.number,
         )
-    unfinished = tx.reverts(session_id, _UNFINISHED)
-    if unfinished:
-        raise TurnInProgress(
-            f"revert {unfinished[0].id} of this session is not finished; recovery finishes or "
-            "rolls it back",
-            "",
-            state=unfinished[0].state.value,
-            remedy=RECOVER,
-        )
+    require_no_revert(tx, workspace)
 
 
 def revert(
@@ -104,40 +116,131 @@ def revert(
     keep_user_edits: bool = False,
     rollback: ConversationRollback | None = None,
 ) -> Revert:
-    """Rewind the session to turn ``to_turn`` (0: before its first turn)."""
-    if not files and not conversation:
-        raise ValueError("a revert moves files, the conversation, or both")
-    # 1. validate, writing nothing
-    with store.read() as tx:
-        session = tx.get_session(session_id)
-        if session is None:
-            raise SessionNotFound(f"no session {session_id}")
-        _require_quiet(tx, session_id, session.workspace)
-        chain = _conversation(tx, session_id)
-        transcript = [m for m in tx.messages(session_id) if m.turn in {t.token for t in chain}]
-    head = chain[-1].number if chain else 0
-    if not 0 <= to_turn <= head:
-        raise TurnNotFound(
-            f"session {session_id[:12]} has turns 1 to {head}; revert to one of them, or to 0 "
-            "for before the first"
+    """Rewind the session to turn ``to_turn`` (0: before its first turn), the agent's rollback
+    applied between the files and the commit."""
+    started = start_revert(
+        store,
+        checkpoints,
+        session_id,
+        to_turn,
+        files=files,
+        conversation=conversation,
+        keep_user_edits=keep_user_edits,
+        rollback=rollback,
+    )
+    if conversation and rollback is not None:
+        try:
+            rollback.apply(started.turns, started.transcript)
+        except (TurnbackError, OSError) as error:
+            started.abandon(f"the revert failed: {error}")
+            raise
+    return started.finish()
+
+
+@dataclass(slots=True)
+class StartedRevert:
+    """A revert whose files have moved (steps 1 to 4), waiting for the agent's own rollback --
+    which its caller does, on its own side -- and then :meth:`finish` (step 5), or
+    :meth:`abandon` when that rollback failed (the files go back, as for any failed revert)."""
+
+    store: Store
+    checkpoints: WorkspaceCheckpoints | None
+    record: Revert
+    workspace: str
+    later: list[Turn]
+    to_turn: int
+    #: the conversation that remains, for the agent
+    transcript: list[Message]
+
+    @property
+    def turns(self) -> int:
+        """How many turns the agent's conversation goes back."""
+        return len(self.later)
+
+    def abandon(self, why: str) -> None:
+        _roll_back(self.store, self.checkpoints, self.record, self.workspace, why)
+
+    def finish(self) -> Revert:
+        """5. the conversation, in one transaction"""
+        record, later, to_turn = self.record, self.later, self.to_turn
+        files, conversation = record.files, record.conversation
+        with self.store.atomic() as tx:
+            tx.lock_sessions([record.session_id])
+            _require_unfinished(tx, record)
+            now = time.time()
+            if conversation:
+                tx.mark_reverted([t.token for t in later], record.id)
+                tx.set_head(record.session_id, record.to_turn, now)
+            tx.set_revert_state(record.id, RevertState.COMMITTED, now)
+            what = " and ".join(
+                w for w, on in (("files", files), ("conversation", conversation)) if on
+            )
+            tx.insert_activity(
+                record.session_id,
+                None,
+                ActivityLevel.INFO,
+                "turn.reverted",
+                f"reverted the {what} to turn {to_turn}, undoing {len(later)} turn(s)"
+                + (" and keeping hand edits" if record.keep_user_edits else "")
+                + "; `turnback revert --undo` puts them back",
+                {"revert": record.id, "to": to_turn, "turns": [t.token for t in later]},
+                now,
+            )
+            faults.point("revert.commit.inside")
+            done = tx.get_revert(record.id)
+        faults.point("revert.done")
+        assert done is not None
+        return done
+
+
+def _require_unfinished(tx: Tx, record: Revert) -> None:
+    """Raise OwnershipLost unless the revert is still this process's and unfinished: a process
+    judged dead while it moved the files may find its revert settled by recovery, and then
+    writes nothing more."""
+    current = tx.get_revert(record.id)
+    if (
+        current is None
+        or current.state not in UNFINISHED_REVERTS
+        or (current.owner_id != record.owner_id)
+    ):
+        state = current.state.value if current else "gone"
+        raise OwnershipLost(
+            f"revert {record.id} of session {record.session_id[:12]} was settled by another "
+            f"process while this one ran it (it is {state}); nothing more was written",
+            "",
         )
-    later = [t for t in chain if t.number > to_turn]
-    if not later:
-        raise NothingToRevert(f"session {session_id[:12]} is already at turn {to_turn}")
+
+
+def start_revert(
+    store: Store,
+    checkpoints: WorkspaceCheckpoints | None,
+    session_id: str,
+    to_turn: int,
+    *,
+    files: bool = True,
+    conversation: bool = True,
+    keep_user_edits: bool = False,
+    rollback: ConversationRollback | None = None,
+) -> StartedRevert:
+    """Steps 1 to 4 of a revert to turn ``to_turn``: validated (``rollback.check`` included),
+    captured, recorded and the files moved. The caller rolls the agent back, then finishes."""
+    # 1. validate, writing nothing
+    session, chain, later, target = _validate(
+        store, checkpoints, session_id, to_turn, files, conversation, keep_user_edits
+    )
+    with store.read() as tx:
+        transcript = [m for m in tx.messages(session_id) if m.turn in {t.token for t in chain}]
     target_turn = chain[to_turn - 1] if to_turn else None
-    target = target_turn.end_checkpoint if target_turn else later[0].begin_checkpoint
     workspace = session.workspace
-    if files:
-        require_here([*later, *([target_turn] if target_turn else [])], "a revert of its files")
-        _require_checkpoints(checkpoints, workspace, to_turn, later, target, keep_user_edits)
     if conversation and rollback is not None:
         rollback.check(len(later))
 
     # 2. the undo checkpoint
     undo: str | None = None
+    undo_ref = f"{session_id}/revert-{uuid.uuid4().hex}"
     if files:
         assert checkpoints is not None
-        captured, notes = checkpoints.capture(workspace, f"{session_id}/revert-{uuid.uuid4().hex}")
+        captured, notes = checkpoints.capture(workspace, undo_ref)
         if captured is None:
             reason = notes[-1].message if notes else "the capture failed"
             raise WorkspaceError(
@@ -163,11 +266,24 @@ def revert(
         created_at=time.time(),
         owner_id=owner.id,
     )
-    with store.atomic() as tx:
-        tx.lock_sessions([session_id])
-        _require_quiet(tx, session_id, workspace)  # again, now that no begin can slip in
-        tx.upsert_owner(owner)
-        record = replace(record, id=tx.insert_revert(record))
+    try:
+        with store.atomic() as tx:
+            tx.lock_workspace(session_id)
+            # Validated before the capture, which may take long: check again where it counts.
+            _require_quiet(tx, session_id, workspace)
+            moved = tx.get_session(session_id)
+            if moved is None or moved.head != session.head:
+                raise TurnInProgress(
+                    f"session {session_id[:12]} moved on while the revert was being prepared; "
+                    "nothing was changed. Look at its turns and revert again",
+                    "",
+                )
+            tx.upsert_owner(owner)
+            record = replace(record, id=tx.insert_revert(record))
+    except TurnbackError:
+        if undo is not None and checkpoints is not None:
+            checkpoints.snapshots.delete_refs(Path(workspace), [undo_ref])
+        raise
     faults.point("revert.started")
 
     # 4. files, then the agent's context
@@ -181,53 +297,98 @@ def revert(
             else:
                 snapshots.restore(path, target, current=undo, keep=later[0].begin_checkpoint)
         faults.point("revert.files")
-        if conversation and rollback is not None:
-            kept = [m for m in transcript if m.turn in {t.token for t in chain[:to_turn]}]
-            rollback.apply(len(later), kept)
+    except RestoreIncomplete as error:
+        # Files it could not write (a full disk): a revert is all or nothing, so roll it back
+        # and name them. If the rollback cannot write either, _roll_back says so instead.
+        _roll_back(
+            store, checkpoints, record, workspace, f"the revert failed: {error}", error.paths
+        )
+        raise RestoreIncomplete(
+            f"{error}; the revert was rolled back: files and conversation are as before it",
+            error.paths,
+        ) from error
     except (TurnbackError, OSError) as error:
         _roll_back(store, checkpoints, record, workspace, f"the revert failed: {error}")
         raise
+    kept = [m for m in transcript if m.turn in {t.token for t in chain[:to_turn]}]
+    return StartedRevert(store, checkpoints, record, workspace, later, to_turn, kept)
 
-    # 5. the conversation, in one transaction, unless a turn began meanwhile (the check of
-    # step 3 cannot stop a begin during step 4): then the revert is rolled back, as when a step
-    # above fails
-    with store.atomic() as tx:
-        tx.lock_sessions([session_id])
-        busy = tx.running_turn(session_id)
-        now_head = (tx.get_session(session_id) or session).head
-        if busy is None and now_head == record.from_head:
-            now = time.time()
-            if conversation:
-                tx.mark_reverted([t.token for t in later], record.id)
-                tx.set_head(session_id, record.to_turn, now)
-            tx.set_revert_state(record.id, RevertState.COMMITTED, now)
-            what = " and ".join(
-                w for w, on in (("files", files), ("conversation", conversation)) if on
-            )
-            tx.insert_activity(
-                session_id,
-                None,
-                ActivityLevel.INFO,
-                "turn.reverted",
-                f"reverted the {what} to turn {to_turn}, undoing {len(later)} turn(s)"
-                + (" and keeping hand edits" if keep_user_edits else "")
-                + "; `turnback revert --undo` puts them back",
-                {"revert": record.id, "to": to_turn, "turns": [t.token for t in later]},
-                now,
-            )
-            faults.point("revert.commit.inside")
-        done = tx.get_revert(record.id)
-    if done is None or done.state is not RevertState.COMMITTED:
-        why = "a turn began while it ran" if busy else "the session moved on while it ran"
-        _roll_back(store, checkpoints, record, workspace, f"the revert was refused: {why}")
-        raise TurnInProgress(
-            f"session {session_id[:12]} changed while the revert ran ({why}); nothing was "
-            "reverted. Revert again once its turn has ended",
-            busy.token if busy else "",
+
+def _validate(
+    store: Store,
+    checkpoints: WorkspaceCheckpoints | None,
+    session_id: str,
+    to_turn: int,
+    files: bool,
+    conversation: bool,
+    keep_user_edits: bool,
+) -> tuple[SessionRecord, list[Turn], list[Turn], str | None]:
+    """Everything a revert checks before it writes: the session, its conversation, the turns
+    it would undo and the checkpoint the files go back to."""
+    if not files and not conversation:
+        raise ValueError("a revert moves files, the conversation, or both")
+    with store.read() as tx:
+        session = tx.get_session(session_id)
+        if session is None:
+            raise SessionNotFound(f"no session {session_id}")
+        _require_quiet(tx, session_id, session.workspace)
+        chain = _conversation(tx, session_id)
+    head = chain[-1].number if chain else 0
+    if not 0 <= to_turn <= head:
+        raise TurnNotFound(
+            f"session {session_id[:12]} has turns 1 to {head}; revert to one of them, or to 0 "
+            "for before the first"
         )
-    faults.point("revert.done")
-    assert done is not None
-    return done
+    later = [t for t in chain if t.number > to_turn]
+    if not later:
+        raise NothingToRevert(f"session {session_id[:12]} is already at turn {to_turn}")
+    target = chain[to_turn - 1].end_checkpoint if to_turn else later[0].begin_checkpoint
+    if files:
+        target_turn = chain[to_turn - 1] if to_turn else None
+        require_here([*later, *([target_turn] if target_turn else [])], "a revert of its files")
+        _require_checkpoints(
+            checkpoints, session.workspace, to_turn, later, target, keep_user_edits
+        )
+    return session, chain, later, target
+
+
+def plan(
+    store: Store,
+    checkpoints: WorkspaceCheckpoints | None,
+    session_id: str,
+    to_turn: int,
+    *,
+    files: bool = True,
+    conversation: bool = True,
+    keep_user_edits: bool = False,
+) -> RevertPlan:
+    """What :func:`revert` with the same arguments would do to the files; writes nothing.
+
+    It validates as the revert does (and raises what the revert would), then compares a capture
+    of the workspace, named by no ref once this returns, with the target checkpoint."""
+    session, _chain, later, target = _validate(
+        store, checkpoints, session_id, to_turn, files, conversation, keep_user_edits
+    )
+    if not files:
+        return RevertPlan()
+    assert checkpoints is not None and target is not None
+    ref = f"{session_id}/plan-{uuid.uuid4().hex}"
+    captured, notes = checkpoints.capture(session.workspace, ref)
+    if captured is None:
+        reason = notes[-1].message if notes else "the capture failed"
+        raise WorkspaceError(f"the workspace could not be captured to plan the revert ({reason})")
+    path = Path(session.workspace)
+    try:
+        return checkpoints.snapshots.revert_plan(
+            path,
+            target,
+            current=captured.commit,
+            keep=later[0].begin_checkpoint,
+            turns=[(t.begin_checkpoint or "", t.end_checkpoint or "") for t in later],
+            keep_user_edits=keep_user_edits,
+        )
+    finally:
+        checkpoints.snapshots.delete_refs(path, [ref])
 
 
 def _require_checkpoints(
@@ -264,8 +425,12 @@ def _roll_back(
     record: Revert,
     workspace: str,
     why: str,
+    paths: tuple[str, ...] = (),
 ) -> None:
-    """Put the files back as they were before ``record`` began, and mark it rolled back."""
+    """Put the files back as they were before ``record`` began, and mark it rolled back.
+
+    When some files cannot be put back either, the revert stays unfinished -- holding its
+    workspace, for recovery to finish once they can be written -- and an activity names them."""
     if record.files and record.undo_checkpoint and checkpoints is not None:
         snapshots, path = checkpoints.snapshots, Path(workspace)
         current, _notes = checkpoints.capture(
@@ -276,7 +441,25 @@ def _roll_back(
                 f"revert {record.id} must be rolled back but the workspace cannot be captured; "
                 "run `turnback recover` again once it can"
             )
-        snapshots.restore(path, record.undo_checkpoint, current=current.commit)
+        try:
+            snapshots.restore(path, record.undo_checkpoint, current=current.commit)
+        except RestoreIncomplete as error:
+            with store.atomic() as tx:
+                tx.insert_activity(
+                    record.session_id,
+                    None,
+                    ActivityLevel.ERROR,
+                    "checkpoint.revert.incomplete",
+                    f"revert {record.id} failed and could not be rolled back yet: {error}. It "
+                    "holds the workspace until recovery puts those files back",
+                    {"revert": record.id, "paths": list(error.paths)},
+                    time.time(),
+                )
+            raise RestoreIncomplete(
+                f"{why}, and rolling it back failed too: {error}. Free space and run "
+                "`turnback recover` to put the files back",
+                error.paths,
+            ) from error
     faults.point("revert.rollback.files")
     with store.atomic() as tx:
         tx.lock_sessions([record.session_id])
@@ -288,14 +471,18 @@ def _roll_back(
             ActivityLevel.ERROR,
             "checkpoint.revert.failed",
             f"revert {record.id} was rolled back, files and conversation are as before it: {why}",
-            {"revert": record.id},
+            {"revert": record.id, **({"paths": list(paths)} if paths else {})},
             now,
         )
 
 
 def undo_revert(store: Store, checkpoints: WorkspaceCheckpoints | None, session_id: str) -> Revert:
-    """Undo the session's last revert: files, turns and head as they were just before it."""
-    with store.read() as tx:
+    """Undo the session's last revert: files, turns and head as they were just before it.
+
+    It is checked and marked ``undoing`` in one transaction, so no turn can begin in between."""
+    owner = current_owner()
+    with store.atomic() as tx:
+        tx.lock_workspace(session_id)
         session = tx.get_session(session_id)
         if session is None:
             raise SessionNotFound(f"no session {session_id}")
@@ -309,18 +496,15 @@ def undo_revert(store: Store, checkpoints: WorkspaceCheckpoints | None, session_
             for t in tx.session_turns(session_id)
             if t.in_conversation and t.started_at > record.created_at
         ]
-    if newer:
-        raise NothingToRevert(
-            f"turn {newer[0].number} was made after revert {record.id}; undoing it would drop "
-            "that work. Revert to an earlier turn instead"
-        )
-    if record.files and checkpoints is None:
-        raise CheckpointUnavailable(
-            "workspace checkpoints are turned off; cannot undo a files revert"
-        )
-    owner = current_owner()
-    with store.atomic() as tx:
-        tx.lock_sessions([session_id])
+        if newer:
+            raise NothingToRevert(
+                f"turn {newer[0].number} was made after revert {record.id}; undoing it would "
+                "drop that work. Revert to an earlier turn instead"
+            )
+        if record.files and checkpoints is None:
+            raise CheckpointUnavailable(
+                "workspace checkpoints are turned off; cannot undo a files revert"
+            )
         tx.upsert_owner(owner)
         tx.set_revert_state(record.id, RevertState.UNDOING, time.time(), owner_id=owner.id)
     record = replace(record, state=RevertState.UNDOING, owner_id=owner.id)
@@ -342,6 +526,9 @@ def _finish_undo(
     faults.point("undo.files")
     with store.atomic() as tx:
         tx.lock_sessions([record.session_id])
+        settled = tx.get_revert(record.id)
+        if settled is None or settled.state is not RevertState.UNDOING:
+            return settled or record  # another process's recovery finished it meanwhile
         now = time.time()
         tokens = tx.unmark_reverted(record.id)
         if record.conversation:
@@ -370,7 +557,7 @@ def recover_reverts(
     with store.read() as tx:
         unfinished = [
             (r, tx.get_owner(r.owner_id) if r.owner_id else None, tx.get_session(r.session_id))
-            for r in tx.reverts(session_id, _UNFINISHED)
+            for r in tx.reverts(session_id, UNFINISHED_REVERTS)
         ]
         now = tx.now()
     settled = []
@@ -378,15 +565,21 @@ def recover_reverts(
         if is_alive(owner, now) or session is None:
             continue
         if record.state is RevertState.UNDOING:
-            settled.append(_finish_undo(store, checkpoints, record, session.workspace))
+            try:
+                settled.append(_finish_undo(store, checkpoints, record, session.workspace))
+            except RestoreIncomplete:
+                continue  # still unfinished, holding the workspace; the next recovery retries
         else:
-            _roll_back(
-                store,
-                checkpoints,
-                record,
-                session.workspace,
-                "the process running it stopped before it finished",
-            )
+            try:
+                _roll_back(
+                    store,
+                    checkpoints,
+                    record,
+                    session.workspace,
+                    "the process running it stopped before it finished",
+                )
+            except RestoreIncomplete:
+                continue  # still unfinished; the activity names the files
             with store.read() as tx:
                 done = tx.get_revert(record.id)
             if done is not None:

@@ -32,6 +32,7 @@ from turnback.engine.fold import (
     error_event,
     fold,
     is_text_chunk,
+    notice,
     parse,
     superseded,
     unfinished_tool_calls,
@@ -40,7 +41,9 @@ from turnback.errors import (
     InvalidEvent,
     OwnershipLost,
     ResumeUnavailable,
+    RevertInProgress,
     SessionNotFound,
+    StoreError,
     TurnInProgress,
     TurnNotFound,
     TurnNotRunning,
@@ -51,6 +54,7 @@ from turnback.model import (
     JournalEntry,
     Message,
     MessageKind,
+    RevertState,
     RunEvent,
     StepCheckpoint,
     Turn,
@@ -246,11 +250,12 @@ def begin(
     now = time.time()
     faults.point("turn.begin.before")
     with store.atomic() as tx:
-        tx.lock_sessions([session_id])
+        tx.lock_workspace(session_id)
         session = tx.get_session(session_id)
         if session is None:
             raise SessionNotFound(f"no session {session_id}")
         require_idle(tx, session_id, "beginning another")
+        require_no_revert(tx, session.workspace)
         head = tx.get_turn(session.head) if session.head else None
         owner = lease.claim(tx)
         turn = Turn(
@@ -287,6 +292,27 @@ def require_idle(tx: Tx, session_id: str, before: str) -> None:
         )
 
 
+#: Revert states that hold the workspace: the files may be moving.
+UNFINISHED_REVERTS = (RevertState.STARTED, RevertState.FILES_RESTORED, RevertState.UNDOING)
+
+
+def require_no_revert(tx: Tx, workspace: str) -> None:
+    """Raise RevertInProgress if a revert or undo of any session on ``workspace`` has not
+    finished. A revert holds its workspace against new turns from the transaction that writes
+    its row to the one that commits or rolls it back; the row is durable, so a revert killed
+    midway still holds until recovery settles it (DESIGN.md invariant 9)."""
+    for record in tx.reverts(None, UNFINISHED_REVERTS):
+        session = tx.get_session(record.session_id)
+        if session is not None and session.workspace == workspace:
+            raise RevertInProgress(
+                f"revert {record.id} of session {record.session_id[:12]} is moving the files "
+                f"of {workspace}; begin once it has finished (or run `turnback recover` if its "
+                "process died)",
+                record.id,
+                record.owner_id,
+            )
+
+
 def reopen(store: Store, token: str, *, lease: Lease) -> tuple[Turn, int]:
     """Continue an interrupted turn from its last step checkpoint (from its beginning if it has
     none), in one transaction: the reverse of recovery's apply, then a rewind. Returns the turn,
@@ -303,8 +329,11 @@ def reopen(store: Store, token: str, *, lease: Lease) -> tuple[Turn, int]:
     fencing token."""
     now = time.time()
     faults.point("turn.reopen.before")
+    with store.read() as tx:
+        found = tx.get_turn(token)
     with store.atomic() as tx:
-        tx.lock_turns([token])
+        if found is not None:
+            tx.lock_workspace(found.session_id)
         turn = tx.get_turn(token)
         session = tx.get_session(turn.session_id) if turn else None
         if turn is None or session is None:
@@ -317,6 +346,7 @@ def reopen(store: Store, token: str, *, lease: Lease) -> tuple[Turn, int]:
                 + (", reverted" if turn.reverted_by else "")
             )
         require_idle(tx, turn.session_id, "continuing an interrupted turn")
+        require_no_revert(tx, session.workspace)
         owner = lease.claim(tx)
         changed = tx.reopen_turn(token, owner.id, uuid.uuid4().hex)
         assert changed, "checked interrupted in this same transaction"
@@ -426,6 +456,19 @@ def commit_turn(
     return True
 
 
+def journal_messages(tx: Tx, turn: Turn) -> list[Message]:
+    """A turn that has not ended, as the conversation it would fold into now: its journal,
+    without what a resume superseded. Reads only; the journal stays as it is."""
+    entries = tx.journal(turn.token)
+    events = [parse(entry, keep_unreadable=True) for entry in entries]
+    void = superseded((entry.seq, event) for entry, event in zip(entries, events, strict=True))
+    live = [event for entry, event in zip(entries, events, strict=True) if entry.seq not in void]
+    return [
+        Message(turn.session_id, turn.token, i, kind, data)
+        for i, (kind, data) in enumerate(fold(turn.prompt, live))
+    ]
+
+
 def _end(
     tx: Tx,
     turn: Turn,
@@ -462,6 +505,17 @@ def _validate_step(update: JSON) -> None:
     store_path = update.get("storePath")
     if store_path is not None and not isinstance(store_path, str):
         raise InvalidEvent(f"a step checkpoint's storePath is a string, not {store_path!r}")
+
+
+#: Turns of this process whose end could not be written (the store failed), by token, with how
+#: each was to end: the next turn begun in their session ends them first (``stranded``).
+_STRANDED: dict[str, tuple[RunningTurn, TurnStatus, str | None, tuple[JSON, ...]]] = {}
+
+
+def stranded(token: str) -> RunningTurn | None:
+    """The running turn ``token`` if this process failed to write its end, else None."""
+    found = _STRANDED.get(token)
+    return found[0] if found else None
 
 
 class RunningTurn:
@@ -584,6 +638,25 @@ class RunningTurn:
         and the turn's pending permission and input requests are cleared, in one transaction."""
         return self.record(rewind_event(checkpoint))
 
+    def messages_so_far(self) -> list[Message]:
+        """What the turn has recorded so far, folded as it would be if it ended now (after a
+        rewind, without what the rewind voided)."""
+        self._journal.flush()
+        with self._store.read() as tx:
+            entries = tx.journal(self.turn.token)
+        events = [(entry.seq, parse(entry, keep_unreadable=True)) for entry in entries]
+        void = superseded(events)
+        folded = fold(self.turn.prompt, [event for seq, event in events if seq not in void])
+        return [
+            Message(self.turn.session_id, self.turn.token, i, kind, data)
+            for i, (kind, data) in enumerate(folded)
+        ]
+
+    def clear_requests(self) -> int:
+        """Clear the turn's pending permission and input requests (whoever asked is gone),
+        keeping everything it recorded: a rewind to where the turn now stands."""
+        return self.record({"sessionUpdate": EventKind.REWIND.value, "toSeq": self._seq})
+
     def _side_effect(self, kind: str, update: JSON, entry: JournalEntry) -> After | None:
         """Rows that must commit in the same transaction as this event, if any."""
         if kind not in _SIDE_EFFECTS:
@@ -641,8 +714,26 @@ class RunningTurn:
     def cancel(self, reason: str = "cancelled") -> Turn:
         return self._end(TurnStatus.CANCELLED, reason)
 
+    def interrupt(self, reason: str) -> Turn:
+        """End the turn interrupted, with what it did so far and a notice saying why; it can be
+        continued later (:meth:`Session.reopen`)."""
+        return self._end(TurnStatus.INTERRUPTED, reason, [notice(reason)])
+
     def _end(self, status: TurnStatus, detail: str | None, extra: Sequence[JSON] = ()) -> Turn:
         self._require_running()
+        try:
+            ended = self._commit_end(status, detail, extra)
+        except StoreError:
+            # The store cannot write (a full disk, say): remember how this turn was to end, so
+            # this process ends it once it can instead of holding the session (end_stranded).
+            _STRANDED[self.turn.token] = (self, status, detail, tuple(extra))
+            raise
+        _STRANDED.pop(self.turn.token, None)
+        return ended
+
+    def _commit_end(
+        self, status: TurnStatus, detail: str | None, extra: Sequence[JSON] = ()
+    ) -> Turn:
         self._journal.flush(self.turn.token)
         capture = None
         if self._checkpoints is not None and self._workspace is not None:
@@ -674,6 +765,11 @@ class RunningTurn:
         assert ended is not None
         self.turn = ended
         return ended
+
+    def end_stranded(self) -> Turn:
+        """End this turn as an earlier attempt meant to, before the store failed it."""
+        _own, status, detail, extra = _STRANDED[self.turn.token]
+        return self._end(status, detail, extra)
 
     def _require_running(self) -> None:
         self._journal.check(self.turn.token)

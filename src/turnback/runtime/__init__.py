@@ -12,10 +12,12 @@
 
     asyncio.run(main())
 
-:class:`AgentRuntime` runs the agent, records every update into the turn's journal in wire order,
-asks the embedding application for permissions, resumes a turn from the agent's last step
-checkpoint when the agent dies, continues an interrupted turn after the orchestrating process
-died (:meth:`AgentRuntime.resume`), and rolls the agent's conversation back for reverts.
+:class:`AgentRuntime` runs a session on the agent, records every update into the turn's journal
+in wire order, asks the embedding application for permissions, resumes a turn from the agent's
+last step checkpoint (or continues it without one) when the agent dies, continues an interrupted
+turn after the orchestrating process died (:meth:`AgentRuntime.resume`), and rolls the agent's
+conversation back for reverts. An :class:`AgentConnection` is one agent process that several
+runtimes' sessions can share.
 """
 
 from __future__ import annotations
@@ -28,21 +30,26 @@ from turnback.errors import (
     ResumeUnavailable,
     RollbackUnavailable,
 )
+from turnback.runtime.connection import AgentConnection
 from turnback.runtime.reactor import EngineThread, Reactor
+from turnback.runtime.requests import InputRequest, PermissionRequest
 from turnback.runtime.rollback import AgentRollback
-from turnback.runtime.runtime import AgentRuntime, InputRequest, PermissionRequest, ResumePolicy
+from turnback.runtime.runtime import AgentRuntime, AgentState, OnCrash, ResumePolicy
 from turnback.runtime.sidecar import AgentFeatures
 
 __all__ = [
+    "AgentConnection",
     "AgentDied",
     "AgentError",
     "AgentFeatures",
     "AgentRollback",
     "AgentRuntime",
+    "AgentState",
     "AgentUnavailable",
     "ConversationRollback",
     "EngineThread",
     "InputRequest",
+    "OnCrash",
     "PermissionRequest",
     "Reactor",
     "ResumePolicy",

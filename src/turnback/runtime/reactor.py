@@ -26,12 +26,13 @@ import shutil
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 from turnback.engine.handle import Session
 from turnback.engine.turns import RunningTurn
-from turnback.errors import OwnershipLost
+from turnback.errors import OwnershipLost, TurnbackError
 from turnback.model import ActivityLevel, Revert, Turn, TurnStatus
 
 T = TypeVar("T")
@@ -96,7 +97,7 @@ class RevertRequested:
     files: bool
     conversation: bool
     keep_user_edits: bool
-    rollback: Any  # a ConversationRollback, or None
+    rollback: Any  # an AgentRollback, or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +190,7 @@ class Reactor:
         if isinstance(event, TurnEnded):
             return await self._end(event)
         if isinstance(event, RevertRequested):
-            return await self.engine.run(self._revert, event)
+            return await self._revert(event)
         if event.code:
             await self.activity(event.level, event.code, event.message, event.data, event.turn)
             if self._on_notice is not None:
@@ -205,6 +206,8 @@ class Reactor:
             ended = await self.engine.run(turn.complete, event.detail)
         elif event.status is TurnStatus.CANCELLED:
             ended = await self.engine.run(turn.cancel, event.detail or "cancelled")
+        elif event.status is TurnStatus.INTERRUPTED:
+            ended = await self.engine.run(turn.interrupt, event.detail or "interrupted")
         else:
             ended = await self.engine.run(turn.fail, event.detail or "the agent failed")
         for path, problem in await self.engine.run(remove_stores, event.store_paths, self.session):
@@ -218,14 +221,27 @@ class Reactor:
             )
         return ended
 
-    def _revert(self, event: RevertRequested) -> Revert:
-        return self.session.revert(
-            event.to_turn,
-            files=event.files,
-            conversation=event.conversation,
-            keep_user_edits=event.keep_user_edits,
-            rollback=event.rollback,
+    async def _revert(self, event: RevertRequested) -> Revert:
+        """The engine's steps on the engine thread, the agent's rollback on the loop between
+        them: no thread waits on another."""
+        started = await self.engine.run(
+            partial(
+                self.session.start_revert,
+                event.to_turn,
+                files=event.files,
+                conversation=event.conversation,
+                keep_user_edits=event.keep_user_edits,
+                rollback=event.rollback,
+            )
         )
+        if event.conversation and event.rollback is not None and started.turns:
+            try:
+                await event.rollback.roll_back(started.turns, started.transcript)
+            except (TurnbackError, OSError) as error:
+                await self.engine.run(started.abandon, f"the revert failed: {error}")
+                raise
+        finished: Revert = await self.engine.run(started.finish)
+        return finished
 
     async def _failed(self, event: Event, error: Exception) -> None:
         """Turn a failure of side work into an activity; requests only the caller can act on

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from turnback.runtime.reactor import Notice
-from turnback.runtime.sidecar import Frame
+from turnback.runtime.wire import Frame
 
 Reply = Callable[[Frame], Awaitable[None]]
 

@@ -1,10 +1,11 @@
 """Rolling the agent's own conversation back when a revert rolls back turnback's.
 
-The engine's ``Session.revert(..., rollback=...)`` takes a ``ConversationRollback``:
-``check(turns)`` is called before any file moves and raises if the rollback cannot be done;
-``apply(turns, transcript)`` is called from the engine's worker thread once the files have moved.
-The runtime's implementation talks to the agent on the event loop, so ``apply`` hands the work
-to the loop and waits for it: the loop is free, since it is only awaiting the engine thread.
+``check(turns)`` is called by the engine before any file moves and raises if the rollback cannot
+be done. The runtime's own reverts (``AgentRuntime.revert``) run the engine's steps on its engine
+thread and the agent's rollback on the event loop between them (``Session.start_revert``, then
+:meth:`AgentRollback.roll_back`, then ``finish``): no thread waits on another. For a caller of
+the engine's one-call ``Session.revert(..., rollback=...)`` from a thread of its own, ``apply``
+hands the work to the loop and waits for it there.
 
 Two ways, in order of preference:
 
@@ -42,6 +43,10 @@ class AgentRollback:
         if turns < 0:
             raise RollbackUnavailable(f"cannot roll the agent's conversation back {turns} turns")
         self._runtime.check_rollback(turns)
+
+    async def roll_back(self, turns: int, transcript: list[Message]) -> None:
+        """The agent's side of a revert, on the event loop, between the engine's steps."""
+        await self._runtime.roll_back(turns, transcript)
 
     def apply(self, turns: int, transcript: list[Message]) -> None:
         if turns == 0:

@@ -26,28 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
-from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal
 
 import acp
-from acp.schema import (
-    AcceptElicitationResponse,
-    AllowedOutcome,
-    CancelElicitationResponse,
-    DeclineElicitationResponse,
-    DeniedOutcome,
-    LoadSessionResponse,
-    NewSessionResponse,
-    PermissionOption,
-    PromptResponse,
-    RequestPermissionResponse,
-    ResumeSessionResponse,
-    ToolCallUpdate,
-)
 
 from turnback.engine.handle import Session, Turnback
 from turnback.engine.turns import RunningTurn
@@ -55,7 +40,6 @@ from turnback.errors import (
     AgentDied,
     AgentError,
     AgentUnavailable,
-    InvalidEvent,
     OwnershipLost,
     ResumeUnavailable,
     RollbackUnavailable,
@@ -65,13 +49,14 @@ from turnback.model import (
     ActivityLevel,
     EventKind,
     Message,
+    MessageKind,
     Revert,
     StepCheckpoint,
     Turn,
     TurnStatus,
 )
+from turnback.runtime.connection import AgentConnection
 from turnback.runtime.reactor import (
-    CheckpointSaved,
     EngineThread,
     Notice,
     Reactor,
@@ -80,19 +65,35 @@ from turnback.runtime.reactor import (
     TurnEnded,
     TurnRequested,
 )
+from turnback.runtime.recording import Recorder
 from turnback.runtime.relay import Relay
+from turnback.runtime.requests import (
+    InputCallback,
+    InputRequest,
+    PendingRequests,
+    PermissionCallback,
+    PermissionRequest,
+)
 from turnback.runtime.rollback import AgentRollback, render_transcript, transcript_json
-from turnback.runtime.sidecar import CLIENT_METHODS, AgentFeatures, Frame, Sidecar
+from turnback.runtime.sidecar import AgentFeatures
+from turnback.runtime.wire import Frame, Rejected
 
 log = logging.getLogger("turnback.runtime")
 
-CHECKPOINT_METHOD = "_turnback/checkpoint"
-ROLLBACK_METHOD = "turnback/rollback"  # the SDK adds the leading underscore
-_KNOWN_EXTENSIONS = frozenset({CHECKPOINT_METHOD})
+ROLLBACK_METHOD = "_turnback/rollback"
 #: Requests that change how the agent's session behaves from then on: the latest of each (of
 #: each config option) is sent again to an agent process started after the one that took it.
 _SETTINGS = frozenset({"session/set_mode", "session/set_config_option"})
-_MAX_FRAME_REPORTS = 20
+
+
+class OnCrash(StrEnum):
+    """What a turn does when the agent dies in it before saving any step checkpoint (an agent
+    with a step checkpoint always resumes from it)."""
+
+    #: restart the agent, reopen its session and tell it to go on from where things now stand
+    CONTINUE = "continue"
+    #: end the turn interrupted with what it did so far (``AgentRuntime.resume`` continues it)
+    STOP = "stop"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +103,8 @@ class ResumePolicy:
     attempts: int = 2  # restarts per turn before giving up
     backoff: float = 0.25  # seconds before the first restart; doubles each attempt
     max_backoff: float = 5.0
-    restart_without_checkpoint: bool = False  # the agent's work is safe to repeat from the start
-    initialize_timeout: float = 10.0
+    on_crash: OnCrash = OnCrash.CONTINUE  # a death before any step checkpoint
+    initialize_timeout: float = 60.0  # real agents take seconds to start
     exit_grace: float = 2.0  # after the process exits, how long its last output may take to drain
     fresh_session_rollback: bool = True  # roll back by a fresh session when the agent cannot
     rollback_timeout: float = 30.0
@@ -113,31 +114,47 @@ class ResumePolicy:
 
 
 @dataclass(frozen=True, slots=True)
-class PermissionRequest:
-    """A permission the agent asks for; answer with one of ``options``' ``optionId`` or None."""
+class AgentState:
+    """What a turnback session keeps about the agent session that serves it (its
+    ``agent_state``), so a later agent process -- after a crash, or a later run -- reopens it."""
 
-    request_id: str
-    turn: str
-    tool_call: dict[str, Any]
-    options: list[dict[str, Any]]
+    agent_session_id: str | None = None
+    command: tuple[str, ...] = ()
+    #: the agent session was opened without the conversation: the next prompt carries it
+    context_pending: bool = False
+    #: the latest of each settings request the agent accepted (a mode, each config option),
+    #: without its sessionId, in the order they were made
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
+    def to_json(self) -> dict[str, object]:
+        return {
+            "agentSessionId": self.agent_session_id,
+            "command": list(self.command),
+            "contextPending": self.context_pending,
+            "settings": self.settings,
+        }
 
-@dataclass(frozen=True, slots=True)
-class InputRequest:
-    """Input the agent asks for (ACP elicitation); answer with a dict of content, or None."""
-
-    request_id: str
-    turn: str
-    message: str
-    mode: dict[str, Any]
-
-
-PermissionCallback = Callable[[PermissionRequest], Awaitable[str | None] | str | None]
-InputCallback = Callable[[InputRequest], Awaitable[dict[str, Any] | None] | dict[str, Any] | None]
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AgentState:
+        session_id = data.get("agentSessionId")
+        command = data.get("command")
+        settings = data.get("settings")
+        return cls(
+            agent_session_id=session_id if isinstance(session_id, str) else None,
+            command=tuple(str(p) for p in command) if isinstance(command, list) else (),
+            context_pending=data.get("contextPending") is True,
+            settings={str(k): v for k, v in settings.items() if isinstance(v, dict)}
+            if isinstance(settings, dict)
+            else {},
+        )
 
 
 class AgentRuntime:
-    """Runs one turnback session's agent. Create it with :meth:`start`; close it when done."""
+    """Runs one turnback session on an agent: its turns, its agent session, its reverts.
+    Create it with :meth:`start`; close it when done.
+
+    The agent process is an :class:`~turnback.runtime.connection.AgentConnection`, which may host
+    other sessions too (``connection=``); without one the runtime starts its own."""
 
     def __init__(
         self,
@@ -151,48 +168,47 @@ class AgentRuntime:
         policy: ResumePolicy | None = None,
         stderr: int | None = asyncio.subprocess.DEVNULL,
         relay: Relay | None = None,
+        connection: AgentConnection | None = None,
     ) -> None:
         self.tb = tb
         self.session = session
         self.command = tuple(command)
         self.policy = policy or ResumePolicy()
-        self._env = dict(env or {})
-        self._on_permission = on_permission
-        self._on_input = on_input
-        self._stderr = stderr
         self._relay = relay
+        self._owns_connection = connection is None
+        self._agent = connection or AgentConnection(
+            command,
+            cwd=session.workspace,
+            env=env,
+            stderr=stderr,
+            initialize_timeout=self.policy.initialize_timeout,
+            relay=relay,
+        )
         self._engine = EngineThread()
         self._reactor = Reactor(
             session, self._engine, on_notice=relay.activity if relay is not None else None
         )
-        self._sidecar: Sidecar | None = None
         self._watched: str | None = None  # the workspace start() set a watcher on
+        self._requests = PendingRequests(self._engine, self._reactor, on_permission, on_input)
+        self._recorder = Recorder(self._reactor, self._requests, relayed=relay is not None)
+        self._recorder.on_lost = self._ownership_lost
+        self._stopping: asyncio.Task[None] | None = None  # the cancel after OwnershipLost
+        self._opened_in = 0  # the agent process generation its session was opened in
+        self._opening = asyncio.Lock()  # one opening of the agent session at a time
+        self._reopens: set[asyncio.Task[None]] = set()
         self._reopening = False  # the agent replays its session's history: not news to a relay
-        self._generation = 0
-        self._reply = self._replier(0)  # answers to the current agent process
-        self._agent_session: str | None = None
-        self._context_pending = False
-        # The latest of each settings request the agent accepted (a mode, each config option),
-        # without its sessionId: sent again to every agent process opened after this one.
-        self._settings: dict[str, dict[str, Any]] = {}
+        self._reply = self._agent.replier(0)  # answers to the current agent process
+        self._state = AgentState(command=self.command)
+        self._state_read = False
         self._context: list[Message] | None = None  # the transcript a rollback left, if given
-        self._live: RunningTurn | None = None  # the turn frames are recorded into
         self._current: RunningTurn | None = None  # the turn being driven (also while restarting)
-        self._store_paths: set[str] = set()
-        self._permissions: dict[str, deque[tuple[str, RunningTurn]]] = {}
-        self._inputs: deque[tuple[str, RunningTurn]] = deque()
-        self._frame_reports = 0
         self._cancelling = False
-        self._stopping: asyncio.Future[None] | None = None  # a cancel after OwnershipLost
         self._prompt_meta: dict[str, Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.features = AgentFeatures()
         #: the agent's answer when its session was last opened (new, loaded or resumed)
-        self.session_response: (
-            NewSessionResponse | LoadSessionResponse | ResumeSessionResponse | None
-        ) = None
+        self.session_response: dict[str, Any] | None = None
         #: how the agent answered the last prompt sent to it: its response, or its error
-        self.last_response: PromptResponse | acp.RequestError | None = None
+        self.last_response: dict[str, Any] | acp.RequestError | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -209,8 +225,10 @@ class AgentRuntime:
         policy: ResumePolicy | None = None,
         stderr: int | None = asyncio.subprocess.DEVNULL,
         relay: Relay | None = None,
+        connection: AgentConnection | None = None,
     ) -> AgentRuntime:
-        """Spawn the agent, initialize it and open (or load) its session for ``session``.
+        """Start the agent (or use ``connection``'s), and open (or load) its session for
+        ``session``.
 
         Raises AgentUnavailable, naming the command, if it cannot start or does not answer
         ``initialize`` within ``policy.initialize_timeout``."""
@@ -224,6 +242,7 @@ class AgentRuntime:
             policy=policy,
             stderr=stderr,
             relay=relay,
+            connection=connection,
         )
         runtime._loop = asyncio.get_running_loop()
         runtime._reactor.start()
@@ -240,10 +259,13 @@ class AgentRuntime:
         return runtime
 
     async def close(self) -> None:
-        """Stop the agent and the reactor. A turn still running is left to recovery."""
-        if self._sidecar is not None:
-            await self._sidecar.close()
-            self._sidecar = None
+        """Leave the agent (stopping it when this runtime started it) and stop the reactor. A
+        turn still running is left to recovery."""
+        self._agent.detach(self._recorder.agent_session, self)
+        for task in list(self._reopens):
+            task.cancel()
+        if self._owns_connection:
+            await self._agent.close()
         await self._reactor.close()
         if self._watched is not None and self.tb.checkpoints is not None:
             await self._engine.run(self.tb.checkpoints.unwatch, self._watched)
@@ -257,48 +279,41 @@ class AgentRuntime:
         await self.close()
 
     @property
+    def features(self) -> AgentFeatures:
+        """What the agent advertised in ``initialize``."""
+        return self._agent.features
+
+    @property
     def agent_pid(self) -> int | None:
         """The agent process's pid, while it runs."""
-        return self._sidecar.pid if self._sidecar is not None and self._sidecar.alive else None
+        return self._agent.pid
 
     @property
     def agent_session_id(self) -> str | None:
-        return self._agent_session
+        return self._recorder.agent_session
 
     @property
-    def initialize_result(self) -> dict[str, Any] | None:
+    def initialize_response(self) -> dict[str, Any] | None:
         """The agent's answer to ``initialize`` as it wrote it, while it runs."""
-        return self._sidecar.initialize_result if self._sidecar is not None else None
-
-    @property
-    def initialize_response(self) -> Any:
-        """The agent's answer to ``initialize`` (an ``InitializeResponse``), while it runs."""
-        return self._sidecar.initialize_response if self._sidecar is not None else None
+        return self._agent.initialize_response
 
     async def request(self, method: str, params: Any) -> Any:
         """Send any request to the agent as it is (a relay forwarding its client's methods);
         starts the agent if it had exited. Returns the raw result; an error answer raises
         ``acp.RequestError``."""
         await self._ensure_agent()
-        assert self._sidecar is not None
-        try:
-            result = await self._sidecar.request(method, params)
-        except (ConnectionError, OSError) as error:
-            raise AgentDied(f"{self._death(self._sidecar)}: {error}", None) from error
+        result = await self._agent.request(method, params)
         if method in _SETTINGS and isinstance(params, dict):
             key = f"{method} {params.get('configId', '')}".rstrip()
-            self._settings[key] = {k: v for k, v in params.items() if k != "sessionId"}
-            await self._engine.run(
-                self.session.set_agent_state, self._agent_state(self._context_pending)
-            )
+            settings = {**self._state.settings}
+            settings.pop(key, None)  # the latest last: settings are given again in order
+            settings[key] = {k: v for k, v in params.items() if k != "sessionId"}
+            await self._save_state(settings=settings)
         return result
 
     async def notify(self, method: str, params: Any) -> None:
         """Send any notification to the agent as it is, if it runs."""
-        sidecar = self._sidecar
-        if sidecar is not None and sidecar.alive:
-            with contextlib.suppress(ConnectionError, OSError, AgentDied):
-                await sidecar.notify(method, params)
+        await self._agent.notify(method, params)
 
     @property
     def rollback(self) -> AgentRollback:
@@ -325,11 +340,16 @@ class AgentRuntime:
         if self._current is None:
             return
         self._cancelling = True
-        sidecar = self._sidecar
-        if sidecar is not None and sidecar.alive and self._agent_session is not None:
+        if self._recorder.agent_session is not None:
             # One that is dying anyway fails this; the drive loop then ends the turn cancelled.
-            with contextlib.suppress(ConnectionError, OSError, AgentDied):
-                await sidecar.conn.cancel(session_id=self._agent_session)
+            await self._agent.notify("session/cancel", {"sessionId": self._recorder.agent_session})
+
+    def _ownership_lost(self, turn: RunningTurn) -> None:
+        """Another process took ``turn`` over: nothing more of it is written here. Stop the
+        agent now rather than at its own end, whose OwnershipLost then tells the caller."""
+        if self._current is turn and not self._cancelling and self._stopping is None:
+            self._stopping = asyncio.ensure_future(self.cancel())
+            self._stopping.add_done_callback(lambda _: setattr(self, "_stopping", None))
 
     async def resume(self) -> Turn:
         """Continue the session's interrupted turn (``tb.recover()`` marked it so after the
@@ -349,17 +369,25 @@ class AgentRuntime:
         interrupted = conversation[-1]
         checkpoints = await self._engine.run(self.session.step_checkpoints, interrupted.token)
         checkpoint = checkpoints[-1] if checkpoints else None
-        if checkpoint is None and not self.policy.restart_without_checkpoint:
+        if checkpoint is None and self.policy.on_crash is OnCrash.STOP:
             message = (
                 f"turn {interrupted.number} cannot be resumed: the agent saved no step "
-                "checkpoint before the process stopped. Prompt again, or allow "
-                "ResumePolicy(restart_without_checkpoint=True) if its work is safe to repeat"
+                "checkpoint before the process stopped, and the policy is to stop. Prompt "
+                "again, or use ResumePolicy(on_crash=OnCrash.CONTINUE) to have the agent go on "
+                "from where things stand"
             )
             await self._notice(ActivityLevel.ERROR, "turn.resume.unavailable", message, {})
             raise ResumeUnavailable(message)
+        # Without a step checkpoint the agent is told what the turn had reported (reopening
+        # voids it from the conversation, as it voids what followed a checkpoint).
+        reported = (
+            None
+            if checkpoint is not None
+            else await self._engine.run(self.session.turn_messages, interrupted.token)
+        )
         await self._ensure_agent()
         turn: RunningTurn = await self._reactor.submit(ResumeRequested(interrupted.token))
-        where = f"step {checkpoint.step}" if checkpoint else "its beginning"
+        where = f"step {checkpoint.step}" if checkpoint else "where it had got to"
         turn.record(
             {
                 "sessionUpdate": EventKind.NOTICE.value,
@@ -378,7 +406,7 @@ class AgentRuntime:
         )
         paths = {c.store_path for c in checkpoints if c.store_path}
         self._prompt_meta = {}
-        return await self._drive(turn, interrupted.prompt, checkpoint, paths)
+        return await self._drive(turn, interrupted.prompt, checkpoint, paths, reported)
 
     async def revert(
         self,
@@ -415,8 +443,13 @@ class AgentRuntime:
         prompt: str | list[dict[str, Any]],
         resume: StepCheckpoint | None,
         store_paths: set[str],
+        reported: list[Message] | None = None,
     ) -> Turn:
-        self._current, self._store_paths, self._cancelling = turn, store_paths, False
+        """Send the prompt, and again after each crash of the agent: from ``resume`` (a step
+        checkpoint), or with ``reported`` (what the turn had reported before a crash that left
+        no checkpoint) as a continuation."""
+        self._current, self._cancelling = turn, False
+        self._recorder.store_paths = store_paths
         self.last_response = None
         attempt = 0
         try:
@@ -424,14 +457,25 @@ class AgentRuntime:
                 try:
                     if attempt:
                         await self._ensure_agent()
-                    stop = await self._send(turn, prompt, resume)
+                    stop = await self._send(turn, prompt, resume, reported, attempt)
                 except (AgentDied, AgentUnavailable) as error:
-                    resume, retry = await self._after_crash(turn, error, attempt)
-                    if not retry:
+                    then = await self._after_crash(turn, error, attempt)
+                    if then == "fail":
                         return await self._end(turn, TurnStatus.FAILED, str(error))
+                    if then == "stop":
+                        detail = (
+                            f"interrupted: the agent stopped unexpectedly ({error}) before "
+                            "saving a step checkpoint"
+                        )
+                        return await self._end(turn, TurnStatus.INTERRUPTED, detail)
                     attempt += 1
                     if self._cancelling:
                         return await self._end(turn, TurnStatus.CANCELLED, "cancelled")
+                    if then == "continue":
+                        resume = None
+                        reported = await self._engine.run(turn.messages_so_far)
+                    else:
+                        resume = then
                     await asyncio.sleep(self.policy.delay(attempt))
                     continue
                 except acp.RequestError as error:
@@ -459,35 +503,47 @@ class AgentRuntime:
             # The caller gave up on the turn: tell the agent, end the turn cancelled, propagate.
             await asyncio.shield(self._abandon(turn))
             raise
+        except OwnershipLost:
+            raise  # the turn is another process's now: nothing more of it is written here
         except Exception as error:
             # Whatever went wrong, the turn ends: a turn left running refuses every later one.
             with contextlib.suppress(Exception):
                 await self._end(turn, TurnStatus.FAILED, f"turnback failed the turn: {error}")
             raise
         finally:
-            self._current, self._live = None, None
+            self._current, self._recorder.live = None, None
 
     async def _send(
         self,
         turn: RunningTurn,
         prompt: str | list[dict[str, Any]],
         resume: StepCheckpoint | None,
+        reported: list[Message] | None,
+        attempt: int,
     ) -> str:
         """Send the prompt and wait for its stop reason; AgentDied if the agent goes away."""
-        sidecar = self._sidecar
-        if sidecar is None or not sidecar.alive or self._agent_session is None:
-            raise AgentDied(f"agent {' '.join(self.command)!r} is not running", None)
+        agent_session = self._recorder.agent_session
+        if (
+            not self._agent.alive
+            or agent_session is None
+            or self._opened_in != self._agent.generation
+        ):
+            raise AgentDied(f"agent {self._agent.described!r} is not running", None)
+        exited = self._agent.exited
         blocks = await self._prompt_blocks(prompt)
         meta: dict[str, Any] = dict(self._prompt_meta)
         if resume is not None:
             meta["turnback"] = {"resume": _resume_meta(resume)}
-        self._live = turn
-        request = asyncio.ensure_future(
-            sidecar.conn.prompt(session_id=self._agent_session, prompt=blocks, **meta)
-        )
+        elif reported is not None:
+            blocks.insert(len(blocks) - _user_blocks(prompt), _continuation(reported))
+            meta["turnback"] = {"resume": {"step": None, "attempt": attempt}}
+        params: dict[str, Any] = {"sessionId": agent_session, "prompt": blocks}
+        if meta:
+            params["_meta"] = meta
+        self._recorder.live = turn
+        request = asyncio.ensure_future(self._agent.request("session/prompt", params))
         try:
-            assert sidecar.exited is not None
-            waiting: set[asyncio.Future[Any]] = {request, sidecar.exited}
+            waiting: set[asyncio.Future[Any]] = {request, exited}
             done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if request not in done:
                 # It exited: what it wrote before dying is still draining from the pipe, and
@@ -496,34 +552,33 @@ class AgentRuntime:
                     await asyncio.wait_for(asyncio.shield(request), self.policy.exit_grace)
                 except TimeoutError:
                     request.cancel()
-                    raise AgentDied(self._death(sidecar), sidecar.returncode) from None
+                    raise AgentDied(self._death(), self._agent.returncode) from None
             response = request.result()
-        except (ConnectionError, OSError) as error:
-            raise AgentDied(f"{self._death(sidecar)}: {error}", sidecar.returncode) from error
         except BaseException:
             request.cancel()
             raise
         finally:
-            self._live = None
+            self._recorder.live = None
+        response = response if isinstance(response, dict) else {}
         self.last_response = response
-        if self._context_pending:
-            self._context_pending, self._context = False, None
+        if self._state.context_pending:
+            self._context = None
             await self._remember_session("continued", context_pending=False)
-        return str(response.stop_reason)
+        return str(response.get("stopReason"))
 
     async def _after_crash(
         self, turn: RunningTurn, error: AgentError, attempt: int
-    ) -> tuple[StepCheckpoint | None, bool]:
-        """Settle the journal after the agent went away; returns (resume point, whether to
-        try again). Persisted before the agent is started again: the rewind commits."""
-        self._live = None
-        sidecar = self._sidecar
-        returncode = sidecar.returncode if sidecar is not None else None
-        if sidecar is not None:
-            await sidecar.close()  # cancels handlers still waiting (a permission being asked)
-        self._sidecar = None
-        self._permissions.clear()
-        self._inputs.clear()
+    ) -> StepCheckpoint | Literal["continue", "stop", "fail"]:
+        """Settle the journal after the agent went away; returns how the turn goes on: from a
+        step checkpoint (rewound to it), as a continuation (no checkpoint: what it did is
+        kept), stopped (interrupted), or failed. Persisted before the agent is started again."""
+        self._recorder.live = None
+        returncode = self._agent.returncode
+        if isinstance(error, AgentDied) and self._opened_in:
+            # Closes it (unless another session already started the next one), which cancels
+            # handlers still waiting on it (a permission being asked).
+            await self._agent.lost(self._opened_in)
+        self._requests.clear()
         level = ActivityLevel.WARNING if isinstance(error, AgentDied) else ActivityLevel.ERROR
         code = "agent.crashed" if isinstance(error, AgentDied) else "agent.restart.failed"
         await self._notice(
@@ -534,7 +589,7 @@ class AgentRuntime:
             turn.token,
         )
         if self._cancelling:
-            return None, True
+            return "continue"
         if attempt >= self.policy.attempts:
             await self._notice(
                 ActivityLevel.ERROR,
@@ -545,27 +600,30 @@ class AgentRuntime:
                 {"attempts": attempt},
                 turn.token,
             )
-            return None, False
+            return "fail"
         checkpoint = await self._engine.run(turn.last_checkpoint)
-        if checkpoint is None and not self.policy.restart_without_checkpoint:
+        if checkpoint is None and self.policy.on_crash is OnCrash.STOP:
             await self._notice(
-                ActivityLevel.ERROR,
-                "turn.resume.unavailable",
-                f"turn {turn.number} failed: the agent exited before saving any step "
-                "checkpoint, so there is nothing to resume from. Allow "
-                "ResumePolicy(restart_without_checkpoint=True) if its work is safe to repeat",
-                {},
+                ActivityLevel.WARNING,
+                "turn.interrupted",
+                f"the agent stopped unexpectedly during turn {turn.number} before saving a step "
+                "checkpoint; the turn ends interrupted with what it did so far",
+                {"returncode": returncode},
                 turn.token,
             )
-            return None, False
-        await self._engine.run(turn.rewind, checkpoint)
-        where = f"step {checkpoint.step}" if checkpoint else "its beginning"
-        # In the turn, after the rewind: the conversation says where the turn went on from.
-        self._record(
+            return "stop"
+        if checkpoint is None:
+            await self._engine.run(turn.clear_requests)
+        else:
+            await self._engine.run(turn.rewind, checkpoint)
+        where = f"from step {checkpoint.step}" if checkpoint else "where it had got to"
+        # In the turn, after the rewind: the conversation says where the turn went on from (a
+        # session/load shows this line; the editor was told live by the activity below).
+        self._recorder.record(
             turn,
             {
                 "sessionUpdate": EventKind.NOTICE.value,
-                "text": f"The agent stopped unexpectedly; the turn resumed from {where}.",
+                "text": f"The agent stopped unexpectedly; the turn resumed {where}.",
                 "step": checkpoint.step if checkpoint else None,
                 "attempt": attempt + 1,
             },
@@ -573,8 +631,8 @@ class AgentRuntime:
         await self._notice(
             ActivityLevel.INFO,
             "turn.resuming",
-            f"restarting the agent to resume turn {turn.number} from {where} "
-            f"(attempt {attempt + 1} of {self.policy.attempts})",
+            f"restarting the agent to {'resume' if checkpoint else 'continue'} turn "
+            f"{turn.number} {where} (attempt {attempt + 1} of {self.policy.attempts})",
             {
                 "attempt": attempt + 1,
                 "step": checkpoint.step if checkpoint else None,
@@ -582,20 +640,18 @@ class AgentRuntime:
             },
             turn.token,
         )
-        return checkpoint, True
+        return checkpoint if checkpoint is not None else "continue"
 
     async def _end(self, turn: RunningTurn, status: TurnStatus, detail: str | None) -> Turn:
-        self._live = None
-        paths = frozenset(self._store_paths)
+        self._recorder.live = None
+        paths = frozenset(self._recorder.store_paths)
         ended: Turn = await self._reactor.submit(TurnEnded(turn, status, detail, paths))
         return ended
 
     async def _abandon(self, turn: RunningTurn) -> None:
-        self._live = None
-        sidecar = self._sidecar
-        if sidecar is not None and sidecar.alive and self._agent_session is not None:
-            with contextlib.suppress(ConnectionError, OSError, AgentDied):
-                await sidecar.conn.cancel(session_id=self._agent_session)
+        self._recorder.live = None
+        if self._recorder.agent_session is not None:
+            await self._agent.notify("session/cancel", {"sessionId": self._recorder.agent_session})
         # Bounded: a runtime being torn down must not hang its caller's cancellation.
         with contextlib.suppress(TurnNotRunning, RuntimeError, TimeoutError):
             await asyncio.wait_for(
@@ -605,72 +661,85 @@ class AgentRuntime:
     # -- the agent process and its session --------------------------------------------------
 
     async def _ensure_agent(self) -> None:
-        """Have a live, initialized agent with its session open; restart it if it exited."""
-        if self._sidecar is not None and self._sidecar.alive:
+        """Have a live, initialized agent with this session open in it; start the agent if it
+        exited (reopening the session there)."""
+        if self._opened_in and self._opened_in == self._agent.generation and self._agent.alive:
             return
-        if self._sidecar is not None:
-            returncode = self._sidecar.returncode
-            await self._sidecar.close()
-            self._sidecar = None
-            await self._notice(
-                ActivityLevel.WARNING,
-                "agent.exited",
-                f"agent {' '.join(self.command)!r} had exited (status {returncode}) between "
-                "turns; starting it again",
-                {"returncode": returncode},
-            )
-        self._generation += 1
-        self._reply = self._replier(self._generation)
-        self._frame_reports = 0
-        sidecar = Sidecar(
-            self.command,
-            cwd=self.session.workspace,
-            env=self._env,
-            client=_Client(self),
-            watch=self._watch,
-            malformed=self._malformed,
-            stderr=self._stderr,
-            initialize=self._relay.initialize if self._relay is not None else None,
-            pace=self._relay.backlog if self._relay is not None else None,
-        )
-        self.features = await sidecar.open(self.policy.initialize_timeout)
-        self._sidecar = sidecar
+        exited_between_turns = self._opened_in and self._current is None
+        generation = await self._agent.ensure()
+        async with self._opening:
+            if generation == self._opened_in:
+                return
+            if exited_between_turns:
+                await self._notice(
+                    ActivityLevel.WARNING,
+                    "agent.exited",
+                    f"agent {self._agent.described!r} had exited between turns; started it again",
+                    {},
+                )
+            await self._open_in(generation)
+
+    def agent_restarted(self, generation: int) -> None:
+        """The connection's host: a new agent process runs; reopen this session in it now."""
+        if self._opened_in and self._opened_in != generation:
+            task = asyncio.ensure_future(self._reopen(generation))
+            self._reopens.add(task)
+            task.add_done_callback(self._reopens.discard)
+
+    async def _reopen(self, generation: int) -> None:
+        async with self._opening:
+            if self._opened_in == generation or self._agent.generation != generation:
+                return  # opened already, or that process has gone too
+            try:
+                await self._open_in(generation)
+            except AgentError as error:
+                await self._notice(
+                    ActivityLevel.WARNING,
+                    "agent.session.reopen.failed",
+                    f"agent session could not be reopened after the agent restarted: {error}; "
+                    "the next prompt tries again",
+                    {},
+                )
+
+    async def _open_in(self, generation: int) -> None:
+        """Open this session in the agent process of ``generation``."""
+        self._reply = self._agent.replier(generation)
+        self._recorder.new_process(generation)
         try:
-            if self._relay is not None and self._relay.authenticate is not None:
-                await sidecar.request("authenticate", dict(self._relay.authenticate))
-            await self._open_session(sidecar)
-            await self._restore_settings(sidecar)
-        except (ConnectionError, OSError, acp.RequestError) as error:
-            returncode = sidecar.returncode
-            await sidecar.close()
-            self._sidecar = None
+            await self._open_session()
+            await self._restore_settings()
+        except (AgentDied, acp.RequestError) as error:
             raise AgentUnavailable(
-                f"agent {sidecar.described!r} could not open a session (status {returncode}): "
+                f"agent {self._agent.described!r} could not open a session "
+                f"(status {self._agent.returncode}): "
                 f"{_describe(error) if isinstance(error, acp.RequestError) else error}"
             ) from error
+        self._opened_in = generation
 
-    async def _open_session(self, sidecar: Sidecar) -> None:
+    async def _open_session(self) -> None:
         """Load (or resume) the agent session this turnback session used last; else open a new
         one, and give it the conversation so far ahead of the next prompt."""
+        if not self._state_read:
+            self._state = await self._engine.run(self._last_state)
+            self._state_read = True
         cwd = str(self.session.workspace)
-        previous = self._agent_session or await self._engine.run(self._last_agent_session)
-        conn = sidecar.conn
+        previous = self._state.agent_session_id
         servers = list(self._relay.mcp_servers) if self._relay is not None else []
-        if previous is not None and (self.features.load_session or self.features.resume_session):
+        features = self._agent.features
+        if previous is not None and (features.load_session or features.resume_session):
+            method, how = (
+                ("session/load", "loaded")
+                if features.load_session
+                else ("session/resume", "resumed")
+            )
             self._reopening = True
+            self._attach(previous)
             try:
-                opened: LoadSessionResponse | ResumeSessionResponse | None
-                if self.features.load_session:
-                    opened = await conn.load_session(
-                        cwd=cwd, session_id=previous, mcp_servers=servers
-                    )
-                    how = "loaded"
-                else:
-                    opened = await conn.resume_session(
-                        cwd=cwd, session_id=previous, mcp_servers=servers
-                    )
-                    how = "resumed"
+                opened = await self._agent.request(
+                    method, {"cwd": cwd, "sessionId": previous, "mcpServers": servers}
+                )
             except acp.RequestError as error:
+                self._agent.detach(previous, self)
                 await self._notice(
                     ActivityLevel.WARNING,
                     "agent.session.load.failed",
@@ -679,27 +748,52 @@ class AgentRuntime:
                     {"agentSessionId": previous},
                 )
             else:
-                self._agent_session = previous
-                self.session_response = opened
-                await self._remember_session(how, context_pending=self._context_pending)
+                self.session_response = opened if isinstance(opened, dict) else {}
+                await self._remember_session(how, context_pending=self._state.context_pending)
                 return
             finally:
                 self._reopening = False
         messages = await self._engine.run(self.session.messages)
-        meta: dict[str, Any] = {"transcript": transcript_json(messages)} if messages else {}
-        response = await conn.new_session(cwd=cwd, mcp_servers=servers, turnback=meta)
-        self.session_response = response
-        self._agent_session = response.session_id
-        self._context_pending = bool(messages)
-        await self._remember_session("new", context_pending=self._context_pending)
+        await self._new_session(messages, "new")
 
-    async def _restore_settings(self, sidecar: Sidecar) -> None:
+    async def _new_session(self, transcript: list[Message], how: str) -> str:
+        """Open a new agent session for this one, given ``transcript`` (in
+        ``_meta.turnback.transcript``, and ahead of the next prompt: persisted, so a restart
+        before that prompt still delivers it)."""
+        servers = list(self._relay.mcp_servers) if self._relay is not None else []
+        params: dict[str, Any] = {"cwd": str(self.session.workspace), "mcpServers": servers}
+        if transcript:
+            params["_meta"] = {"turnback": {"transcript": transcript_json(transcript)}}
+        response = await self._agent.request("session/new", params)
+        response = response if isinstance(response, dict) else {}
+        session_id = response.get("sessionId")
+        if not isinstance(session_id, str):
+            raise acp.RequestError.internal_error(
+                {"details": f"the agent answered session/new without a sessionId: {response}"}
+            )
+        self.session_response = response
+        self._agent.detach(self._recorder.agent_session, self)
+        self._attach(session_id)
+        self._context = list(transcript) if how != "new" else None
+        await self._remember_session(how, context_pending=bool(transcript))
+        return session_id
+
+    def _attach(self, agent_session: str) -> None:
+        self._recorder.agent_session = agent_session
+        self._state = AgentState(
+            agent_session, self.command, self._state.context_pending, self._state.settings
+        )
+        self._agent.attach(agent_session, self)
+
+    async def _restore_settings(self) -> None:
         """Give a newly started agent process the settings the user chose for the previous one
         (a restart after a crash, or a later run of turnback), in the order they were made."""
-        for key, params in self._settings.items():
+        for key, params in self._state.settings.items():
             method = key.split(" ")[0]
             try:
-                await sidecar.request(method, {**params, "sessionId": self._agent_session})
+                await self._agent.request(
+                    method, {**params, "sessionId": self._state.agent_session_id}
+                )
             except acp.RequestError as error:
                 await self._notice(
                     ActivityLevel.WARNING,
@@ -709,49 +803,51 @@ class AgentRuntime:
                     {"method": method, "params": params},
                 )
 
-    def _last_agent_session(self) -> str | None:
-        """The agent session this turnback session used last, if it ran the same command."""
-        state = self.session.record.agent_state
-        if state.get("command") != list(self.command):
-            return None
-        settings = state.get("settings")
-        if isinstance(settings, dict):
-            self._settings = {str(k): v for k, v in settings.items() if isinstance(v, dict)}
-        self._context_pending = bool(state.get("contextPending"))
-        value = state.get("agentSessionId")
-        return value if isinstance(value, str) else None
+    def _last_state(self) -> AgentState:
+        """What this turnback session kept about its agent session, if it ran the same
+        command (another agent cannot reopen it)."""
+        state = AgentState.from_json(self.session.record.agent_state)
+        return state if state.command == self.command else AgentState(command=self.command)
 
     async def _remember_session(self, how: str, *, context_pending: bool) -> None:
-        await self._engine.run(self.session.set_agent_state, self._agent_state(context_pending))
+        await self._save_state(context_pending=context_pending)
         await self._reactor.submit(self._session_notice(how, context_pending))
 
-    def _agent_state(self, context_pending: bool) -> dict[str, object]:
-        return {
-            "agentSessionId": self._agent_session,
-            "command": list(self.command),
-            "contextPending": context_pending,
-            "settings": self._settings,
-        }
+    async def _save_state(
+        self, *, context_pending: bool | None = None, settings: dict[str, Any] | None = None
+    ) -> None:
+        self._state = AgentState(
+            self._recorder.agent_session,
+            self.command,
+            self._state.context_pending if context_pending is None else context_pending,
+            self._state.settings if settings is None else settings,
+        )
+        await self._engine.run(self.session.set_agent_state, self._state.to_json())
 
     async def _prompt_blocks(self, prompt: str | list[dict[str, Any]]) -> list[Any]:
-        blocks: list[Any] = [acp.text_block(prompt)] if isinstance(prompt, str) else list(prompt)
-        if not self._context_pending:
+        blocks: list[Any] = [_text(prompt)] if isinstance(prompt, str) else list(prompt)
+        if not self._state.context_pending:
             return blocks
         if self._context is not None:
             messages: list[Message] = self._context
         else:
             messages = await self._engine.run(self.session.messages)
+        if not messages:
+            return blocks
         text = render_transcript(messages)
-        if self.features.embedded_context:
-            resource = acp.embedded_text_resource(
-                f"turnback://session/{self.session.id}/transcript", text, mime_type="text/plain"
-            )
-            context: Any = acp.resource_block(resource)
+        context: dict[str, Any]
+        if self._agent.features.embedded_context:
+            resource = {
+                "uri": f"turnback://session/{self.session.id}/transcript",
+                "text": text,
+                "mimeType": "text/plain",
+            }
+            context = {"type": "resource", "resource": resource}
         else:
-            context = acp.text_block(text)
+            context = _text(text)
         # Marked, so an agent that reads its prompt as instructions (the scripted agent) can
         # tell turnback's context from what the user asked.
-        context.field_meta = {"turnback": {"context": "transcript"}}
+        context["_meta"] = {"turnback": {"context": "transcript"}}
         return [context, *blocks]
 
     # -- conversation rollback (called through AgentRollback) -------------------------------
@@ -764,15 +860,14 @@ class AgentRuntime:
                 f"turn {self._current.number} is running; wait for it to end or cancel it "
                 "before reverting"
             )
-        sidecar = self._sidecar
-        if sidecar is None or not sidecar.alive:
+        if not self._agent.alive:
             raise RollbackUnavailable(
-                f"agent {' '.join(self.command)!r} is not running, so its conversation cannot "
+                f"agent {self._agent.described!r} is not running, so its conversation cannot "
                 "be rolled back; AgentRuntime.revert starts it first"
             )
         if not self.features.rollback and not self.policy.fresh_session_rollback:
             raise RollbackUnavailable(
-                f"agent {' '.join(self.command)!r} cannot roll its conversation back (it does "
+                f"agent {self._agent.described!r} cannot roll its conversation back (it does "
                 "not advertise _meta.turnback.rollback) and fresh-session rollback is off; revert "
                 "the files only (conversation=False), or allow ResumePolicy(fresh_session_rollback)"
             )
@@ -783,16 +878,16 @@ class AgentRuntime:
 
         Runs while the reactor and the engine thread may be busy with the revert that called
         it, so it only talks to the agent and posts activities; it never waits on either."""
-        sidecar = self._sidecar
-        if sidecar is None or not sidecar.alive or self._agent_session is None:
+        agent_session = self._recorder.agent_session
+        if not self._agent.alive or agent_session is None:
             raise RollbackUnavailable(
-                f"agent {' '.join(self.command)!r} is not running, so its conversation cannot "
+                f"agent {self._agent.described!r} is not running, so its conversation cannot "
                 "be rolled back; start it (AgentRuntime.revert does) and revert again"
             )
         if self.features.rollback:
             try:
-                await sidecar.conn.ext_method(
-                    ROLLBACK_METHOD, {"sessionId": self._agent_session, "turns": turns}
+                await self._agent.request(
+                    ROLLBACK_METHOD, {"sessionId": agent_session, "turns": turns}
                 )
             except acp.RequestError as error:
                 self._reactor.post(
@@ -816,7 +911,7 @@ class AgentRuntime:
                 return
         if not self.policy.fresh_session_rollback:
             raise RollbackUnavailable("the agent could not roll back and fresh sessions are off")
-        session_id = await self._fresh_session(sidecar, transcript)
+        session_id = await self._fresh_session(transcript)
         self._reactor.post(
             Notice(
                 ActivityLevel.INFO,
@@ -839,9 +934,8 @@ class AgentRuntime:
         undone: Revert = await self._engine.run(self.session.undo_revert)
         if undone.conversation:
             await self._ensure_agent()
-            assert self._sidecar is not None
             transcript = await self._engine.run(self.session.messages)
-            session_id = await self._fresh_session(self._sidecar, transcript)
+            session_id = await self._fresh_session(transcript)
             await self._notice(
                 ActivityLevel.INFO,
                 "agent.rolled_forward",
@@ -851,24 +945,27 @@ class AgentRuntime:
             )
         return undone
 
-    async def _fresh_session(self, sidecar: Sidecar, transcript: list[Message]) -> str:
+    async def _fresh_session(self, transcript: list[Message]) -> str:
         """Replace the agent's session by a new one that gets ``transcript`` (persisted, so a
-        restart before the next prompt still delivers it)."""
+        restart before the next prompt still delivers it). A revert calls it between its engine
+        steps, so the engine thread is free to write the state."""
         servers = list(self._relay.mcp_servers) if self._relay is not None else []
-        response = await sidecar.conn.new_session(
-            cwd=str(self.session.workspace),
-            mcp_servers=servers,
-            turnback={"transcript": transcript_json(transcript)},
-        )
+        params: dict[str, Any] = {
+            "cwd": str(self.session.workspace),
+            "mcpServers": servers,
+            "_meta": {"turnback": {"transcript": transcript_json(transcript)}},
+        }
+        response = await self._agent.request("session/new", params)
+        response = response if isinstance(response, dict) else {}
+        session_id = str(response.get("sessionId"))
         self.session_response = response
-        self._agent_session = response.session_id
-        self._context_pending, self._context = bool(transcript), list(transcript)
-        # From a revert the engine thread is busy inside it: write from another thread.
-        await asyncio.to_thread(
-            self.session.set_agent_state, self._agent_state(self._context_pending)
-        )
-        self._reactor.post(self._session_notice("new", self._context_pending))
-        return response.session_id
+        self._agent.detach(self._recorder.agent_session, self)
+        self._attach(session_id)
+        self._context = list(transcript)
+        self._state = AgentState(session_id, self.command, bool(transcript), self._state.settings)
+        await self._engine.run(self.session.set_agent_state, self._state.to_json())
+        self._reactor.post(self._session_notice("new", bool(transcript)))
+        return session_id
 
     def _session_notice(self, how: str, context_pending: bool) -> Notice:
         """A line for people saying which agent session serves this one (the runtime reads it
@@ -876,9 +973,9 @@ class AgentRuntime:
         return Notice(
             ActivityLevel.INFO,
             "agent.session",
-            f"agent session {self._agent_session} {how}",
+            f"agent session {self._recorder.agent_session} {how}",
             {
-                "agentSessionId": self._agent_session,
+                "agentSessionId": self._recorder.agent_session,
                 "command": list(self.command),
                 "opened": how,
                 "contextPending": context_pending,
@@ -891,237 +988,27 @@ class AgentRuntime:
             },
         )
 
-    # -- the wire, in order ------------------------------------------------------------------
+    # -- the connection's host: this session's frames, in wire order -------------------------
 
-    def _watch(self, frame: Frame, line: bytes) -> bool:
-        """Called for every frame from the agent, in wire order, before the SDK handles it.
-        Returns whether a relay took the frame (the SDK then never sees it)."""
-        method = frame.get("method")
-        if method is None:
-            return False  # a response to one of our requests
-        params = frame.get("params")
-        if not isinstance(params, dict):
-            params = {}
-        if method == "session/update":
-            turn = self._live
-            if turn is not None and params.get("sessionId") == self._agent_session:
-                self._record(turn, params.get("update"))
-            if self._relay is None and "id" not in frame:
-                # Recorded, and nobody else wants it: the SDK would build its models from it
-                # only to call a handler that does nothing (a third of a chunk's cost).
-                return True
-        elif method == CHECKPOINT_METHOD:
-            self._checkpoint(params)
-        elif method == "session/request_permission" and "id" in frame:
-            self._permission_requested(frame["id"], params)
-        elif method == "elicitation/create" and "id" in frame:
-            self._input_requested(frame["id"], params)
-        elif self._relay is None and (
-            not isinstance(method, str)
-            or (method not in CLIENT_METHODS and method not in _KNOWN_EXTENSIONS)
-        ):
-            self._report_frame(
-                "agent.method.unknown",
-                f"the agent called a method turnback does not know: {str(method)[:100]!r}"
-                f" ({'request' if 'id' in frame else 'notification'}); it was answered "
-                "'method not found'"
-                if "id" in frame
-                else f"the agent sent an unknown notification {str(method)[:100]!r}; ignored",
-                {"method": str(method)[:200]},
-            )
-        if self._relay is None:
+    def agent_frame(self, frame: Frame, line: bytes) -> bool:
+        """Called for every frame naming this session, in wire order, before the SDK handles
+        it. Returns whether it was taken (the SDK then never sees it)."""
+        if self._recorder.frame(frame):
+            return True
+        if self._relay is None or frame.get("method") is None:
             return False
         return self._relay.agent_frame(frame, self._reopening, self._reply, line)
 
-    def _replier(self, generation: int) -> Callable[[Frame], Awaitable[None]]:
-        """Answers to the agent process of ``generation``; dropped once it has been replaced."""
+    async def agent_request(self, method: str, params: dict[str, Any]) -> Any:
+        if method in ("session/request_permission", "elicitation/create"):
+            return await self._requests.answer(method, params)
+        raise acp.RequestError.method_not_found(method)
 
-        async def reply(frame: Frame) -> None:
-            sidecar = self._sidecar
-            if generation != self._generation or sidecar is None or not sidecar.alive:
-                return
-            with contextlib.suppress(ConnectionError, OSError, AgentDied):
-                await sidecar.send_frame(frame)
+    def agent_rejected(self, rejected: Rejected) -> None:
+        self._recorder.rejected(rejected)
 
-        return reply
-
-    def _record(self, turn: RunningTurn, update: Any) -> bool:
-        try:
-            turn.record(update, sync=False)
-        except InvalidEvent as error:
-            self._report_frame(
-                "agent.update.invalid",
-                f"an update from the agent was not recorded: {error}",
-                {"update": repr(update)[:500]},
-            )
-            return False
-        except OwnershipLost:
-            # Another process took the turn over: nothing more of it is written. Stop the agent
-            # now rather than at its own end; the end then says what happened.
-            if not self._cancelling:
-                self._stopping = asyncio.ensure_future(self.cancel())
-            return False
-        except TurnNotRunning:
-            return False
-        return True
-
-    def _checkpoint(self, params: dict[str, Any]) -> None:
-        turn = self._live
-        if turn is None or params.get("sessionId") != self._agent_session:
-            self._report_frame(
-                "agent.checkpoint.ignored",
-                "the agent sent a step checkpoint outside a running turn; ignored",
-                {"params": repr(params)[:500]},
-            )
-            return
-        event: dict[str, Any] = {
-            "sessionUpdate": EventKind.STEP_CHECKPOINT.value,
-            "step": params.get("step"),
-            "checkpointId": params.get("checkpointId"),
-        }
-        if params.get("state") is not None:
-            event["state"] = params["state"]
-        if params.get("storePath") is not None:
-            event["storePath"] = params["storePath"]
-        if self._record(turn, event):
-            if isinstance(params.get("storePath"), str):
-                self._store_paths.add(params["storePath"])
-            self._reactor.post(CheckpointSaved(turn, int(event["step"])))
-
-    def _permission_requested(self, rpc_id: Any, params: dict[str, Any]) -> None:
-        turn = self._live
-        if turn is None:
-            return  # the handler answers "cancelled": no turn can take it
-        request_id = f"{self._generation}.{rpc_id}"
-        tool_call = params.get("toolCall")
-        event = {
-            "sessionUpdate": EventKind.PERMISSION_REQUESTED.value,
-            "requestId": request_id,
-            "toolCall": tool_call,
-            "options": params.get("options"),
-        }
-        if self._record(turn, event):
-            key = str(tool_call.get("toolCallId")) if isinstance(tool_call, dict) else ""
-            self._permissions.setdefault(key, deque()).append((request_id, turn))
-
-    def _input_requested(self, rpc_id: Any, params: dict[str, Any]) -> None:
-        turn = self._live
-        if turn is None:
-            return
-        request_id = f"{self._generation}.{rpc_id}"
-        event = {
-            "sessionUpdate": EventKind.INPUT_REQUESTED.value,
-            "requestId": request_id,
-            "message": params.get("message"),
-            "params": params,
-        }
-        if self._record(turn, event):
-            self._inputs.append((request_id, turn))
-
-    def _malformed(self, line: bytes, why: str) -> None:
-        self._report_frame(
-            "agent.frame.malformed",
-            f"the agent wrote a line that is not a JSON-RPC message ({why}); it was skipped",
-            {"frame": line[:300].decode(errors="replace"), "error": why},
-        )
-
-    def _report_frame(self, code: str, message: str, data: dict[str, Any]) -> None:
-        self._frame_reports += 1
-        if self._frame_reports > _MAX_FRAME_REPORTS:
-            return
-        if self._frame_reports == _MAX_FRAME_REPORTS:
-            message += " (further problems with this agent run are not reported)"
-        turn = self._live.token if self._live is not None else None
-        self._reactor.post(Notice(ActivityLevel.WARNING, code, message, data, turn))
-
-    # -- answering the agent -----------------------------------------------------------------
-
-    async def answer_permission(
-        self, tool_call: ToolCallUpdate, options: list[PermissionOption]
-    ) -> RequestPermissionResponse:
-        pending = self._permissions.get(str(tool_call.tool_call_id))
-        if not pending:
-            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
-        request_id, turn = pending.popleft()
-        # Durable (and so in the session's pending requests) before anyone is asked.
-        await self._engine.run(turn.sync)
-        request = PermissionRequest(
-            request_id,
-            turn.token,
-            tool_call.model_dump(mode="json", by_alias=True, exclude_none=True),
-            [o.model_dump(mode="json", by_alias=True, exclude_none=True) for o in options],
-        )
-        choice: str | None = None
-        if self._on_permission is not None:
-            try:
-                choice = await _call(self._on_permission, request)
-            except Exception as error:
-                await self._notice(
-                    ActivityLevel.ERROR,
-                    "permission.callback.failed",
-                    f"the permission callback failed ({type(error).__name__}: {error}); the "
-                    "request was answered 'cancelled'",
-                    {"requestId": request_id},
-                    turn.token,
-                )
-        if choice is not None and choice not in {o.option_id for o in options}:
-            choice = None
-        answer = {
-            "sessionUpdate": EventKind.PERMISSION_ANSWERED.value,
-            "requestId": request_id,
-            "outcome": "selected" if choice is not None else "cancelled",
-        }
-        if choice is not None:
-            answer["optionId"] = choice
-        self._record(turn, answer)
-        # Durable before the agent hears it.
-        try:
-            await self._engine.run(turn.sync)
-        except OwnershipLost:
-            choice = None  # the turn is no longer this process's: the agent is being stopped
-        if choice is None:
-            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
-        return RequestPermissionResponse(
-            outcome=AllowedOutcome(outcome="selected", option_id=choice)
-        )
-
-    async def answer_input(self, message: str, mode: Any) -> Any:
-        if not self._inputs:
-            return CancelElicitationResponse(action="cancel")
-        request_id, turn = self._inputs.popleft()
-        try:
-            await self._engine.run(turn.sync)
-        except OwnershipLost:
-            return CancelElicitationResponse(action="cancel")  # see answer_permission
-        shape = mode.model_dump(mode="json", by_alias=True, exclude_none=True)
-        content: dict[str, Any] | None = None
-        if self._on_input is not None:
-            try:
-                content = await _call(
-                    self._on_input, InputRequest(request_id, turn.token, message, shape)
-                )
-            except Exception as error:
-                await self._notice(
-                    ActivityLevel.ERROR,
-                    "input.callback.failed",
-                    f"the input callback failed ({type(error).__name__}: {error}); the request "
-                    "was declined",
-                    {"requestId": request_id},
-                    turn.token,
-                )
-        self._record(
-            turn,
-            {
-                "sessionUpdate": EventKind.INPUT_ANSWERED.value,
-                "requestId": request_id,
-                "action": "accept" if content is not None else "decline",
-                "content": content,
-            },
-        )
-        await self._engine.run(turn.sync)
-        if content is None:
-            return DeclineElicitationResponse(action="decline")
-        return AcceptElicitationResponse(action="accept", content=content)
+    def pending_input(self) -> bool:
+        return self._requests.waiting_input
 
     # -- activities --------------------------------------------------------------------------
 
@@ -1135,44 +1022,37 @@ class AgentRuntime:
     ) -> None:
         await self._reactor.submit(Notice(level, code, message, data, turn))
 
-    def _death(self, sidecar: Sidecar) -> str:
-        return f"agent {sidecar.described!r} exited (status {sidecar.returncode})"
+    def _death(self) -> str:
+        return f"agent {self._agent.described!r} exited (status {self._agent.returncode})"
 
 
-class _Client:
-    """What the SDK calls on the client side. Recording already happened in the wire watch;
-    these only answer."""
-
-    def __init__(self, runtime: AgentRuntime) -> None:
-        self._runtime = runtime
-
-    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
-        return None
-
-    async def request_permission(
-        self,
-        session_id: str,
-        tool_call: ToolCallUpdate,
-        options: list[PermissionOption],
-        **_: Any,
-    ) -> RequestPermissionResponse:
-        return await self._runtime.answer_permission(tool_call, options)
-
-    async def create_elicitation(self, message: str, mode: Any, **_: Any) -> Any:
-        return await self._runtime.answer_input(message, mode)
-
-    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
-        return None
-
-    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        raise acp.RequestError.method_not_found(f"_{method}")
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
 
 
-async def _call(callback: Callable[[Any], Any], request: Any) -> Any:
-    result = callback(request)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
+def _user_blocks(prompt: str | list[dict[str, Any]]) -> int:
+    return 1 if isinstance(prompt, str) else len(prompt)
+
+
+def _continuation(reported: Sequence[Message]) -> Any:
+    """The block that tells an agent restarted mid-turn (with no step checkpoint to resume
+    from) what happened: ahead of the user's prompt, marked as turnback's."""
+    lines = [
+        "[turnback] Your previous attempt at the request below was interrupted: the agent "
+        "process stopped before it finished, and was started again."
+    ]
+    said = [m for m in reported if m.kind is not MessageKind.USER]
+    if said:
+        lines += ["", "What you had already reported in this attempt:"]
+        lines += render_transcript(said).splitlines()[2:]
+    lines += [
+        "",
+        "The workspace is as it now stands: changes made before the interruption are kept. "
+        "Check it before redoing anything, then continue the request.",
+    ]
+    block = _text("\n".join(lines) + "\n")
+    block["_meta"] = {"turnback": {"context": "continuation"}}
+    return block
 
 
 def _resume_meta(checkpoint: StepCheckpoint) -> dict[str, Any]:
@@ -1191,7 +1071,9 @@ def _describe(error: acp.RequestError) -> str:
 
 __all__ = [
     "AgentRuntime",
+    "AgentState",
     "InputRequest",
+    "OnCrash",
     "PermissionRequest",
     "ResumePolicy",
     "ResumeUnavailable",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from turnback.errors import StoreNotFound, StoreUnavailable
 from turnback.model import (
@@ -40,6 +40,10 @@ class Tx(Protocol):
     # concurrency, leases and fencing
     def lock_sessions(self, session_ids: Sequence[str]) -> None:
         """Hold these sessions against every other writer until the transaction ends."""
+        ...
+
+    def lock_workspace(self, session_id: str) -> None:
+        """Lock every session on the workspace of ``session_id``, as :meth:`lock_sessions`."""
         ...
 
     def lock_turns(self, tokens: Sequence[str]) -> dict[str, tuple[TurnStatus, str | None]]:
@@ -76,6 +80,10 @@ class Tx(Protocol):
     def running_turn(self, session_id: str) -> Turn | None: ...
     def turns_with_status(self, status: TurnStatus) -> list[Turn]: ...
     def session_turns(self, session_id: str) -> list[Turn]: ...
+    def conversation_overview(self) -> dict[str, tuple[int, Any]]:
+        """Per session with a conversation: how many turns it holds, and its first prompt."""
+        ...
+
     def end_turn(
         self,
         token: str,
@@ -176,6 +184,10 @@ class Tx(Protocol):
         ...
 
     def file_changes(self, token: str, scope: str) -> list[FileChange]: ...
+    def session_file_changes(self, session_id: str) -> dict[tuple[str, str], list[FileChange]]:
+        """Every file change of a session's turns, by (turn token, scope), in one query."""
+        ...
+
     def release_checkpoints(self, tokens: Sequence[str]) -> None:
         """Stop naming the turns' workspace checkpoints (gc may then prune them)."""
         ...
@@ -224,6 +236,10 @@ class Store(Protocol):
     def atomic(self) -> AbstractContextManager[Tx]: ...
     def read(self) -> AbstractContextManager[Tx]: ...
     def integrity_problems(self) -> list[str]: ...
+    def compact(self) -> int:
+        """Give back disk space the store holds but no longer needs; returns the bytes freed."""
+        ...
+
     def close(self) -> None: ...
 
 

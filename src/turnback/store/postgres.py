@@ -246,6 +246,11 @@ class PostgresStore:
         with self.read() as tx:
             return tx.integrity_problems()
 
+    def compact(self) -> int:
+        """Nothing to give back from here: the server's autovacuum reclaims dead rows, and
+        its write-ahead log is the server's to recycle."""
+        return 0
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()

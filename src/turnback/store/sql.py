@@ -15,7 +15,9 @@ The concurrency contract (what the engine needs from ``Store.atomic()``, and bot
   re-read of a turn before it is committed or recovered) cannot be overtaken. SQLite gives this
   to every write transaction at once (``BEGIN IMMEDIATE``: one writer for the whole file);
   PostgreSQL by ``SELECT … FOR UPDATE`` on the session rows, in id order so two transactions
-  that lock several sessions cannot deadlock.
+  that lock several sessions cannot deadlock. A transaction takes all its session locks in one
+  statement: a begin and a revert lock every session of their workspace
+  (:meth:`SQLTx.lock_workspace`), since a revert holds the workspace against new turns.
 * **Reads are a snapshot.** ``Store.read()`` sees one committed state and writes nothing.
 * **Constraints back the rules.** One running turn per session is also a unique index, so a
   writer that forgot the lock fails instead of breaking invariant 8.
@@ -209,6 +211,17 @@ class SQLTx:
                 ids,
             )
 
+    def lock_workspace(self, session_id: str) -> None:
+        """:meth:`lock_sessions` for every session on the workspace of ``session_id`` (itself
+        included): what a begin and a revert take, since a revert holds its whole workspace
+        against new turns."""
+        if self._FOR_UPDATE:
+            self._run(
+                "SELECT id FROM sessions WHERE workspace = "
+                "(SELECT workspace FROM sessions WHERE id = ?) ORDER BY id" + self._FOR_UPDATE,
+                (session_id,),
+            )
+
     def lock_turns(self, tokens: Sequence[str]) -> dict[str, tuple[TurnStatus, str | None]]:
         """:meth:`lock_sessions` for the sessions of these turns, in the same statement that
         reads each turn's (status, fencing token)."""
@@ -335,6 +348,17 @@ class SQLTx:
             (session_id,),
         )
         return [_turn(row) for row in rows]
+
+    def conversation_overview(self) -> dict[str, tuple[int, Any]]:
+        rows = self._all(
+            "SELECT session_id, turns, prompt FROM (SELECT session_id, prompt, "
+            "count(*) OVER (PARTITION BY session_id) AS turns, "
+            "row_number() OVER (PARTITION BY session_id ORDER BY number) AS position "
+            f"FROM turns WHERE status IN ({_marks(_ENDED)}) AND reverted_by IS NULL) AS ranked "
+            "WHERE position = 1",
+            _ENDED,
+        )
+        return {row[0]: (int(row[1]), _loads(row[2])) for row in rows}
 
     def end_turn(
         self,
@@ -535,7 +559,9 @@ class SQLTx:
     def upsert_owner(self, owner: Owner) -> None:
         self._run(
             f"INSERT INTO owners ({_OWNER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET lease_expires = excluded.lease_expires",
+            "ON CONFLICT (id) DO UPDATE SET "
+            # an owner recorded without a lease (by a revert, say) keeps the lease it holds
+            "lease_expires = coalesce(excluded.lease_expires, owners.lease_expires)",
             (
                 owner.id,
                 owner.host,
@@ -613,6 +639,19 @@ class SQLTx:
             (token, scope),
         )
         return [FileChange(r[0], ChangeKind(r[1]), r[2], r[3], bool(r[4]), r[5]) for r in rows]
+
+    def session_file_changes(self, session_id: str) -> dict[tuple[str, str], list[FileChange]]:
+        rows = self._all(
+            'SELECT f.turn, f.scope, f.path, f.kind, f.additions, f.deletions, f."binary", '
+            "f.old_path FROM file_changes f JOIN turns t ON t.token = f.turn "
+            "WHERE t.session_id = ? ORDER BY f.turn, f.scope, f.path",
+            (session_id,),
+        )
+        found: dict[tuple[str, str], list[FileChange]] = {}
+        for r in rows:
+            change = FileChange(r[2], ChangeKind(r[3]), r[4], r[5], bool(r[6]), r[7])
+            found.setdefault((r[0], r[1]), []).append(change)
+        return found
 
     def checkpoint_commits(self) -> set[str]:
         rows = self._all(

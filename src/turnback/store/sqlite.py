@@ -17,9 +17,12 @@ Durability facts this module relies on:
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
+import tempfile
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,18 +46,67 @@ class SQLiteStore:
                 f"cannot create turnback's home {path.parent}: {error.strerror or error}; "
                 "make it writable or choose another home (--home or TURNBACK_HOME)"
             ) from error
+        #: opened read-only: its directory cannot be written (reads work; writes raise)
+        self.read_only = False
         try:
-            self._conn = sqlite3.connect(
-                str(path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            self._conn = self._connect(str(path), uri=False)
+        except StoreUnavailable:
+            if not path.is_file() or _writable(path.parent):
+                raise
+            self._open_read_only()
+        else:
+            try:
+                self._prepare()
+            except StoreUnavailable:
+                self._conn.close()
+                if not path.is_file() or _writable(path.parent):
+                    raise
+                self._open_read_only()
+            except BaseException:
+                self._conn.close()
+                raise
+        self._tx = _SQLiteTx(self._conn)
+
+    def _connect(self, target: str, *, uri: bool) -> sqlite3.Connection:
+        try:
+            return sqlite3.connect(
+                target,
+                timeout=self.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                uri=uri,
             )
         except sqlite3.Error as error:
             raise self._translate_error(error) from error
-        try:
-            self._prepare()
-        except BaseException:
-            self._conn.close()
-            raise
-        self._tx = _SQLiteTx(self._conn)
+
+    def _open_read_only(self) -> None:
+        """Open a database whose directory cannot be written, for reading: through its log
+        when one is there, else as an unchanging file (no process can be writing it)."""
+        base = "file:" + urllib.parse.quote(str(self.path)) + "?mode=ro"
+        for target in (base, base + "&immutable=1"):
+            self._conn = self._connect(target, uri=True)
+            try:
+                with self._translated():
+                    self._check_identity()
+                    version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            except StoreUnavailable:
+                self._conn.close()
+                continue
+            except BaseException:
+                self._conn.close()
+                raise
+            if version != SCHEMA_VERSION:
+                self._conn.close()
+                raise StoreUnavailable(
+                    f"the database {self.path} needs upgrading to schema {SCHEMA_VERSION} and "
+                    "its directory cannot be written; make it writable once"
+                )
+            self.read_only = True
+            return
+        raise StoreUnavailable(
+            f"cannot read the database {self.path} in a directory that cannot be written; "
+            "make it writable or choose another home (--home or TURNBACK_HOME)"
+        )
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -157,6 +209,22 @@ class SQLiteStore:
         with self.read() as tx:
             return tx.integrity_problems()
 
+    def compact(self) -> int:
+        """Checkpoint the write-ahead log and truncate it: a process killed with the database
+        open leaves its log at full size until some connection does this."""
+
+        def size() -> int:
+            total = 0
+            for suffix in ("", "-wal"):
+                with contextlib.suppress(OSError):
+                    total += os.stat(f"{self.path}{suffix}").st_size
+            return total
+
+        before = size()
+        with self._lock, self._translated():
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        return max(0, before - size())
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()
@@ -194,6 +262,14 @@ class SQLiteStore:
                 "choose another home (--home or TURNBACK_HOME)"
             )
         return StoreError(f"the database {self.path} failed: {text}")
+
+
+def _writable(directory: Path) -> bool:
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".turnback-probe-"):
+            return True
+    except OSError:
+        return False
 
 
 class _SQLiteTx(SQLTx):

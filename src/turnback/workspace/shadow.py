@@ -267,6 +267,10 @@ class ShadowRepo:
         completely or not at all."""
         if self.created:
             self._repair_head()
+            exclude = self.dir / "info" / "exclude"
+            with contextlib.suppress(OSError):  # made by an older turnback, or the home moved
+                if exclude.read_text(encoding="utf-8") != self._own_excludes():
+                    exclude.write_text(self._own_excludes(), encoding="utf-8")
             return
         user = find_user_repository(self.workspace)
         temporary = self.dir.with_name(f"{self.dir.name}.tmp-{os.getpid()}")
@@ -320,11 +324,15 @@ class ShadowRepo:
         return result.stdout.decode("ascii", "replace").strip().lower() or "sha1"
 
     def _own_excludes(self) -> str:
+        """turnback's home, wherever it sits in the workspace: the whole directory, or when
+        the workspace is the home itself, what turnback keeps there."""
         lines = "# written by turnback: paths the shadow repository never captures\n"
         try:
             relative = self.home.resolve().relative_to(self.workspace)
         except ValueError:
             return lines
+        if relative == Path("."):
+            return lines + "/shadow/\n/turnback.db\n/turnback.db-*\n"
         return lines + _exclude_pattern(relative.as_posix())
 
     def _seed(self, user: UserRepository, temporary: Path, deadline: float) -> None:

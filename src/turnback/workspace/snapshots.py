@@ -42,10 +42,11 @@ from pathlib import Path
 from turnback.errors import (
     CheckpointUnavailable,
     GitFailed,
+    RestoreIncomplete,
     RevertConflict,
 )
 from turnback.faults import point
-from turnback.model import ChangeKind, FileChange, WorkspaceCheckpoint
+from turnback.model import ChangeKind, FileChange, RevertPlan, WorkspaceCheckpoint
 from turnback.workspace.git import Git, failure
 from turnback.workspace.shadow import (
     GITLINK,
@@ -55,6 +56,7 @@ from turnback.workspace.shadow import (
     REGULAR,
     SYMLINK,
     Blob,
+    Change,
     Entry,
     FastImport,
     ShadowRepo,
@@ -69,7 +71,7 @@ from turnback.workspace.writer import Refused, WorkspaceWriter
 #: Longest any operation other than a capture may take.
 OPERATION_TIMEOUT = 600.0
 #: Paths handed to one ``update-index`` process; progress is reported between batches.
-BATCH = 4000
+BATCH = 1000
 #: A capture that finds at most this many tracked files modified, and nothing else, leaves the
 #: shadow's index as it is (see :meth:`Snapshots._scanned`); more, and it updates the index.
 SYNC_AFTER = 256
@@ -151,6 +153,10 @@ class Snapshots:
             shadow = ShadowRepo(self.git, self.home, root, report=report, fsync=self.fsync)
             self._shadows[root] = shadow
         return shadow
+
+    def shadow_dir(self, workspace: Path) -> Path:
+        """Where the workspace's shadow repository lives."""
+        return self._shadow(workspace).dir
 
     def _progress(self, stage: str, done: int, total: int) -> None:
         if self.progress is not None:
@@ -540,7 +546,7 @@ class Snapshots:
                 deadline=deadline,
                 input=b"\0".join(add[start : start + BATCH]) + b"\0",
             )
-        if len(add) > BATCH:
+        if add:
             self._progress("capture", len(add), len(add))
         skipped += self._add_nested(shadow, nested, deadline)
         point("capture.index")
@@ -670,35 +676,129 @@ class Snapshots:
                 [current, target] if keep is None else [current, target, keep], deadline
             )
             before = rest[0] if rest else None
-            plan: dict[str, Entry | None] = {}
-            present: dict[str, Entry | None] = {}
-            for change in shadow.diff(now, goal, deadline):
-                plan[change.path] = change.new
-                present[change.path] = change.old
-            if before is not None:
-                kept = {
-                    change.path: change.new
-                    for change in shadow.diff(goal, before, deadline)
-                    if change.old is None
-                }
-                if kept:
-                    differs = {c.path: c.old for c in shadow.diff(now, before, deadline)}
-                    for path, entry in kept.items():
-                        if path in differs:
-                            plan[path], present[path] = entry, differs[path]
-                        else:
-                            plan.pop(path, None)
-            plan = {
-                path: entry
-                for path, entry in plan.items()
-                if not _gitlink(entry) and not _gitlink(present[path])
-            }
+            plan, present, _kept = self._restore_plan(shadow, now, goal, before, deadline)
             point("restore.plan")
             done, refused = self._apply(shadow, plan, present, deadline)
             for path, reason in refused:
                 shadow.report(f"restore left {path} alone: {reason}")
             point("restore.done")
         return done
+
+    @staticmethod
+    def _restore_plan(
+        shadow: ShadowRepo, now: str, goal: str, before: str | None, deadline: float
+    ) -> tuple[dict[str, Entry | None], dict[str, Entry | None], set[str]]:
+        """What :meth:`restore` writes (path: entry, ``None`` to delete), what is there now, and
+        the paths it keeps because they existed before the turns being undone."""
+        plan: dict[str, Entry | None] = {}
+        present: dict[str, Entry | None] = {}
+        for change in shadow.diff(now, goal, deadline):
+            plan[change.path] = change.new
+            present[change.path] = change.old
+        kept_paths: set[str] = set()
+        if before is not None:
+            kept = {
+                change.path: change.new
+                for change in shadow.diff(goal, before, deadline)
+                if change.old is None
+            }
+            if kept:
+                differs = {c.path: c.old for c in shadow.diff(now, before, deadline)}
+                for path, entry in kept.items():
+                    if path in differs:
+                        plan[path], present[path] = entry, differs[path]
+                    elif path in plan:  # a restore would delete it: it is kept as it is
+                        kept_paths.add(path)
+                        del plan[path]
+        plan = {
+            path: entry
+            for path, entry in plan.items()
+            if not _gitlink(entry) and not _gitlink(present[path])
+        }
+        return plan, present, kept_paths
+
+    def revert_plan(
+        self,
+        workspace: Path,
+        target: str,
+        *,
+        current: str,
+        keep: str | None = None,
+        turns: Sequence[tuple[str, str]] = (),
+        keep_user_edits: bool = False,
+    ) -> RevertPlan:
+        """What :meth:`restore` (or, with ``keep_user_edits``, :meth:`reverse_apply` of
+        ``turns``) would do to the workspace captured as ``current``; writes no file.
+
+        ``turns`` holds the ``(begin, end)`` checkpoints of the turns being undone, oldest first:
+        what changed between them and after the last one are the hand edits, which a plain
+        restore overwrites (``conflicts``) and ``keep_user_edits`` keeps, or refuses where they
+        clash with the agent's changes (``conflicts`` too)."""
+        shadow = self._shadow(workspace)
+        deadline = self._deadline()
+        with shadow.locked(deadline):
+            now, goal, *rest = shadow.resolve_all(
+                [current, target] if keep is None else [current, target, keep], deadline
+            )
+            plain, present, pre_existing = self._restore_plan(
+                shadow, now, goal, rest[0] if rest else None, deadline
+            )
+            specs = [spec for pair in turns for spec in pair]
+            try:
+                ends = shadow.resolve_all(specs, deadline) if specs else []
+            except CheckpointUnavailable:
+                ends = []  # the hand edits cannot be told apart; a plain restore needs no more
+            edited: set[str] = set()
+            for start, stop in zip(ends[1::2], [*ends[2::2], now], strict=True):
+                edited.update(change.path for change in shadow.diff(start, stop, deadline))
+            why = {path: "pre-existing" for path in pre_existing}
+            if keep_user_edits:
+                plan, on_disk, clashes = self._reverse_plan(shadow, now, ends, deadline)
+                for path, entry in plain.items():
+                    result = on_disk.get(path, present[path])
+                    if result != entry and path not in clashes and path not in plan:
+                        why.setdefault(path, "user edit")
+            else:
+                plan, clashes = plain, edited & plain.keys()
+            with tempfile.TemporaryDirectory(dir=shadow.dir, prefix="plan-") as scratch:
+                index = Path(scratch) / "index"
+                shadow.run("read-tree", now, deadline=deadline, index=index)
+                zero = "0" * len(now)
+                info = b"".join(
+                    (f"0 {zero}" if entry is None else f"{entry.mode} {entry.oid}").encode()
+                    + b"\t"
+                    + os.fsencode(path)
+                    + b"\0"
+                    for path, entry in plan.items()
+                )
+                shadow.run(
+                    "update-index", "-z", "--index-info", deadline=deadline, index=index, input=info
+                )
+                after = shadow.run("write-tree", deadline=deadline, index=index).stdout
+            moved = [
+                _file_change(c)
+                for c in shadow.diff(now, after.decode().strip(), deadline, numstat=True)
+            ]
+            since = {
+                c.path: _file_change(c) for c in shadow.diff(goal, now, deadline, numstat=True)
+            }
+            ignored = shadow.run(
+                *("ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"),
+                deadline=deadline,
+            ).stdout
+            why.update((os.fsdecode(raw), "ignored") for raw in ignored.split(b"\0") if raw)
+            for path in self._skipped(shadow, [now], deadline)[0]:
+                why[path] = "not captured"
+        kept = [since.get(path, FileChange(path, ChangeKind.MODIFIED)) for path in sorted(why)]
+        return RevertPlan(
+            restore=tuple(c for c in moved if c.kind is not ChangeKind.DELETED),
+            delete=tuple(c for c in moved if c.kind is ChangeKind.DELETED),
+            keep=tuple(kept),
+            conflicts=tuple(
+                since.get(path, FileChange(path, ChangeKind.MODIFIED)) for path in sorted(clashes)
+            ),
+            kept_because=why,
+        )
 
     def reverse_apply(
         self, workspace: Path, *, turns: Sequence[tuple[str, str]], current: str
@@ -720,32 +820,7 @@ class Snapshots:
             now, *ends = shadow.resolve_all(
                 [current, *(spec for pair in turns for spec in pair)], deadline
             )
-            pairs = list(zip(ends[::2], ends[1::2], strict=True))
-            result: dict[str, Entry | None] = {}
-            present: dict[str, Entry | None] = {}
-            conflicts: set[str] = set()
-            with tempfile.TemporaryDirectory(dir=shadow.dir, prefix="merge-") as scratch:
-                for first, last in reversed(pairs):
-                    since = {c.path: c.new for c in shadow.diff(last, now, deadline)}
-                    for change in shadow.diff(first, last, deadline):
-                        path = change.path
-                        on_disk = since.get(path, change.new)
-                        present.setdefault(path, on_disk)
-                        ours = result.get(path, on_disk)
-                        try:
-                            result[path] = self._merge(
-                                shadow, ours, change.new, change.old, Path(scratch), deadline
-                            )
-                        except _Conflict:
-                            conflicts.add(path)
-            plan = {path: entry for path, entry in result.items() if entry != present[path]}
-            if not conflicts:
-                with WorkspaceWriter(shadow.workspace) as writer:
-                    for path, entry in plan.items():
-                        try:
-                            writer.check(path, absent=present[path] is None, delete=entry is None)
-                        except Refused:
-                            conflicts.add(path)
+            plan, present, conflicts = self._reverse_plan(shadow, now, ends, deadline)
             if conflicts:
                 paths = tuple(sorted(conflicts))
                 raise RevertConflict(
@@ -763,6 +838,39 @@ class Snapshots:
                     shadow.report(f"revert left {path} alone: {reason}")
             point("restore.done")
         return done
+
+    def _reverse_plan(
+        self, shadow: ShadowRepo, now: str, ends: Sequence[str], deadline: float
+    ) -> tuple[dict[str, Entry | None], dict[str, Entry | None], set[str]]:
+        """What :meth:`reverse_apply` writes, what is there now, and the conflicting paths.
+        ``ends`` holds each turn's begin and end commits, oldest turn first."""
+        pairs = list(zip(ends[::2], ends[1::2], strict=True))
+        result: dict[str, Entry | None] = {}
+        present: dict[str, Entry | None] = {}
+        conflicts: set[str] = set()
+        with tempfile.TemporaryDirectory(dir=shadow.dir, prefix="merge-") as scratch:
+            for first, last in reversed(pairs):
+                since = {c.path: c.new for c in shadow.diff(last, now, deadline)}
+                for change in shadow.diff(first, last, deadline):
+                    path = change.path
+                    on_disk = since.get(path, change.new)
+                    present.setdefault(path, on_disk)
+                    ours = result.get(path, on_disk)
+                    try:
+                        result[path] = self._merge(
+                            shadow, ours, change.new, change.old, Path(scratch), deadline
+                        )
+                    except _Conflict:
+                        conflicts.add(path)
+        plan = {path: entry for path, entry in result.items() if entry != present[path]}
+        if not conflicts:
+            with WorkspaceWriter(shadow.workspace) as writer:
+                for path, entry in plan.items():
+                    try:
+                        writer.check(path, absent=present[path] is None, delete=entry is None)
+                    except Refused:
+                        conflicts.add(path)
+        return plan, present, conflicts
 
     def _merge(
         self,
@@ -815,9 +923,13 @@ class Snapshots:
         present: Mapping[str, Entry | None],
         deadline: float,
     ) -> tuple[list[str], list[tuple[str, str]]]:
-        """Delete, prune, then write: the paths done and the paths refused (with why)."""
+        """Delete, prune, then write: the paths done and the paths refused (with why).
+
+        A path that could not be written or deleted (a full disk, a read-only file system) does
+        not stop the others; once all were tried, :class:`RestoreIncomplete` names them."""
         done: list[str] = []
         refused: list[tuple[str, str]] = []
+        failed: list[tuple[str, OSError]] = []
         with WorkspaceWriter(shadow.workspace) as writer:
             deleted = []
             for path in sorted(p for p, e in plan.items() if e is None):
@@ -825,8 +937,10 @@ class Snapshots:
                     if writer.delete(path):
                         done.append(path)
                         deleted.append(path)
-                except (Refused, OSError) as error:
+                except Refused as error:
                     refused.append((path, str(error)))
+                except OSError as error:
+                    failed.append((path, error))
                 point("restore.file")
             for path in sorted(deleted, key=lambda p: -p.count("/")):
                 writer.prune(path)
@@ -838,9 +952,19 @@ class Snapshots:
                     try:
                         writer.write(path, entry, blobs[entry.oid], absent=present[path] is None)
                         done.append(path)
-                    except (Refused, OSError) as error:
+                    except Refused as error:
                         refused.append((path, str(error)))
+                    except OSError as error:
+                        failed.append((path, error))
                     point("restore.file")
+        if failed:
+            paths = tuple(path for path, _error in failed)
+            raise RestoreIncomplete(
+                f"{len(paths)} path(s) of {shadow.workspace} could not be written "
+                f"({failed[0][1].strerror or failed[0][1]}): {', '.join(paths[:10])}"
+                + (" …" if len(paths) > 10 else ""),
+                paths,
+            )
         return sorted(done), refused
 
     # -- refs and pruning -----------------------------------------------------------------
@@ -1052,6 +1176,17 @@ def _is_directory(path: bytes) -> bool:
         return stat.S_ISDIR(os.lstat(path).st_mode)
     except OSError:
         return False
+
+
+def _file_change(change: Change) -> FileChange:
+    return FileChange(
+        path=change.path,
+        kind=_KINDS[change.status],
+        additions=change.additions,
+        deletions=change.deletions,
+        binary=change.binary,
+        old_path=change.old_path,
+    )
 
 
 def _gitlink(entry: Entry | None) -> bool:

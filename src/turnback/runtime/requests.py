@@ -1,0 +1,229 @@
+"""The agent's requests to its user -- permissions and input (ACP elicitation) -- as pending
+requests of the session.
+
+Order, and why (DESIGN.md invariant 3: nothing is acknowledged before it is durable): a request
+is recorded into the running turn as its frame comes off the pipe (:meth:`PendingRequests.asked`,
+in wire order); when the SDK dispatches it, the journal is synced -- so the request is in the
+session's pending requests -- before the embedding application is asked; the answer is recorded
+and synced before the agent hears it. A request that arrives outside a turn, or whose turn has
+gone, is answered ``cancelled``/``cancel``: no turn can take it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from turnback.engine.turns import RunningTurn
+from turnback.errors import InvalidEvent, OwnershipLost, TurnNotRunning
+from turnback.model import ActivityLevel, EventKind
+from turnback.runtime.reactor import EngineThread, Notice, Reactor
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionRequest:
+    """A permission the agent asks for; answer with one of ``options``' ``optionId`` or None."""
+
+    request_id: str
+    turn: str
+    tool_call: dict[str, Any]
+    options: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class InputRequest:
+    """Input the agent asks for (ACP elicitation); answer with a dict of content, or None."""
+
+    request_id: str
+    turn: str
+    message: str
+    mode: dict[str, Any]
+
+
+PermissionCallback = Callable[[PermissionRequest], Awaitable[str | None] | str | None]
+InputCallback = Callable[[InputRequest], Awaitable[dict[str, Any] | None] | dict[str, Any] | None]
+
+_CANCELLED = {"outcome": {"outcome": "cancelled"}}
+
+
+class PendingRequests:
+    """One session's requests from its agent, between being asked and being answered."""
+
+    def __init__(
+        self,
+        engine: EngineThread,
+        reactor: Reactor,
+        on_permission: PermissionCallback | None,
+        on_input: InputCallback | None,
+    ) -> None:
+        self._engine = engine
+        self._reactor = reactor
+        self._on_permission = on_permission
+        self._on_input = on_input
+        self._permissions: dict[str, deque[tuple[str, RunningTurn]]] = {}
+        self._inputs: deque[tuple[str, RunningTurn]] = deque()
+
+    def clear(self) -> None:
+        """Forget every request (the agent process that asked them is gone)."""
+        self._permissions.clear()
+        self._inputs.clear()
+
+    @property
+    def waiting_input(self) -> bool:
+        return bool(self._inputs)
+
+    # -- recorded in wire order ----------------------------------------------------------------
+
+    def asked(
+        self, turn: RunningTurn, request_id: str, method: str, params: dict[str, Any]
+    ) -> None:
+        """Record a request the agent just made (``session/request_permission`` or
+        ``elicitation/create``) into ``turn``, in wire order."""
+        if method == "session/request_permission":
+            tool_call = params.get("toolCall")
+            event = {
+                "sessionUpdate": EventKind.PERMISSION_REQUESTED.value,
+                "requestId": request_id,
+                "toolCall": tool_call,
+                "options": params.get("options"),
+            }
+            if _record(turn, event):
+                key = str(tool_call.get("toolCallId")) if isinstance(tool_call, dict) else ""
+                self._permissions.setdefault(key, deque()).append((request_id, turn))
+        else:
+            event = {
+                "sessionUpdate": EventKind.INPUT_REQUESTED.value,
+                "requestId": request_id,
+                "message": params.get("message"),
+                "params": params,
+            }
+            if _record(turn, event):
+                self._inputs.append((request_id, turn))
+
+    # -- answered when the SDK dispatches them -------------------------------------------------
+
+    async def answer(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        if method == "session/request_permission":
+            return await self._permission(params)
+        return await self._input(params)
+
+    async def _permission(self, params: dict[str, Any]) -> dict[str, Any]:
+        tool_call = params.get("toolCall")
+        tool_call = tool_call if isinstance(tool_call, dict) else {}
+        pending = self._permissions.get(str(tool_call.get("toolCallId")))
+        if not pending:
+            return _CANCELLED
+        request_id, turn = pending.popleft()
+        # Durable (and so in the session's pending requests) before anyone is asked.
+        if not await self._synced(turn):
+            return _CANCELLED
+        offered = params.get("options")
+        options = [o for o in offered if isinstance(o, dict)] if isinstance(offered, list) else []
+        choice: str | None = None
+        if self._on_permission is not None:
+            try:
+                choice = await _call(
+                    self._on_permission,
+                    PermissionRequest(request_id, turn.token, tool_call, options),
+                )
+            except Exception as error:
+                await self._failed("permission", error, request_id, turn, "answered 'cancelled'")
+        if choice is not None and choice not in {o.get("optionId") for o in options}:
+            choice = None
+        answer = {
+            "sessionUpdate": EventKind.PERMISSION_ANSWERED.value,
+            "requestId": request_id,
+            "outcome": "selected" if choice is not None else "cancelled",
+        }
+        if choice is not None:
+            answer["optionId"] = choice
+        _record(turn, answer)
+        # Durable before the agent hears it.
+        if not await self._synced(turn):
+            return _CANCELLED
+        if choice is None:
+            return _CANCELLED
+        return {"outcome": {"outcome": "selected", "optionId": choice}}
+
+    async def _input(self, params: dict[str, Any]) -> dict[str, Any]:
+        if not self._inputs:
+            return {"action": "cancel"}
+        request_id, turn = self._inputs.popleft()
+        if not await self._synced(turn):
+            return {"action": "cancel"}
+        message = params.get("message")
+        mode = {k: v for k, v in params.items() if k not in ("message", "_meta")}
+        content: dict[str, Any] | None = None
+        if self._on_input is not None:
+            try:
+                content = await _call(
+                    self._on_input,
+                    InputRequest(request_id, turn.token, str(message or ""), mode),
+                )
+            except Exception as error:
+                await self._failed("input", error, request_id, turn, "declined")
+        _record(
+            turn,
+            {
+                "sessionUpdate": EventKind.INPUT_ANSWERED.value,
+                "requestId": request_id,
+                "action": "accept" if content is not None else "decline",
+                "content": content,
+            },
+        )
+        if not await self._synced(turn):
+            return {"action": "cancel"}
+        if content is None:
+            return {"action": "decline"}
+        return {"action": "accept", "content": content}
+
+    async def _synced(self, turn: RunningTurn) -> bool:
+        """Make the turn's journal durable; False when another process took the turn over
+        (OwnershipLost): the request is then answered as cancelled, and the turn is stopped
+        by its end, which raises the same."""
+        try:
+            await self._engine.run(turn.sync)
+        except OwnershipLost:
+            return False
+        return True
+
+    async def _failed(
+        self, what: str, error: Exception, request_id: str, turn: RunningTurn, outcome: str
+    ) -> None:
+        await self._reactor.submit(
+            Notice(
+                ActivityLevel.ERROR,
+                f"{what}.callback.failed",
+                f"the {what} callback failed ({type(error).__name__}: {error}); the request "
+                f"was {outcome}",
+                {"requestId": request_id},
+                turn.token,
+            )
+        )
+
+
+def _record(turn: RunningTurn, event: dict[str, Any]) -> bool:
+    try:
+        turn.record(event, sync=False)
+    except (InvalidEvent, TurnNotRunning):
+        return False
+    return True
+
+
+async def _call(callback: Callable[[Any], Any], request: Any) -> Any:
+    result = callback(request)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+__all__ = [
+    "InputCallback",
+    "InputRequest",
+    "PendingRequests",
+    "PermissionCallback",
+    "PermissionRequest",
+]

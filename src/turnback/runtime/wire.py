@@ -1,0 +1,374 @@
+"""The ACP wire, owned by turnback: newline-delimited JSON-RPC frames over a pair of streams.
+
+:class:`Wire` is a transport for the SDK's JSON-RPC ``Connection`` on its public message-level
+seam (``Connection(handler, transport)``: ``send``, ``receive``, ``close``). Both sides of turnback
+use it: the runtime towards an agent process, the proxy towards the editor. It differs from the
+SDK's own stdio transport where a durable proxy needs it to:
+
+* **Every frame in wire order, with its line.** ``watch(frame, line)`` sees each message as it
+  comes off the pipe, synchronously, before the SDK dispatches it (the SDK runs each message in
+  its own task, so handlers can see messages out of order); the runtime records there. A watch
+  that returns true has taken the frame: the SDK never sees it.
+* **Bad lines are reported, not dropped.** A line that is not JSON, not an object, nested deeper
+  than :data:`turnback.jsontext.MAX_DEPTH` or not a usable JSON-RPC message goes to ``rejected``
+  with the JSON-RPC error it deserves (the SDK logs and drops it, and a non-object, a deep
+  nesting, an object ``id`` or an ``error`` that is not an object even stops its receive loop).
+  The proxy answers the editor with it; the runtime makes it an activity and refuses a request
+  among them, so the agent is not left waiting. Nothing one line holds ends the loop.
+* **Lossless, always-encodable JSON.** Lines are read and written with :mod:`turnback.jsontext`:
+  an unpaired surrogate goes out as the ``\\uXXXX`` escape it came in as.
+* **A frame limit.** A line longer than ``max_frame`` bytes is skipped without being held in
+  memory and rejected with ``-32600``; its id is read from the frame's first bytes (JSON-RPC
+  writers put it before the params), so a request fails instead of hanging.
+* **Ordered, batched writes.** :meth:`Wire.post` writes synchronously, in call order with what the
+  SDK sends through :meth:`Wire.send`; what is posted in one pass of the event loop goes out in
+  one write. While more than ``BACKLOG`` bytes wait for the reader, :meth:`Wire.backlog` says so,
+  and a watch that took a frame waits on ``pace`` before the next one is read: a slow reader on
+  one side slows the writer on the other instead of filling memory.
+* **Session ids replaced in the line.** :func:`with_session_id` forwards a frame as it was written
+  with only its session id changed when that is safe, and re-encodes it when it is not.
+
+A request sent through :meth:`Wire.send` is noted in :data:`SENT_REQUESTS` when a relay listens,
+so a ``$/cancel_request`` for the request that led to it can follow it hop by hop.
+
+When the far side goes away -- end of file, or its input closed -- :attr:`Wire.gone` is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
+
+from turnback import jsontext
+
+log = logging.getLogger("turnback.wire")
+
+Frame = dict[str, Any]
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+#: Bytes written and not yet read past which a watch that took a frame waits for the reader.
+BACKLOG = 1 << 20
+_HEAD = 4096
+_SESSION_KEY = b'"sessionId"'
+_METHOD = b'"method"'
+_YIELD_EVERY = 16
+
+
+class Output(Protocol):
+    """Where the far side reads from: an ``asyncio.StreamWriter``, or a plain file."""
+
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A line that is not a JSON-RPC message, and the error it deserves."""
+
+    rpc_id: Any  # the message's id when it could be read (a string or a number), else None
+    code: int
+    message: str
+    line: bytes  # its first bytes
+    data: dict[str, Any] | None = None
+    #: whether it is (or, read from its first bytes, seems) a request whose sender waits for
+    #: an answer with ``rpc_id``
+    request: bool = False
+
+
+#: JSON-RPC's notification that a request is no longer wanted (``{"requestId"}``); ids are the
+#: sender's own, so a relay passes it on hop by hop, naming the id the next hop saw.
+CANCEL_REQUEST = "$/cancel_request"
+Sender = Callable[[Frame], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class SentRequests:
+    """The requests one request of a relay's client led to sending on, each as (how to write
+    to where it went, its id there), while ``open``."""
+
+    sent: list[tuple[Sender, Any]] = field(default_factory=list)
+    open: bool = True
+
+
+#: Set by a relay while it handles one request of its client, so a ``$/cancel_request`` for
+#: that request can follow it. Tasks started meanwhile inherit it; closing it stops the notes.
+SENT_REQUESTS: contextvars.ContextVar[SentRequests | None] = contextvars.ContextVar(
+    "turnback_sent_requests", default=None
+)
+
+
+def note_sent(send: Sender, frame: Frame) -> None:
+    """Note ``frame`` in :data:`SENT_REQUESTS` if it is a request and a relay listens."""
+    notes = SENT_REQUESTS.get()
+    if notes is not None and notes.open and "method" in frame and "id" in frame:
+        notes.sent.append((send, frame["id"]))
+
+
+Watch = Callable[[Frame, bytes], bool]
+Pace = Callable[[], Awaitable[None] | None]
+
+
+class Wire:
+    """The SDK ``Transport`` over a reader and a writer (see the module docstring)."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: Output,
+        max_frame: int,
+        *,
+        rejected: Callable[[Rejected], None],
+        watch: Watch | None = None,
+        pace: Pace | None = None,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self.max_frame = max_frame
+        self._rejected = rejected
+        self._watch = watch
+        self._pace = pace
+        self.gone = asyncio.Event()
+        self._pending: list[bytes] = []  # posted, not yet written: one write per loop pass
+        self._pending_bytes = 0
+        self._read = 0
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def post(self, message: Frame) -> None:
+        """Write one message, after everything posted before it."""
+        self.post_line(encode(message))
+
+    def post_line(self, line: bytes) -> None:
+        """Write one message that is already JSON text (no newline), after everything posted
+        before it. Messages posted in one pass of the event loop go out in one write: a burst
+        of updates costs one system call (and one wake-up of the reader), not one each."""
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self._pending.append(line)
+        self._pending.append(b"\n")
+        self._pending_bytes += len(line) + 1
+
+    def flush(self) -> None:
+        """Write what was posted now."""
+        if not self._pending:
+            return
+        data = b"".join(self._pending)
+        self._pending.clear()
+        self._pending_bytes = 0
+        if self._writer.is_closing():
+            self.gone.set()
+            return
+        try:
+            self._writer.write(data)
+        except (ConnectionError, RuntimeError) as error:
+            log.warning("the other side's input is closed (%s)", error)
+            self.gone.set()
+
+    def backlog(self) -> Awaitable[None] | None:
+        """While more than ``BACKLOG`` bytes wait for the far side to read them: something that
+        is done once it has read most of them (or has gone). None otherwise."""
+        transport = getattr(self._writer, "transport", None)
+        waiting = self._pending_bytes + (transport.get_write_buffer_size() if transport else 0)
+        return self._caught_up() if waiting > BACKLOG else None
+
+    async def _caught_up(self) -> None:
+        self.flush()
+        with contextlib.suppress(ConnectionError):
+            await self._writer.drain()
+
+    async def send(self, message: Frame) -> None:
+        note_sent(self.send, message)
+        self.post(message)
+        self.flush()
+        if self.gone.is_set():
+            raise ConnectionError("the other side went away")
+        try:
+            await self._writer.drain()
+        except ConnectionError as error:
+            self.gone.set()
+            raise ConnectionError(f"the other side went away: {error}") from error
+
+    # -- reading -----------------------------------------------------------------------------
+
+    async def receive(self) -> Frame | None:
+        while True:
+            self._read += 1
+            if not self._read % _YIELD_EVERY:
+                # A reader with lines buffered returns them without suspending: let the loop
+                # run other work now and then, however fast the far side writes.
+                await asyncio.sleep(0)
+            line = await self._read_line()
+            if line is None:
+                self.gone.set()
+                return None
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                message = self._check(line)
+            except Exception as error:  # one bad line must not end the receive loop
+                log.exception("a line could not be read")
+                self._reject(
+                    None,
+                    INTERNAL_ERROR,
+                    f"Internal error: a line could not be read ({error})",
+                    line,
+                )
+                continue
+            if message is None:
+                continue
+            if self._watch is not None and self._watch(message, line):
+                # Taken by the watch: read no more while the far side has a backlog.
+                if self._pace is not None and (backlog := self._pace()) is not None:
+                    await backlog
+                continue
+            return message
+
+    def _reject(
+        self,
+        rpc_id: Any,
+        code: int,
+        message: str,
+        line: bytes,
+        *,
+        request: bool = False,
+        **data: Any,
+    ) -> None:
+        if isinstance(rpc_id, bool) or not isinstance(rpc_id, int | str):
+            rpc_id = None
+        rejected = Rejected(rpc_id, code, message, line[:200], data or None, request)
+        self._rejected(rejected)
+
+    def _check(self, line: bytes) -> Frame | None:
+        """The message a line holds, or None after rejecting it."""
+        try:
+            message = parse(line)
+        except jsontext.TooDeep as error:
+            self._reject(
+                jsontext.request_id(line[:_HEAD]),
+                INVALID_REQUEST,
+                f"Invalid request: {error}; it was skipped",
+                line,
+                request=_METHOD in line[:_HEAD],
+                limit=jsontext.MAX_DEPTH,
+            )
+            return None
+        except ValueError as error:
+            self._reject(None, PARSE_ERROR, f"Parse error: a line that is not JSON ({error})", line)
+            return None
+        problem = jsontext.rpc_problem(message)
+        if problem is not None:
+            is_object = isinstance(message, dict)
+            rpc_id = message.get("id") if is_object else None
+            self._reject(rpc_id, *problem, line, request=is_object and "method" in message)
+            return None
+        return cast(Frame, message)
+
+    async def _read_line(self) -> bytes | None:
+        """One line; None at end of file. An over-long line is rejected and skipped."""
+        try:
+            return await self._reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as partial:
+            return partial.partial or None  # a last line without a newline still counts
+        except asyncio.LimitOverrunError as overrun:
+            head = await self._reader.read(min(overrun.consumed, _HEAD))
+            size = len(head) + await self._skip_line()
+            self._reject(
+                jsontext.request_id(head),
+                INVALID_REQUEST,
+                f"Invalid request: a message of {size} bytes or more is over the limit of "
+                f"{self.max_frame} bytes; it was skipped",
+                head,
+                request=_METHOD in head,
+                limit=self.max_frame,
+                size=size,
+            )
+            return b""
+        except (ConnectionError, OSError) as error:
+            log.warning("the other side's output failed (%s)", error)
+            return None
+
+    async def _skip_line(self) -> int:
+        """Discard the rest of the current line without holding it; returns its size."""
+        skipped = 0
+        while True:
+            try:
+                rest = await self._reader.readuntil(b"\n")
+            except asyncio.LimitOverrunError as overrun:
+                skipped += len(await self._reader.read(overrun.consumed))
+            except asyncio.IncompleteReadError as partial:
+                return skipped + len(partial.partial)
+            else:
+                return skipped + len(rest)
+
+    async def close(self) -> None:
+        self.flush()
+        try:
+            if not self._writer.is_closing():
+                await self._writer.drain()
+        except ConnectionError:
+            pass
+
+
+def encode(message: Any) -> bytes:
+    """A message as compact JSON text, as the ACP SDKs write it, that always encodes as UTF-8
+    (an unpaired surrogate is written as its escape: :func:`turnback.jsontext.dumps`)."""
+    return jsontext.dumps(message).encode()
+
+
+def parse(line: bytes) -> Any:
+    """The JSON value of a stripped line (:func:`turnback.jsontext.loads`: ``ValueError``, or
+    :class:`~turnback.jsontext.TooDeep` past its depth limit, when it is not one)."""
+    return jsontext.loads(line)
+
+
+def with_session_id(frame: Frame, line: bytes, session_id: str) -> bytes:
+    """``line`` (which holds ``frame``) with its ``params.sessionId`` replaced by ``session_id``.
+
+    The text is changed in place only when that is certainly the one place: the line has exactly
+    one ``"sessionId"`` key (a string value cannot hold those bytes unescaped) and it is followed
+    by the old id as ``json.dumps`` writes it. Otherwise -- whitespace, escapes written
+    differently, a nested sessionId -- the frame is encoded again, which is always right."""
+    params = frame.get("params")
+    old = params.get("sessionId") if isinstance(params, dict) else None
+    if isinstance(old, str) and line.count(_SESSION_KEY) == 1:
+        before = _SESSION_KEY + b":" + encode(old)
+        if line.count(before) == 1:
+            return line.replace(before, _SESSION_KEY + b":" + encode(session_id))
+    changed = dict(frame)
+    if isinstance(params, dict):
+        changed["params"] = {**params, "sessionId": session_id}
+    return encode(changed)
+
+
+__all__ = [
+    "BACKLOG",
+    "CANCEL_REQUEST",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "PARSE_ERROR",
+    "SENT_REQUESTS",
+    "Frame",
+    "Output",
+    "Pace",
+    "Rejected",
+    "Sender",
+    "SentRequests",
+    "Watch",
+    "Wire",
+    "encode",
+    "note_sent",
+    "parse",
+    "with_session_id",
+]

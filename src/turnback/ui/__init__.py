@@ -1,0 +1,85 @@
+"""``turnback ui``: a local web page to review a home's sessions, over a JSON API.
+
+An interface like ``turnback.cli`` and ``turnback.acp``: it calls the library and renders, with no
+rules of its own. Starlette and uvicorn are imported only here, when the page is served, so the
+other commands do not pay for them at start-up.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import sys
+from collections.abc import Callable
+
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def serve(
+    home: str | os.PathLike[str] | None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    open_browser: bool = True,
+    read_only: bool = False,
+    announce: Callable[[str], None] = print,
+) -> None:
+    """Serve the page until interrupted or SIGTERM. The first thing announced is the address
+    with its token; nothing is served to a request that does not carry the token."""
+    import uvicorn
+
+    import turnback
+    from turnback.ui.app import build_app
+
+    tb = turnback.open(home, create=False)
+    try:
+        token = secrets.token_urlsafe(24)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        # IPPROTO_TCP by name: asyncio sets TCP_NODELAY only on sockets that say so, and
+        # without it a response's headers and body wait on the client's delayed ACK (40 ms).
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+        bound = sock.getsockname()[1]
+        where = f"[{host}]" if family == socket.AF_INET6 else host
+        url = f"http://{where}:{bound}/?token={token}"
+        announce(url)
+        sys.stdout.flush()
+        if host not in LOOPBACK:
+            print(
+                f"warning: serving on {host}, not only this machine: anyone who can reach it "
+                "and has the address above can review (and, without --read-only, revert) "
+                "these sessions",
+                file=sys.stderr,
+            )
+        app = build_app(tb, token, read_only=read_only, hosts=[host, *LOOPBACK])
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=2,
+            server_header=False,
+        )
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(url)
+        server = uvicorn.Server(config)
+
+        # uvicorn stops on SIGINT and SIGTERM, then raises the signal again under the handler
+        # it found; this one ends the server too, and lets an interrupted page exit 0.
+        def stop(signum: int, frame: object) -> None:
+            server.should_exit = True
+
+        previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            server.run(sockets=[sock])
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+    finally:
+        tb.close()

@@ -1,0 +1,584 @@
+"""The review page's web app: the page's shell, its assets and the JSON API under ``/api/``.
+
+Some facts about its security, on which the rest relies:
+
+* Every request carries the token ``turnback ui`` printed. The address's ``?token=`` is accepted
+  once: it is exchanged for an HttpOnly, SameSite=Strict cookie and the browser is sent to the
+  same address without it, so the token leaves the address bar and the history. Without a token
+  the answer is 401; with a wrong one, 403. The comparison takes constant time.
+* A cookie alone does not make an action: every POST must also carry ``X-Turnback-Csrf`` with a
+  second secret that only the page's own HTML holds. Another site can make a browser send the
+  cookie (not with SameSite=Strict, but belt and braces) but cannot read the page, nor set a
+  custom header on a cross-site request without a CORS preflight this app never answers.
+* The Host header must name this machine (or the host served on), so a DNS-rebound name cannot
+  reach the app from a web page.
+* ``--read-only`` mounts no POST route at all.
+* Ids from the address are checked against the shape of an id before they reach the library,
+  and assets are served from a fixed table: no part of an address becomes a file path.
+
+Every library call runs on one worker thread, in order: the handle and its store are used by one
+thread at a time, and the event loop never waits on SQLite or git.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import re
+import secrets
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from http.cookies import SimpleCookie
+from importlib.resources import files
+from typing import Any, TypedDict, TypeVar
+from urllib.parse import parse_qsl, urlencode
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from turnback import cli
+from turnback.engine.handle import Session, Turnback
+from turnback.errors import (
+    AmbiguousId,
+    CheckpointUnavailable,
+    InvalidId,
+    NothingToRevert,
+    NotSetAside,
+    RevertConflict,
+    RevertInProgress,
+    RollbackUnavailable,
+    SessionNotFound,
+    TurnbackError,
+    TurnInProgress,
+    TurnNotFound,
+)
+
+T = TypeVar("T")
+
+
+class RevertOptions(TypedDict):
+    files: bool
+    conversation: bool
+    keep_user_edits: bool
+
+
+CSRF_HEADER = "x-turnback-csrf"
+_ID = re.compile(r"[0-9a-fA-F]{1,64}")
+_TURN = re.compile(r"[0-9]{1,9}|[0-9a-fA-F]{1,64}")
+_ASSETS = {
+    "app.js": "text/javascript; charset=utf-8",
+    "app.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
+}
+_SECURITY_HEADERS = [
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+    (
+        b"content-security-policy",
+        b"default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+        b"connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    ),
+]
+# The most paths one request for a part of a patch may name.
+MAX_PATHS = 200
+# How often the live stream looks at the store for a change, in seconds.
+POLL_INTERVAL = 0.25
+
+# What to do next, worded for the page; the library's message says what happened.
+_HINTS: dict[type[TurnbackError], str] = {
+    RevertInProgress: "Wait until the other revert or undo ends, then reload; if its process died, "
+    "run `turnback recover` to settle it.",
+    TurnInProgress: "Wait until the running turn ends (this page shows it live), then try again.",
+    RevertConflict: "Keep a copy of your edits and revert without “keep my edits”, or leave the "
+    "files as they are.",
+    NothingToRevert: "There is nothing to undo: no revert of this session is left to undo.",
+    NotSetAside: "Only a set-aside turn can be applied or discarded; reload to see the session "
+    "as it is now.",
+    CheckpointUnavailable: "The workspace checkpoint is missing, so this part cannot be shown "
+    "or restored; the session's activities say why.",
+    RollbackUnavailable: "The agent cannot roll its conversation back; revert the files only.",
+    SessionNotFound: "Go back to the list of sessions; it may have been removed.",
+    TurnNotFound: "Go back to the session's timeline to pick a turn that exists.",
+    AmbiguousId: "Use a longer id.",
+    InvalidId: "Ids are hexadecimal; go back to the list of sessions.",
+}
+_STATUS: dict[type[TurnbackError], int] = {
+    InvalidId: 400,
+    AmbiguousId: 400,
+    SessionNotFound: 404,
+    TurnNotFound: 404,
+}
+
+
+def error_json(error: TurnbackError) -> tuple[int, dict[str, Any]]:
+    """An error as the page shows it: what happened (the library's words) and what to do."""
+    kind = type(error)
+    hint = next((h for k, h in _HINTS.items() if isinstance(error, k)), None)
+    status = next((s for k, s in _STATUS.items() if isinstance(error, k)), None)
+    body: dict[str, Any] = {
+        "type": kind.__name__,
+        "message": str(error),
+        "hint": hint or "Nothing was changed. Reload the page to see the state as it is now.",
+    }
+    if isinstance(error, RevertConflict):
+        body["paths"] = list(getattr(error, "paths", ()))
+    return status or (409 if error.exit_code == 3 else 500), {"error": body}
+
+
+def _problem(status: int, kind: str, message: str, hint: str) -> JSONResponse:
+    return JSONResponse({"error": {"type": kind, "message": message, "hint": hint}}, status)
+
+
+class TokenGate:
+    """ASGI middleware: the token check described at the top of this module."""
+
+    def __init__(self, app: ASGIApp, token: str, csrf: str) -> None:
+        self.app = app
+        self.token = token
+        self.csrf = csrf
+
+    def _cookie_name(self, scope: Scope) -> str:
+        # Cookies ignore ports: two pages served at once must not overwrite each other's.
+        server = scope.get("server") or ("", 0)
+        return f"turnback_{server[1]}"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"))
+        offered = dict(query).get("token")
+        name = self._cookie_name(scope)
+        cookie = SimpleCookie()
+        try:
+            cookie.load(headers.get("cookie", ""))
+        except Exception:  # a malformed Cookie header is no token
+            cookie = SimpleCookie()
+        held = cookie[name].value if name in cookie else None
+        api = scope["path"].startswith("/api/")
+        if offered is not None:
+            if not hmac.compare_digest(offered.encode(), self.token.encode()):
+                await self._refuse(scope, receive, send, 403, api)
+                return
+            rest = urlencode([(k, v) for k, v in query if k != "token"])
+            target = scope["path"] + (f"?{rest}" if rest else "")
+            response = Response(status_code=303, headers={"location": target})
+            response.set_cookie(
+                name, self.token, httponly=True, samesite="strict", path="/", max_age=None
+            )
+            await response(scope, receive, send)
+            return
+        if held is None:
+            await self._refuse(scope, receive, send, 401, api)
+            return
+        if not hmac.compare_digest(held.encode(), self.token.encode()):
+            await self._refuse(scope, receive, send, 403, api)
+            return
+        if scope["method"] not in ("GET", "HEAD"):
+            sent = headers.get(CSRF_HEADER, "")
+            if not hmac.compare_digest(sent.encode(), self.csrf.encode()):
+                response = _problem(
+                    403,
+                    "Forbidden",
+                    "this action came without the page's anti-forgery header",
+                    "Use the page's own buttons; reload it if it was open before the server "
+                    "restarted.",
+                )
+                await response(scope, receive, send)
+                return
+
+        async def send_with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *_SECURITY_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+    @staticmethod
+    async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, api: bool) -> None:
+        what = "has no token" if status == 401 else "has a token that is not this server's"
+        hint = (
+            "Open the address `turnback ui` printed (it ends in ?token=…); the token changes "
+            "each time the server starts."
+        )
+        if api:
+            response: Response = _problem(
+                status,
+                "Unauthorized" if status == 401 else "Forbidden",
+                f"the request {what}",
+                hint,
+            )
+        else:
+            response = HTMLResponse(
+                "<!doctype html><meta charset=utf-8><title>turnback: no access</title>"
+                "<body style='font:16px system-ui;margin:3em;max-width:40em'>"
+                f"<h1>No access</h1><p>This request {what}.</p>"
+                "<p>Open the address <code>turnback ui</code> printed, with its "
+                "<code>?token=…</code>; the token changes each time the server starts.</p>",
+                status,
+            )
+        await response(scope, receive, send)
+
+
+class Api:
+    """The routes: each parses and checks its part of the address, calls the library on the
+    worker thread and renders the CLI's ``--json`` shape."""
+
+    def __init__(self, tb: Turnback, csrf: str, read_only: bool) -> None:
+        self.tb = tb
+        self.csrf = csrf
+        self.read_only = read_only
+        self.worker = ThreadPoolExecutor(1, thread_name_prefix="turnback-ui")
+        self._shell = (files("turnback.ui") / "static" / "index.html").read_text("utf-8")
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.worker, partial(fn, *args, **kwargs))
+
+    async def answer(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
+        try:
+            data = await self.call(fn, *args, **kwargs)
+        except TurnbackError as error:
+            status, body = error_json(error)
+            return JSONResponse(body, status)
+        return Response(
+            json.dumps(data, ensure_ascii=False, default=str, separators=(",", ":")),
+            media_type="application/json",
+        )
+
+    # -- checking the address ---------------------------------------------------------------
+
+    @staticmethod
+    def session_ref(request: Request) -> str:
+        ref = str(request.path_params["session"])
+        if not _ID.fullmatch(ref):
+            raise InvalidId(f"{ref[:80]!r} is not a session id")
+        return ref
+
+    @staticmethod
+    def turn_ref(request: Request, name: str = "turn") -> str:
+        ref = str(request.path_params[name])
+        if not _TURN.fullmatch(ref):
+            raise InvalidId(f"{ref[:80]!r} is not a turn number or id")
+        return ref
+
+    @staticmethod
+    def number(value: Any, what: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise InvalidId(f"{what} must be a turn number, not {value!r}")
+        text = str(value).strip()
+        if not text.isdigit() or len(text) > 9:
+            raise InvalidId(f"{what} must be a turn number (0 or more), not {str(value)[:40]!r}")
+        return int(text)
+
+    def session(self, ref: str) -> Session:
+        return self.tb.session(ref)
+
+    # -- pages --------------------------------------------------------------------------------
+
+    async def page(self, request: Request) -> Response:
+        config = json.dumps({"csrf": self.csrf, "readOnly": self.read_only})
+        html = self._shell.replace("{{config}}", config.replace("<", "\\u003c"))
+        return HTMLResponse(html, headers={"cache-control": "no-store"})
+
+    async def asset(self, request: Request) -> Response:
+        name = str(request.path_params["name"])
+        kind = _ASSETS.get(name)
+        if kind is None:
+            return _problem(404, "NotFound", f"no asset {name[:80]!r}", "Reload the page.")
+        body = (files("turnback.ui") / "static" / name).read_bytes()
+        return Response(body, media_type=kind, headers={"cache-control": "no-cache"})
+
+    # -- reading --------------------------------------------------------------------------------
+
+    async def sessions(self, request: Request) -> Response:
+        return await self.answer(cli.sessions_json, self.tb)
+
+    async def summary(self, request: Request) -> Response:
+        """The session and the numbers of its conversation's turns: what a turn's page needs to
+        name the session and step to the turns beside it, without the whole log."""
+
+        def build() -> dict[str, Any]:
+            handle = self.session(self.session_ref(request))
+            turns = handle.turns()
+            return {
+                "session": cli.session_json(handle.record),
+                "conversation": sorted(t.number for t in turns if t.in_conversation),
+            }
+
+        return await self.answer(build)
+
+    async def log(self, request: Request) -> Response:
+        return await self.answer(lambda: cli.log_json(self.session(self.session_ref(request))))
+
+    async def timeline(self, request: Request) -> Response:
+        """What the session page shows beside ``log``: set-aside turns with the reason, the
+        review mark and the latest activities."""
+
+        def build() -> dict[str, Any]:
+            handle = self.session(self.session_ref(request))
+            activities = handle.activities()
+            return {
+                "unrecovered": [cli.unrecovered_json(u) for u in handle.unrecovered()],
+                "review_mark": review_mark(activities),
+                "activities": [cli.activity_json(a) for a in activities[-50:]],
+            }
+
+        return await self.answer(build)
+
+    async def turn(self, request: Request) -> Response:
+        return await self.answer(
+            lambda: cli.show_json(self.session(self.session_ref(request)), self.turn_ref(request))
+        )
+
+    async def diff(self, request: Request) -> Response:
+        stat = request.query_params.get("stat") in ("1", "true")
+        return await self.answer(
+            lambda: cli.diff_json(
+                self.session(self.session_ref(request)), self.turn_ref(request), patch=not stat
+            )
+        )
+
+    async def patch(self, request: Request) -> Response:
+        """The patch of some of a turn's files (``?path=…``, repeated): a big turn's page asks
+        for the files on screen first. Only paths the turn changed are passed on."""
+
+        def build() -> dict[str, Any]:
+            handle = self.session(self.session_ref(request))
+            wanted = request.query_params.getlist("path")
+            if not wanted or len(wanted) > MAX_PATHS:
+                raise InvalidId(f"ask for 1 to {MAX_PATHS} paths at a time, not {len(wanted)}")
+            found = handle.diff(self.turn_ref(request))
+            changed = {f.path for f in found.files} | {f.old_path for f in found.files}
+            strays = [p for p in wanted if p not in changed]
+            if strays:
+                raise TurnNotFound(
+                    f"turn {found.turn.number} did not change {strays[0][:200]!r}"
+                    + (f" (nor {len(strays) - 1} more)" if len(strays) > 1 else "")
+                )
+            shown = handle.diff(found.turn.token, patch=True, paths=wanted)
+            return {"paths": wanted, "patch": shown.patch}
+
+        return await self.answer(build)
+
+    async def range(self, request: Request) -> Response:
+        def build() -> dict[str, Any]:
+            handle = self.session(self.session_ref(request))
+            start = self.number(request.query_params.get("from", ""), "from")
+            end = self.number(request.query_params.get("to", ""), "to")
+            found = handle.range_diff(start, end, patch=True)
+            return {
+                "from": found.from_turn,
+                "to": found.to_turn,
+                "files": [cli.change_json(f) for f in found.files],
+                "patch": found.patch,
+            }
+
+        return await self.answer(build)
+
+    async def stream(self, request: Request) -> Response:
+        """Server-sent events: ``log`` when the session's turns change (a turn begins or ends,
+        a revert moves the head), ``running`` with the running turn's conversation as it grows."""
+        try:
+            handle = await self.call(self.session, self.session_ref(request))
+        except TurnbackError as error:
+            status, body = error_json(error)
+            return JSONResponse(body, status)
+
+        def look() -> tuple[str, str | None]:
+            record = handle.record
+            turns = handle.turns()
+            shape = json.dumps(
+                [
+                    record.head,
+                    record.updated_at,
+                    [(t.token, t.status, t.reverted_by) for t in turns],
+                ]
+            )
+            running = next((t for t in turns if t.status == "running"), None)
+            live = None
+            if running is not None:
+                live = json.dumps(
+                    {
+                        "turn": cli.turn_json(running),
+                        "messages": [
+                            cli.message_json(m) for m in handle.turn_messages(running.token)
+                        ],
+                    },
+                    ensure_ascii=False,
+                    default=str,
+                )
+            return shape, live
+
+        async def events() -> AsyncIterator[str]:
+            seen: tuple[str, str | None] = ("", None)
+            yield "retry: 1000\n\n"
+            while not await request.is_disconnected():
+                try:
+                    now = await self.call(look)
+                except TurnbackError as error:
+                    yield f"event: problem\ndata: {json.dumps(error_json(error)[1])}\n\n"
+                    return
+                if now[0] != seen[0]:
+                    yield f"event: log\ndata: {json.dumps(now[0])}\n\n"
+                if now[1] is not None and now[1] != seen[1]:
+                    yield f"event: running\ndata: {now[1]}\n\n"
+                seen = now
+                await asyncio.sleep(POLL_INTERVAL)
+
+        return StreamingResponse(
+            events(),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+        )
+
+    # -- actions (not mounted under --read-only) -----------------------------------------------
+
+    async def body(self, request: Request) -> dict[str, Any]:
+        try:
+            data = await request.json()
+        except ValueError:
+            raise InvalidId("the request body is not JSON") from None
+        if not isinstance(data, dict):
+            raise InvalidId("the request body must be a JSON object")
+        return data
+
+    async def action(
+        self, request: Request, run: Callable[[Session, dict[str, Any]], Any]
+    ) -> Response:
+        try:
+            data = await self.body(request)
+            ref = self.session_ref(request)
+        except TurnbackError as error:
+            status, body = error_json(error)
+            return JSONResponse(body, status)
+        return await self.answer(lambda: run(self.session(ref), data))
+
+    @classmethod
+    def revert_options(cls, data: Any) -> tuple[int, RevertOptions]:
+        """A revert's target and options, from a POST body or a plan's query."""
+        scope = data.get("scope", "both")
+        if scope not in ("both", "files", "conversation"):
+            raise InvalidId(f"scope must be both, files or conversation, not {str(scope)[:40]!r}")
+        keep = data.get("keep_user_edits", False)
+        options = RevertOptions(
+            files=scope != "conversation",
+            conversation=scope != "files",
+            keep_user_edits=keep in (True, "1", "true"),
+        )
+        return cls.number(data.get("to_turn"), "to_turn"), options
+
+    async def plan(self, request: Request) -> Response:
+        """What a revert would do, writing nothing: as ``revert --dry-run --json``."""
+
+        def build() -> dict[str, Any]:
+            handle = self.session(self.session_ref(request))
+            to_turn, options = self.revert_options(request.query_params)
+            return cli.plan_json(handle.revert_plan(to_turn, **options))
+
+        return await self.answer(build)
+
+    async def revert(self, request: Request) -> Response:
+        def run(handle: Session, data: dict[str, Any]) -> dict[str, Any]:
+            to_turn, options = self.revert_options(data)
+            return cli.revert_json(handle.revert(to_turn, **options))
+
+        return await self.action(request, run)
+
+    async def undo(self, request: Request) -> Response:
+        return await self.action(request, lambda handle, _: cli.revert_json(handle.undo_revert()))
+
+    async def set_aside(self, request: Request) -> Response:
+        try:
+            token = self.turn_ref(request)
+        except TurnbackError as error:
+            status, body = error_json(error)
+            return JSONResponse(body, status)
+        verb = request.path_params["verb"]
+        if verb not in ("apply", "discard"):
+            return _problem(404, "NotFound", f"no action {verb[:40]!r}", "Apply or discard.")
+
+        def run(handle: Session, _: dict[str, Any]) -> dict[str, Any]:
+            if verb == "apply":
+                return {"applied": cli.turn_json(handle.apply(token))}
+            return {"discarded": token, "events": handle.discard(token)}
+
+        return await self.action(request, run)
+
+    async def mark(self, request: Request) -> Response:
+        def run(handle: Session, data: dict[str, Any]) -> dict[str, Any]:
+            number = self.number(data.get("turn"), "turn")
+            head = max((t.number for t in handle.turns() if t.in_conversation), default=0)
+            if number > head:
+                raise TurnNotFound(f"session {handle.id[:12]} has turns 1 to {head}")
+            handle.add_activity(
+                "info", REVIEW_MARK, f"reviewed up to turn {number}", {"turn": number}
+            )
+            return {"review_mark": number}
+
+        return await self.action(request, run)
+
+
+REVIEW_MARK = "review.marked"
+
+
+def review_mark(activities: Sequence[Any]) -> int | None:
+    """The turn the user last marked as reviewed on the page: the latest ``review.marked``."""
+    for activity in reversed(activities):
+        if activity.code == REVIEW_MARK and isinstance(activity.data.get("turn"), int):
+            return int(activity.data["turn"])
+    return None
+
+
+def build_app(
+    tb: Turnback, token: str, *, read_only: bool = False, hosts: Sequence[str] = ()
+) -> Starlette:
+    """The app for one home. ``token`` is the secret the address carries."""
+    csrf = secrets.token_urlsafe(24)
+    api = Api(tb, csrf, read_only)
+    session = "/api/sessions/{session}"
+    routes = [
+        Route("/", api.page),
+        Route("/sessions/{session}", api.page),
+        Route("/sessions/{session}/turns/{turn}", api.page),
+        Route("/sessions/{session}/range", api.page),
+        Route("/assets/{name}", api.asset),
+        Route("/api/sessions", api.sessions),
+        Route(session, api.summary),
+        Route(f"{session}/log", api.log),
+        Route(f"{session}/timeline", api.timeline),
+        Route(f"{session}/stream", api.stream),
+        Route(f"{session}/range", api.range),
+        Route(f"{session}/revert-plan", api.plan),
+        Route(f"{session}/turns/{{turn}}", api.turn),
+        Route(f"{session}/turns/{{turn}}/diff", api.diff),
+        Route(f"{session}/turns/{{turn}}/patch", api.patch),
+    ]
+    if not read_only:
+        routes += [
+            Route(f"{session}/revert", api.revert, methods=["POST"]),
+            Route(f"{session}/undo", api.undo, methods=["POST"]),
+            Route(f"{session}/review-mark", api.mark, methods=["POST"]),
+            Route(
+                f"{session}/unrecovered/{{turn}}/{{verb:str}}",
+                api.set_aside,
+                methods=["POST"],
+            ),
+        ]
+    allowed = sorted({*hosts, "127.0.0.1", "localhost", "::1", "[::1]"})
+    return Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(TrustedHostMiddleware, allowed_hosts=allowed),
+            Middleware(TokenGate, token=token, csrf=csrf),
+        ],
+    )
