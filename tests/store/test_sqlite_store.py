@@ -360,6 +360,39 @@ def test_only_a_running_turns_journal_grows(store: Store) -> None:
         assert all(tx.journal(t.token) == [] for t in others)
 
 
+@pytest.mark.parametrize("size", [1, 40])  # a few entries, and many: two ways on PostgreSQL
+def test_a_fenced_flush_writes_only_the_turns_running_under_their_fence(
+    store: Store, size: int
+) -> None:
+    record, other = add_session(store), add_session(store)
+    ours = dataclasses.replace(new_turn(record.id), fence="ours")
+    taken = dataclasses.replace(new_turn(other.id), fence="theirs")  # a takeover drew anew
+    with store.atomic() as tx:
+        tx.insert_turn(ours)
+        tx.insert_turn(taken)
+    batch = [
+        entry(t.token, seq, "it's 100% \\u0000 \u00e9")
+        for seq in range(1, size + 1)
+        for t in (ours, taken)
+    ]
+    states = store.append_fenced(batch, {ours.token: "ours", taken.token: "ours"})
+    assert states == {
+        ours.token: (TurnStatus.RUNNING, "ours"),
+        taken.token: (TurnStatus.RUNNING, "theirs"),
+    }
+    with store.read() as tx:
+        assert tx.journal(ours.token) == [e for e in batch if e.turn == ours.token]
+        assert tx.journal(taken.token) == []
+    with store.atomic() as tx:
+        tx.end_turn(
+            ours.token, TurnStatus.INTERRUPTED, 1.0, None, size, expected=TurnStatus.RUNNING
+        )
+    later = [entry(ours.token, size + 1)]
+    assert store.append_fenced(later, {})[ours.token] == (TurnStatus.INTERRUPTED, "ours")
+    with store.read() as tx:
+        assert len(tx.run_events(ours.token)) == size, "an ended turn's events do not grow"
+
+
 def test_an_ended_turns_journal_is_its_timeline_verbatim(store: Store) -> None:
     record = add_session(store)
     turn = add_turn(store, record.id)

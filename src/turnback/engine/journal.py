@@ -148,24 +148,18 @@ class Journal:
                 return
             try:
                 faults.point("journal.flush.before")
-                with self.store.atomic() as tx:
-                    tokens = sorted(
-                        {e.turn for e in pending.entries} | {a[0] for a in pending.after}
-                    )
-                    states = tx.lock_turns(tokens)
-                    lost = {
-                        token
-                        for token in tokens
-                        if token in self._fences
-                        and states.get(token) != (TurnStatus.RUNNING, self._fences[token])
-                    }
-                    running = {t for t, (status, _) in states.items() if status == "running"}
-                    tx.append_journal(
-                        [e for e in pending.entries if e.turn not in lost], running - lost
-                    )
-                    for token, after in pending.after:
-                        if token not in lost:
-                            after(tx)
+                tokens = sorted({e.turn for e in pending.entries} | {a[0] for a in pending.after})
+                fences = {t: self._fences[t] for t in tokens if t in self._fences}
+                if pending.after:
+                    with self.store.atomic() as tx:
+                        states = tx.append_fenced(pending.entries, fences)
+                        lost = self._lost_of(tokens, states)
+                        for token, after in pending.after:
+                            if token not in lost:
+                                after(tx)
+                else:  # events alone: the store may write them in fewer round trips
+                    states = self.store.append_fenced(pending.entries, fences)
+                    lost = self._lost_of(tokens, states)
                 faults.point("journal.flush.after")
             except StoreError:
                 with self._mutex:
@@ -180,6 +174,17 @@ class Journal:
                     self._mark_lost(lost, "another process recovered it")
         if turn is not None:
             self.check(turn)
+
+    def _lost_of(
+        self, tokens: list[str], states: dict[str, tuple[TurnStatus, str | None]]
+    ) -> set[str]:
+        """The held turns among ``tokens`` that no longer run under their fencing token."""
+        return {
+            token
+            for token in tokens
+            if token in self._fences
+            and states.get(token) != (TurnStatus.RUNNING, self._fences[token])
+        }
 
     def discard(self, turn: str) -> None:
         """Forget the unflushed entries of a turn that was removed or ended elsewhere."""

@@ -8,7 +8,7 @@ asked for, so the embedded default never pays for another.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -118,6 +118,14 @@ class Tx(Protocol):
         while it runs. ``running`` is the tokens of the turns the caller found running in this
         transaction (under :meth:`lock_turns`), saving the store the reading of them. Returns how
         many were dropped."""
+        ...
+
+    def append_fenced(
+        self, entries: Sequence[JournalEntry], fences: Mapping[str, str | None]
+    ) -> dict[str, tuple[TurnStatus, str | None]]:
+        """Under the locks of the entries' sessions, write the entries of each turn that runs
+        under its fencing token in ``fences`` (absent or None: that runs at all); returns each
+        turn's (status, fencing token) as found under the locks."""
         ...
 
     def journal(self, token: str) -> list[JournalEntry]: ...
@@ -236,6 +244,13 @@ class Store(Protocol):
     def atomic(self) -> AbstractContextManager[Tx]: ...
     def read(self) -> AbstractContextManager[Tx]: ...
     def integrity_problems(self) -> list[str]: ...
+    def append_fenced(
+        self, entries: Sequence[JournalEntry], fences: Mapping[str, str | None]
+    ) -> dict[str, tuple[TurnStatus, str | None]]:
+        """:meth:`Tx.append_fenced` in a transaction of its own: a journal flush with nothing
+        else to write. A backend may do it in fewer round trips than ``atomic()`` would."""
+        ...
+
     def compact(self) -> int:
         """Give back disk space the store holds but no longer needs; returns the bytes freed."""
         ...

@@ -18,9 +18,10 @@ Facts this module relies on:
 from __future__ import annotations
 
 import functools
+import json
 import threading
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -34,6 +35,7 @@ from turnback.errors import (
     StoreNotFound,
     StoreUnavailable,
 )
+from turnback.model import JournalEntry, TurnStatus
 from turnback.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, postgres_migration
 from turnback.store.sql import Cursor, SQLTx
 
@@ -41,6 +43,35 @@ from turnback.store.sql import Cursor, SQLTx
 _LOCKED = {"40001", "40P01", "55P03", "57014"}  # serialization, deadlock, lock/statement timeout
 _UNAVAILABLE_CLASSES = {"08", "28", "53", "57", "58"}  # connection, auth, resources, server
 _CORRUPT = {"XX001", "XX002"}  # data or index corrupted
+
+
+#: A journal flush with its fencing check, in one round trip. Measured on a loaded 2-core
+#: machine: a few entries go fastest as one query string (no per-statement overhead on this
+#: side, the entries as one escaped JSON array); many, as prepared statements sent together
+#: in pipeline mode with the entries as binary arrays (no escaping, no planning at each flush).
+_MANY_ENTRIES = 16
+_FENCED_FLUSH = (
+    "BEGIN; SELECT s.id FROM turns t JOIN sessions s ON s.id = t.session_id "
+    "WHERE t.token IN (SELECT json_array_elements_text(%s::json)) ORDER BY s.id FOR UPDATE OF s; "
+    "INSERT INTO events (turn, seq, kind, payload, at) "
+    "SELECT e->>0, (e->>1)::bigint, e->>2, e->>3, (e->>4)::float8 "
+    "FROM json_array_elements(%s::json) AS e JOIN turns t ON t.token = e->>0 "
+    "WHERE t.status = 'running' AND (e->>5 IS NULL OR t.fence = e->>5); "
+    "SELECT token, status, fence FROM turns "
+    "WHERE token IN (SELECT json_array_elements_text(%s::json)); COMMIT"
+)
+_LOCK_TURNS = (
+    "SELECT s.id FROM turns t JOIN sessions s ON s.id = t.session_id "
+    "WHERE t.token = ANY(%s) ORDER BY s.id FOR UPDATE OF s"
+)
+_INSERT_FENCED = (
+    "INSERT INTO events (turn, seq, kind, payload, at) "
+    "SELECT v.turn, v.seq, v.kind, v.payload, v.at FROM unnest("
+    "%b::text[], %b::bigint[], %b::text[], %b::text[], %b::float8[], %b::text[]"
+    ") AS v (turn, seq, kind, payload, at, fence) JOIN turns t ON t.token = v.turn "
+    "WHERE t.status = 'running' AND (v.fence IS NULL OR t.fence = v.fence)"
+)
+_TURN_STATES = "SELECT token, status, fence FROM turns WHERE token = ANY(%s)"
 
 
 def _without_password(url: str) -> str:
@@ -245,6 +276,62 @@ class PostgresStore:
     def integrity_problems(self) -> list[str]:
         with self.read() as tx:
             return tx.integrity_problems()
+
+    def append_fenced(
+        self, entries: Sequence[JournalEntry], fences: Mapping[str, str | None]
+    ) -> dict[str, tuple[TurnStatus, str | None]]:
+        """A journal flush in one round trip: BEGIN, the sessions' locks, the entries of the
+        turns that still run under their fencing tokens, the turns' states and COMMIT go to the
+        server together (see ``_MANY_ENTRIES`` for how), and come back together. Each statement
+        takes its own snapshot (READ COMMITTED), after the lock: the fencing check sees whatever
+        a takeover committed before the lock was granted, as :meth:`SQLTx.append_fenced` does."""
+        if not entries:
+            with self.atomic() as tx:
+                return tx.append_fenced(entries, fences)
+        tokens = sorted({e.turn for e in entries})
+        with self._lock, self._translated():
+            if self._conn.broken or self._conn.closed:
+                self._reconnect()
+            try:
+                if len(entries) < _MANY_ENTRIES:
+                    found = self._flush_few(tokens, entries, fences)
+                else:
+                    found = self._flush_many(tokens, entries, fences)
+            except BaseException:
+                self._rollback()
+                raise
+        return {row[0]: (TurnStatus(row[1]), row[2]) for row in found}
+
+    def _flush_few(
+        self, tokens: list[str], entries: Sequence[JournalEntry], fences: Mapping[str, str | None]
+    ) -> list[tuple[Any, ...]]:
+        rows = [(e.turn, e.seq, e.kind, e.payload, e.at, fences.get(e.turn)) for e in entries]
+        listed = json.dumps(tokens)
+        with psycopg.ClientCursor(self._conn) as cursor:
+            cursor.execute(_FENCED_FLUSH, (listed, json.dumps(rows, ensure_ascii=False), listed))
+            for _ in range(3):  # BEGIN, the locks, the INSERT: to the turns' states
+                cursor.nextset()
+            return cursor.fetchall()
+
+    def _flush_many(
+        self, tokens: list[str], entries: Sequence[JournalEntry], fences: Mapping[str, str | None]
+    ) -> list[tuple[Any, ...]]:
+        columns = (
+            [e.turn for e in entries],
+            [e.seq for e in entries],
+            [e.kind for e in entries],
+            [e.payload for e in entries],
+            [e.at for e in entries],
+            [fences.get(e.turn) for e in entries],
+        )
+        conn = self._conn
+        with conn.pipeline():
+            conn.execute("BEGIN")
+            conn.execute(_LOCK_TURNS, (tokens,))
+            conn.execute(_INSERT_FENCED, columns)
+            states = conn.execute(_TURN_STATES, (tokens,))
+            conn.execute("COMMIT")
+        return states.fetchall()
 
     def compact(self) -> int:
         """Nothing to give back from here: the server's autovacuum reclaims dead rows, and

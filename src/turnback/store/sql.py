@@ -26,7 +26,7 @@ The concurrency contract (what the engine needs from ``Store.atomic()``, and bot
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 from turnback import jsontext
@@ -418,6 +418,22 @@ class SQLTx:
             "INSERT INTO events (turn, seq, kind, payload, at) VALUES (?, ?, ?, ?, ?)", kept
         )
         return len(entries) - len(kept)
+
+    def append_fenced(
+        self, entries: Sequence[JournalEntry], fences: Mapping[str, str | None]
+    ) -> dict[str, tuple[TurnStatus, str | None]]:
+        """Under the locks of the entries' sessions: write the entries of each turn that runs
+        under its fencing token in ``fences`` (a turn absent from it, or with None there: that
+        runs at all); return each turn's (status, fencing token) as found under the locks."""
+        tokens = sorted({e.turn for e in entries})
+        states = self.lock_turns(tokens)
+        kept = {
+            token
+            for token, (status, fence) in states.items()
+            if status is TurnStatus.RUNNING and fences.get(token) in (None, fence)
+        }
+        self.append_journal([e for e in entries if e.turn in kept], kept)
+        return states
 
     def journal(self, token: str) -> list[JournalEntry]:
         rows = self._all(

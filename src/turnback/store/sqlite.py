@@ -23,12 +23,13 @@ import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from turnback.errors import SchemaTooNew, StoreCorrupt, StoreError, StoreLocked, StoreUnavailable
+from turnback.model import JournalEntry, TurnStatus
 from turnback.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from turnback.store.sql import Cursor, SQLTx
 
@@ -208,6 +209,12 @@ class SQLiteStore:
     def integrity_problems(self) -> list[str]:
         with self.read() as tx:
             return tx.integrity_problems()
+
+    def append_fenced(
+        self, entries: Sequence[JournalEntry], fences: Mapping[str, str | None]
+    ) -> dict[str, tuple[TurnStatus, str | None]]:
+        with self.atomic() as tx:
+            return tx.append_fenced(entries, fences)
 
     def compact(self) -> int:
         """Checkpoint the write-ahead log and truncate it: a process killed with the database
