@@ -33,6 +33,7 @@ from turnback.errors import (
     InvalidId,
     RevertInProgress,
     SessionNotFound,
+    StoreCorrupt,
     TurnbackError,
     TurnInProgress,
     TurnNotFound,
@@ -58,7 +59,8 @@ from turnback.model import (
     TurnStatus,
     UnrecoveredTurn,
 )
-from turnback.store import Store, Tx, open_store, sqlite_url
+from turnback.store import DEFAULT_DATABASE, Store, Tx, open_store, sqlite_url
+from turnback.workspace.snapshots import holds_checkpoints
 
 _HEX = re.compile(r"[0-9a-f]+")
 
@@ -80,6 +82,27 @@ def normalise_id(text: str, what: str) -> str:
             f"{text!r} is not a {what} id: ids are hexadecimal (a unique prefix is enough)"
         )
     return value
+
+
+def _refuse_an_emptied_database(home: Path) -> None:
+    """A 0-byte database is what a process killed during a home's very first open leaves, and
+    the store makes it a new one: there is nothing in it to lose. Not so when the home already
+    holds workspace checkpoints: then the file held sessions and was emptied (a full disk, a
+    bad copy), and a new database beside those checkpoints would hide the loss and let gc prune
+    them. That is refused, with nothing written."""
+    database = home / DEFAULT_DATABASE
+    log = database.with_name(DEFAULT_DATABASE + "-wal")
+    try:
+        emptied = database.stat().st_size == 0 and not (log.exists() and log.stat().st_size)
+    except OSError:
+        return  # no file (a new home), or one the store reports on itself
+    if emptied and holds_checkpoints(home):
+        raise StoreCorrupt(
+            f"the database {database} is empty (0 bytes), yet {home} holds the workspace "
+            "checkpoints of earlier sessions: it was emptied (a full disk or a bad copy, say) and "
+            "was left as it is. Put it back from a backup, or move it away to start afresh "
+            "(the checkpoints stay until gc removes them)"
+        )
 
 
 class Turnback:
@@ -104,6 +127,8 @@ class Turnback:
             raise ValueError(f"durability must be one of {choices}, not {durability!r}") from None
         self.home = (Path(home).expanduser() if home is not None else default_home()).absolute()
         url = database_url or os.environ.get("TURNBACK_DATABASE_URL") or sqlite_url(self.home)
+        if url == sqlite_url(self.home):
+            _refuse_an_emptied_database(self.home)
         self.store: Store = open_store(url, busy_timeout=busy_timeout, create=create)
         self.durability = mode
         self.journal = Journal(self.store, mode, window=batch_window)

@@ -93,6 +93,11 @@ Progress = Callable[[str, int, int], None]
 Problem = Callable[[Path, str], None]
 
 
+def holds_checkpoints(home: Path) -> bool:
+    """Whether ``home`` holds shadow repositories: the checkpoints of some session."""
+    return any((Path(home) / "shadow").glob("*.git"))
+
+
 class Snapshots:
     """Workspace checkpoints in shadow repositories under ``home / "shadow"``.
 
