@@ -670,11 +670,8 @@ class Session:
         the files, then rolls the conversation back in one transaction; later turns are kept as
         reverted history. ``keep_user_edits`` undoes only the agent's own changes (RevertConflict,
         with nothing written, where they clash with hand edits)."""
-        self._tb.journal.flush()
         return revert.revert(
-            self._tb.store,
-            self._tb.checkpoints,
-            self.id,
+            *self._reverting(),
             to_turn,
             files=files,
             conversation=conversation,
@@ -694,11 +691,8 @@ class Session:
         """:meth:`revert` up to the agent's side: validated (``rollback.check`` included),
         captured, the files moved. Roll the agent back on your side, then call ``finish()`` on
         the result (or ``abandon(why)``, which puts the files back)."""
-        self._tb.journal.flush()
         return revert.start_revert(
-            self._tb.store,
-            self._tb.checkpoints,
-            self.id,
+            *self._reverting(),
             to_turn,
             files=files,
             conversation=conversation,
@@ -718,16 +712,19 @@ class Session:
         files restored and deleted (with +/-), the files kept (ignored, not captured, existing
         before the turns, or hand edits under ``keep_user_edits``) and the hand edits in the way
         (``conflicts``). Raises what the revert would raise before it writes."""
-        self._tb.journal.flush()
         return revert.plan(
-            self._tb.store,
-            self._tb.checkpoints,
-            self.id,
+            *self._reverting(),
             to_turn,
             files=files,
             conversation=conversation,
             keep_user_edits=keep_user_edits,
         )
+
+    def _reverting(self) -> tuple[Store, WorkspaceCheckpoints | None, str]:
+        """What the engine's revert, its first steps and its plan take before their own
+        arguments -- once the journal is on disk, since they read the turns."""
+        self._tb.journal.flush()
+        return self._tb.store, self._tb.checkpoints, self.id
 
     def undo_revert(self) -> Revert:
         """Undo the last revert: files, turns and head as they were just before it."""
