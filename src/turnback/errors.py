@@ -20,6 +20,11 @@ class TurnbackError(Exception):
     state: str | None = None
     remedy: str | None = None
 
+    def __init__(self, *args: object, remedy: str | None = None) -> None:
+        super().__init__(*args)
+        if remedy is not None:
+            self.remedy = remedy
+
 
 class InvalidId(TurnbackError, ValueError):
     """An id or prefix that cannot name anything (wrong characters, empty)."""
@@ -158,8 +163,10 @@ class RevertConflict(WorkspaceError):
 class RestoreIncomplete(WorkspaceError):
     """Files of a restore could not be written (a full disk, say); ``paths`` names them."""
 
-    def __init__(self, message: str, paths: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str, paths: tuple[str, ...] = (), *, remedy: str | None = None
+    ) -> None:
+        super().__init__(message, remedy=remedy)
         self.paths = paths
 
 

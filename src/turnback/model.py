@@ -344,8 +344,9 @@ class RevertPlan:
     Each list holds file changes from the workspace as it is now: ``restore`` the paths written
     back (with the lines added and removed), ``delete`` the paths removed, ``keep`` the paths
     left as they are although they differ from the target (``kept_because`` says why, by path:
-    ``ignored``, ``not captured``, ``pre-existing`` or ``user edit``), and ``conflicts`` the
-    hand edits in the way: a plain revert overwrites them, ``keep_user_edits`` refuses them."""
+    ``ignored``, ``not captured``, ``unreadable`` (a directory), ``pre-existing`` or ``user
+    edit``), and ``conflicts`` the hand edits in the way: a plain revert overwrites them,
+    ``keep_user_edits`` refuses them."""
 
     restore: tuple[FileChange, ...] = ()
     delete: tuple[FileChange, ...] = ()

@@ -172,9 +172,15 @@ def proxy_command(home: Path, agent: Sequence[str], *options: str) -> list[str]:
 
 @asynccontextmanager
 async def connect(
-    editor: Editor, command: Sequence[str], cwd: Path, env: dict[str, str] | None = None
+    editor: Editor,
+    command: Sequence[str],
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    *,
+    unstable: bool = False,
 ) -> AsyncIterator[tuple[ClientSideConnection, asyncio.subprocess.Process]]:
-    """Spawn ``command`` (the proxy, or an agent) and connect the editor to it."""
+    """Spawn ``command`` (the proxy, or an agent) and connect the editor to it; ``unstable``
+    lets the editor answer the SDK's unstable methods (``elicitation/create``)."""
     environment = {**os.environ, **(env or {})}
     async with acp.spawn_agent_process(
         cast(acp.Client, editor),
@@ -183,6 +189,7 @@ async def connect(
         env=environment,
         cwd=cwd,
         transport_kwargs={"stderr": None},
+        use_unstable_protocol=unstable,
     ) as (conn, process):
         yield conn, process
 

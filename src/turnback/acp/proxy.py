@@ -596,7 +596,7 @@ class Proxy:
         validate_prompt(blocks)  # before anything is written: InvalidEvent names the field
         command = commands.parse(blocks)
         if command is not None:
-            said = await commands.run(command, runtime)
+            said = await commands.run(command, runtime, self._confirmer(editor.id))
             self.update(editor.id, transcript.notice_chunk(said.text, "command"))
             if not said.recorded:  # kept, so a session/load shows it again where it was
                 await asyncio.to_thread(
@@ -783,6 +783,33 @@ class Proxy:
             content = result.get("content")
             return content if isinstance(content, dict) else {}
         return None
+
+    def _confirmer(self, session_id: str) -> commands.Confirm | None:
+        """How a slash command asks the editor's user to confirm: an ``elicitation/create``
+        form with nothing to fill in (accept is yes), where the editor's ``initialize``
+        advertises form elicitation; ``None`` where it does not."""
+        capabilities = self.initialize_params.get("clientCapabilities")
+        elicits = capabilities.get("elicitation") if isinstance(capabilities, dict) else None
+        if not (isinstance(elicits, dict) and isinstance(elicits.get("form"), dict)):
+            return None
+
+        async def confirm(message: str) -> bool | None:
+            if self.conn is None:
+                return None
+            params = {
+                "sessionId": session_id,
+                "mode": "form",
+                "message": message,
+                "requestedSchema": {"type": "object", "properties": {}},
+            }
+            try:
+                result = await self.conn.send_request("elicitation/create", params)
+            except (acp.RequestError, ConnectionError, OSError) as error:
+                log.warning("the editor did not answer a confirmation: %s", error)
+                return None
+            return isinstance(result, dict) and result.get("action") == "accept"
+
+        return confirm
 
     def _commands(self, editor: _EditorSession) -> list[Any]:
         ours = [dict(command) for command in commands.COMMANDS]

@@ -33,6 +33,7 @@ from turnback.errors import (
     InvalidId,
     RevertInProgress,
     SessionNotFound,
+    StoreCorrupt,
     TurnbackError,
     TurnInProgress,
     TurnNotFound,
@@ -58,7 +59,8 @@ from turnback.model import (
     TurnStatus,
     UnrecoveredTurn,
 )
-from turnback.store import Store, Tx, open_store, sqlite_url
+from turnback.store import DEFAULT_DATABASE, Store, Tx, open_store, sqlite_url
+from turnback.workspace.snapshots import holds_checkpoints
 
 _HEX = re.compile(r"[0-9a-f]+")
 
@@ -80,6 +82,27 @@ def normalise_id(text: str, what: str) -> str:
             f"{text!r} is not a {what} id: ids are hexadecimal (a unique prefix is enough)"
         )
     return value
+
+
+def _refuse_an_emptied_database(home: Path) -> None:
+    """A 0-byte database is what a process killed during a home's very first open leaves, and
+    the store makes it a new one: there is nothing in it to lose. Not so when the home already
+    holds workspace checkpoints: then the file held sessions and was emptied (a full disk, a
+    bad copy), and a new database beside those checkpoints would hide the loss and let gc prune
+    them. That is refused, with nothing written."""
+    database = home / DEFAULT_DATABASE
+    log = database.with_name(DEFAULT_DATABASE + "-wal")
+    try:
+        emptied = database.stat().st_size == 0 and not (log.exists() and log.stat().st_size)
+    except OSError:
+        return  # no file (a new home), or one the store reports on itself
+    if emptied and holds_checkpoints(home):
+        raise StoreCorrupt(
+            f"the database {database} is empty (0 bytes), yet {home} holds the workspace "
+            "checkpoints of earlier sessions: it was emptied (a full disk or a bad copy, say) and "
+            "was left as it is. Put it back from a backup, or move it away to start afresh "
+            "(the checkpoints stay until gc removes them)"
+        )
 
 
 class Turnback:
@@ -105,6 +128,8 @@ class Turnback:
             raise ValueError(f"durability must be one of {choices}, not {durability!r}") from None
         self.home = (Path(home).expanduser() if home is not None else default_home()).absolute()
         url = database_url or os.environ.get("TURNBACK_DATABASE_URL") or sqlite_url(self.home)
+        if url == sqlite_url(self.home):
+            _refuse_an_emptied_database(self.home)
         self.store: Store = open_store(url, busy_timeout=busy_timeout, create=create)
         self.durability = mode
         self.journal = Journal(self.store, mode, window=batch_window)
@@ -662,11 +687,8 @@ class Session:
         the files, then rolls the conversation back in one transaction; later turns are kept as
         reverted history. ``keep_user_edits`` undoes only the agent's own changes (RevertConflict,
         with nothing written, where they clash with hand edits)."""
-        self._tb.journal.flush()
         return revert.revert(
-            self._tb.store,
-            self._tb.checkpoints,
-            self.id,
+            *self._reverting(),
             to_turn,
             files=files,
             conversation=conversation,
@@ -686,11 +708,8 @@ class Session:
         """:meth:`revert` up to the agent's side: validated (``rollback.check`` included),
         captured, the files moved. Roll the agent back on your side, then call ``finish()`` on
         the result (or ``abandon(why)``, which puts the files back)."""
-        self._tb.journal.flush()
         return revert.start_revert(
-            self._tb.store,
-            self._tb.checkpoints,
-            self.id,
+            *self._reverting(),
             to_turn,
             files=files,
             conversation=conversation,
@@ -710,16 +729,19 @@ class Session:
         files restored and deleted (with +/-), the files kept (ignored, not captured, existing
         before the turns, or hand edits under ``keep_user_edits``) and the hand edits in the way
         (``conflicts``). Raises what the revert would raise before it writes."""
-        self._tb.journal.flush()
         return revert.plan(
-            self._tb.store,
-            self._tb.checkpoints,
-            self.id,
+            *self._reverting(),
             to_turn,
             files=files,
             conversation=conversation,
             keep_user_edits=keep_user_edits,
         )
+
+    def _reverting(self) -> tuple[Store, WorkspaceCheckpoints | None, str]:
+        """What the engine's revert, its first steps and its plan take before their own
+        arguments -- once the journal is on disk, since they read the turns."""
+        self._tb.journal.flush()
+        return self._tb.store, self._tb.checkpoints, self.id
 
     def undo_revert(self) -> Revert:
         """Undo the last revert: files, turns and head as they were just before it."""

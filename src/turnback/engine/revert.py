@@ -51,6 +51,7 @@ from turnback.engine.checkpoints import WorkspaceCheckpoints
 from turnback.engine.owners import current_owner, is_alive, require_here
 from turnback.engine.turns import UNFINISHED_REVERTS, require_no_revert
 from turnback.errors import (
+    RECOVER,
     CheckpointUnavailable,
     NothingToRevert,
     OwnershipLost,
@@ -182,7 +183,7 @@ class StartedRevert:
                 "turn.reverted",
                 f"reverted the {what} to turn {to_turn}, undoing {len(later)} turn(s)"
                 + (" and keeping hand edits" if record.keep_user_edits else "")
-                + "; `turnback revert --undo` puts them back",
+                + "; undoing the revert puts them back",
                 {"revert": record.id, "to": to_turn, "turns": [t.token for t in later]},
                 now,
             )
@@ -414,8 +415,8 @@ def _require_checkpoints(
         if not commit or not checkpoints.snapshots.exists(path, commit):
             raise CheckpointUnavailable(
                 f"the workspace checkpoint needed to revert the files to turn {to_turn} is "
-                "missing (its capture failed, or gc pruned it; see `turnback activities`); "
-                "nothing was changed. Revert the conversation only, or choose another turn"
+                "missing (its capture failed, which the session's activities say, or gc pruned "
+                "it); nothing was changed. Revert the conversation only, or choose another turn"
             )
 
 
@@ -439,7 +440,8 @@ def _roll_back(
         if current is None:
             raise WorkspaceError(
                 f"revert {record.id} must be rolled back but the workspace cannot be captured; "
-                "run `turnback recover` again once it can"
+                "recovery rolls it back once it can",
+                remedy=RECOVER,
             )
         try:
             snapshots.restore(path, record.undo_checkpoint, current=current.commit)
@@ -456,9 +458,10 @@ def _roll_back(
                     time.time(),
                 )
             raise RestoreIncomplete(
-                f"{why}, and rolling it back failed too: {error}. Free space and run "
-                "`turnback recover` to put the files back",
+                f"{why}, and rolling it back failed too: {error}. Once they can be written "
+                "(free space, say), recovery puts the files back",
                 error.paths,
+                remedy=RECOVER,
             ) from error
     faults.point("revert.rollback.files")
     with store.atomic() as tx:
