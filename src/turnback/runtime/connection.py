@@ -108,7 +108,10 @@ class AgentConnection:
 
     @property
     def alive(self) -> bool:
-        return self._sidecar is not None and self._sidecar.alive
+        """Whether a process runs and has answered ``initialize``: one still being started (its
+        generation not counted yet) is not, so a host does not take it for the one its session
+        was opened in."""
+        return self._ready and self._sidecar is not None and self._sidecar.alive
 
     @property
     def pid(self) -> int | None:
