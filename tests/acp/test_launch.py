@@ -231,3 +231,38 @@ def test_the_agent_command_may_come_without_a_double_dash(home: Path, tmp_path: 
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout.splitlines()[0])
     assert answer["id"] == 7 and answer["result"]["agentCapabilities"]["loadSession"] is True
+
+
+def test_a_store_that_cannot_open_fails_the_first_session_method_and_is_left_intact(
+    home: Path, tmp_path: Path
+) -> None:
+    """initialize is answered before the store opens; what needs the store gets its error."""
+    home.mkdir()
+    damaged = home / "turnback.db"
+    damaged.write_bytes(b"not a database, and not to be touched " * 100)
+    new = {"cwd": str(tmp_path), "mcpServers": []}
+    editor = json.dumps(INITIALIZE) + "\n"
+    editor += json.dumps({"jsonrpc": "2.0", "id": 8, "method": "session/new", "params": new})
+    proxy = subprocess.Popen(
+        [sys.executable, "-m", "turnback", "--home", str(home), "acp", "--", *SCRIPTED],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    assert proxy.stdin is not None and proxy.stdout is not None
+    proxy.stdin.write(editor.encode() + b"\n")
+    proxy.stdin.flush()  # and kept open: the editor is still there when the answers come
+    answers: dict[int, Any] = {}
+    while len(answers) < 2 and (line := proxy.stdout.readline()):
+        answer = json.loads(line)
+        answers.setdefault(answer.get("id"), answer)
+    proxy.stdin.close()
+    assert proxy.stderr is not None
+    stderr = proxy.stderr.read()
+    proxy.wait(timeout=60)
+    assert "result" in answers[7]
+    assert answers[8]["error"]["data"]["error"] == "StoreCorrupt"
+    assert "damaged" in answers[8]["error"]["message"]
+    assert proxy.returncode == 1 and b"damaged" in stderr
+    assert damaged.read_bytes() == b"not a database, and not to be touched " * 100
