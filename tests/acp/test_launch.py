@@ -161,22 +161,26 @@ def test_an_agent_gone_before_answering_is_an_error_naming_it() -> None:
 
 
 @pytest.mark.parametrize(
-    ("argv", "command"),
+    ("argv", "line"),
     [
-        (["acp", "--", "agent", "--flag"], ["agent", "--flag"]),
+        (["acp", "--", "agent", "--flag"], launch.CommandLine(["agent", "--flag"])),
         (["--home", "h", "--no-pager", "acp", "--max-frame", "9999", "--", "a"], ["a"]),
         (["--home=h", "acp", "--restart-attempts=1", "--", "a", "--", "b"], ["a", "--", "b"]),
-        (["acp", "--bogus", "--", "a"], None),  # the CLI says what is wrong
+        (["acp", "--initialize-timeout", "2.5", "--", "a"], launch.CommandLine(["a"], 2.5)),
+        (["acp", "--initialize-timeout=soon", "--", "a"], None),  # the CLI says what is wrong
+        (["acp", "--bogus", "--", "a"], None),
         (["acp", "agent"], None),
         (["acp", "--"], None),
+        (["acp", "--max-frame"], None),
         (["sessions"], None),
         (["--json", "acp", "--", "a"], None),
     ],
 )
 def test_only_a_plain_command_line_is_read_before_the_cli(
-    argv: list[str], command: list[str] | None
+    argv: list[str], line: launch.CommandLine | list[str] | None
 ) -> None:
-    assert launch.agent_command(argv) == command
+    expected = launch.CommandLine(line) if isinstance(line, list) else line
+    assert launch.command_line(argv) == expected
 
 
 def test_the_start_knows_every_option_of_turnback_acp() -> None:

@@ -6,7 +6,7 @@ own start-up (the ACP SDK's models, turnback's engine, the store, recovery) take
 many agents' start-up, and on a loaded machine much longer; done before the agent starts, or
 before the answer, it adds all of that to the wait. So:
 
-1. the command line is read with nothing imported (:func:`agent_command`; anything but a plain
+1. the command line is read with nothing imported (:func:`command_line`; anything but a plain
    ``turnback [--home H] acp [--option VALUE]… -- AGENT…`` goes the ordinary way, through the
    CLI, which says what is wrong with it);
 2. the agent is started at once, and the proxy imported in a thread;
@@ -33,6 +33,7 @@ import select
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,8 @@ class Launched:
     params: dict[str, Any] | None = None
     #: the agent's answer to it (as it wrote it), when the editor has been given it
     answer: dict[str, Any] | None = None
+    #: when it was sent (``time.monotonic()``): its ``--initialize-timeout`` runs from then
+    sent_at: float | None = None
 
 
 _launched: Launched | None = None
@@ -72,9 +75,18 @@ def take() -> Launched | None:
     return launched
 
 
-def agent_command(argv: Sequence[str]) -> list[str] | None:
-    """The agent command of a plain ``[--home H] [--no-pager] acp [--option VALUE]… -- AGENT…``
-    command line; None for anything else."""
+@dataclass(frozen=True, slots=True)
+class CommandLine:
+    """A plain ``turnback acp`` command line, as far as the start needs it."""
+
+    agent: list[str]
+    #: ``--initialize-timeout``, when given (the CLI knows its default)
+    initialize_timeout: float | None = None
+
+
+def command_line(argv: Sequence[str]) -> CommandLine | None:
+    """A plain ``[--home H] [--no-pager] acp [--option VALUE]… -- AGENT…`` command line; None
+    for anything else."""
     args = list(argv)
     at = 0
     while at < len(args) and args[at] != "acp":
@@ -85,13 +97,21 @@ def agent_command(argv: Sequence[str]) -> list[str] | None:
         else:
             return None
     at += 1
+    options: dict[str, str] = {}
     while at < len(args) and args[at] != "--":
-        name = args[at].partition("=")[0]
-        if name not in ACP_OPTIONS:
+        name, equals, value = args[at].partition("=")
+        if name not in ACP_OPTIONS or (not equals and at + 1 >= len(args)):
             return None
-        at += 1 if "=" in args[at] else 2
-    command = args[at + 1 :]
-    return command if at < len(args) and command else None
+        options[name] = value if equals else args[at + 1]
+        at += 1 if equals else 2
+    agent = args[at + 1 :]
+    if at >= len(args) or not agent:
+        return None
+    try:
+        timeout = options.get("--initialize-timeout")
+        return CommandLine(agent, None if timeout is None else float(timeout))
+    except ValueError:
+        return None
 
 
 def initialized(agent: dict[str, Any]) -> dict[str, Any]:
@@ -140,18 +160,26 @@ def _import(wake: int) -> None:
         os.write(wake, b"!")
 
 
-def _read(fd: int, wake: int) -> bytes | None:
-    """What ``fd`` has, b"" at its end; None when ``wake`` (the proxy is ready) comes first."""
-    ready, _, _ = select.select([fd, wake], [], [])
+def _read(fd: int, wake: int, deadline: float | None = None) -> bytes | None:
+    """What ``fd`` has, b"" at its end; None when ``wake`` (the proxy is ready) or the
+    ``deadline`` (of ``time.monotonic()``) comes first."""
+    wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+    ready, _, _ = select.select([fd, wake], [], [], wait)
     if fd not in ready:
         return None
     return os.read(fd, 1 << 16)
 
 
-def relay(launched: Launched, wake: int, editor: tuple[int, int] = (0, 1)) -> None:
+def relay(
+    launched: Launched,
+    wake: int,
+    editor: tuple[int, int] = (0, 1),
+    initialize_timeout: float | None = None,
+) -> None:
     """Steps 3 and 4 of the module docstring, between the editor (``editor``: the descriptors
     to read it and write to it) and the agent, until ``wake`` is readable (the proxy is
-    ready); leaves in ``launched`` where it stopped."""
+    ready) or the agent has had ``initialize_timeout`` seconds to answer; leaves in
+    ``launched`` where it stopped."""
     process = launched.process
     assert process is not None and process.stdin is not None and process.stdout is not None
     while b"\n" not in launched.editor:
@@ -174,12 +202,14 @@ def relay(launched: Launched, wake: int, editor: tuple[int, int] = (0, 1)) -> No
     launched.sent = agent_initialize(params, params["protocolVersion"])
     request = {"jsonrpc": "2.0", "id": INITIALIZE_ID, "method": "initialize"}
     try:
+        launched.sent_at = time.monotonic()
         _write(process.stdin.fileno(), _line({**request, "params": launched.sent}))
     except OSError:
         return  # the agent is gone: the proxy finds out and says so
+    deadline = None if initialize_timeout is None else launched.sent_at + initialize_timeout
     received, start = b"", 0
     while True:
-        data = _read(process.stdout.fileno(), wake)
+        data = _read(process.stdout.fileno(), wake, deadline)
         if not data:
             launched.agent = received
             return
@@ -227,9 +257,9 @@ def started(command: Sequence[str]) -> Launched:
     return Launched(process)
 
 
-def start(command: Sequence[str]) -> Launched:
+def start(line: CommandLine) -> Launched:
     """Start the agent and the proxy's import; relay ``initialize`` if it comes first."""
-    launched = started(command)
+    launched = started(line.agent)
     if launched.process is None:
         return launched
     wake_read, wake_write = os.pipe()
@@ -238,7 +268,7 @@ def start(command: Sequence[str]) -> Launched:
     )
     importing.start()
     try:
-        relay(launched, wake_read)
+        relay(launched, wake_read, initialize_timeout=line.initialize_timeout)
     finally:
         importing.join()
         os.close(wake_read)
@@ -251,9 +281,9 @@ def main() -> None:
     (and then the proxy) runs through :mod:`turnback.cli`."""
     global _launched
     argv = sys.argv[1:]
-    command = agent_command(argv)
-    if command is not None:
-        _launched = start(command)
+    line = command_line(argv)
+    if line is not None:
+        _launched = start(line)
     from turnback.cli import main as cli
 
     try:

@@ -838,7 +838,8 @@ async def serve(
     env = dict(os.environ)
     agent = agent_connection(command, env, policy or ResumePolicy())
     if early.process is not None:
-        agent.spawn(Started(early.process, early.agent, early.sent, INITIALIZE_ID, early.answer))
+        handed = (early.agent, early.sent, INITIALIZE_ID, early.answer, early.sent_at)
+        agent.spawn(Started(early.process, *handed))
     else:
         agent.spawn()
     reader, writer = await open_stdio(max_frame, early.editor)

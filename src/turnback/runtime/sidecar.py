@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,7 @@ class Started:
     sent: Mapping[str, Any] | None = None
     initialize_id: Any = None
     answer: dict[str, Any] | None = None
+    sent_at: float | None = None  # time.monotonic() when it was sent: its timeout runs from then
 
 
 def _object(value: Any) -> dict[str, Any]:
@@ -236,8 +238,12 @@ class Sidecar:
             self._initialize = dict(initialize)
         if self._rpc is None:
             await self.spawn()
+        started = self._started
+        wait = initialize_timeout
+        if started is not None and started.sent_at is not None:
+            wait = max(0.0, started.sent_at + initialize_timeout - time.monotonic())
         try:
-            response = await asyncio.wait_for(self._initialized(), initialize_timeout)
+            response = await asyncio.wait_for(self._initialized(), wait)
         except TimeoutError:
             self.kill()
             await self.close()
