@@ -195,8 +195,15 @@ async def connect(
 
 
 async def start(conn: ClientSideConnection, cwd: Path) -> str:
+    [session_id] = await open_sessions(conn, cwd)
+    return session_id
+
+
+async def open_sessions(conn: ClientSideConnection, *cwds: Path) -> list[str]:
+    """Initialize (as an editor able to read and write files), then a new session in each of
+    ``cwds``; none opened when none are given."""
     await conn.initialize(protocol_version=acp.PROTOCOL_VERSION, client_capabilities=CAPABILITIES)
-    return (await conn.new_session(cwd=str(cwd), mcp_servers=[])).session_id
+    return [(await conn.new_session(cwd=str(cwd), mcp_servers=[])).session_id for cwd in cwds]
 
 
 async def prompt(conn: ClientSideConnection, session_id: str, text: str, **meta: Any) -> str:

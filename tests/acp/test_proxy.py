@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import acp
-import pytest
 from acp.schema import (
     AcceptElicitationResponse,
     CancelElicitationResponse,
@@ -20,13 +19,6 @@ from acp.schema import (
 import turnback
 from tests.acp.harness import SCRIPTED, Editor, connect, prompt, proxy_command, run, start, wait_for
 from turnback.model import EventKind, TurnStatus
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
 
 
 def test_prompts_are_durable_turns_with_files_diffs_and_commands_offered(

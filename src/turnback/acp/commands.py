@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turnback.errors import RECOVER, WAIT, TurnbackError
 from turnback.model import FileChange, Turn
-from turnback.runtime import AgentRuntime
+
+if TYPE_CHECKING:
+    from turnback.runtime import AgentRuntime
 
 COMMANDS: tuple[dict[str, Any], ...] = (
     {
