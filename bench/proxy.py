@@ -8,7 +8,7 @@ One SDK client (what an editor does: keep each update) drives the same agent -- 
 in this file (``python bench/proxy.py --agent``) -- over real pipes: (d) directly, (p) through
 ``python -m turnback acp -- python bench/proxy.py --agent`` on a fresh home, where every prompt is
 a durable turn (begin, workspace checkpoints, journal, fold), and (c) through a process that only
-copies bytes both ways (``python bench/proxy.py --copy -- AGENT``): the least any process between
+copies bytes both ways (``python bench/copier.py AGENT``): the least any process between
 client and agent costs on this machine, since client, agent and that process share its cores.
 
 Rows:
@@ -39,6 +39,8 @@ waits for:
 (i-ts), (i-py)      from spawning the process to the answer to ``initialize``.
                     goal: at most 150 ms added
 (new-ts), (new-py)  the ``session/new`` round trip that follows.  goal: at most 50 ms added
+(i-ts-c), (i-py-c)  initialize through the byte-copying process instead of the proxy: the least
+                    any process between editor and agent adds to it here (no goal).
 
 Each shows the median of (d) and of (p), and the time added in a round ((p) - (d) of that round)
 as its median and its min-max over the rounds.
@@ -55,10 +57,8 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -81,6 +81,7 @@ from acp.schema import (  # noqa: E402  # noqa: E402
 from rounds import machine, verdict  # noqa: E402
 
 AGENT = (sys.executable, str(Path(__file__).resolve()), "--agent")
+COPIER = (sys.executable, str(Path(__file__).with_name("copier.py")))
 TS_AGENT = Path(__file__).resolve().parents[1] / "tests" / "acp" / "ts_agent"
 STARTED_AGENTS = {
     "ts": ("the TypeScript SDK agent", ("node", str(TS_AGENT / "agent.mjs"))),
@@ -142,23 +143,6 @@ class BenchAgent:
 async def serve_agent() -> None:
     reader, writer = await acp.stdio_streams()
     await acp.run_agent(cast(acp.Agent, BenchAgent()), writer, reader)
-
-
-def serve_copy(command: list[str]) -> int:
-    """Run ``command`` and copy bytes between it and this process's stdio, nothing else."""
-    agent = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    assert agent.stdin is not None and agent.stdout is not None
-
-    def pump(source: int, target: int) -> None:
-        while data := os.read(source, 1 << 16):
-            view = memoryview(data)
-            while view:
-                view = view[os.write(target, view) :]
-        os.close(target)
-
-    threading.Thread(target=pump, args=(0, agent.stdin.fileno()), daemon=True).start()
-    pump(agent.stdout.fileno(), 1)
-    return agent.wait()
 
 
 # -- the client ----------------------------------------------------------------------------
@@ -250,10 +234,14 @@ async def start_ups(rounds: int, scratch: Path, env: dict[str, str]) -> list[dic
     warm_up = 1 if rounds > 1 else 0  # not counted: it creates the home's database
     for round_ in range(warm_up + rounds):
         for key, (_, agent) in STARTED_AGENTS.items():
-            for side in ("d", "p"):
+            for side in ("d", "p", "c"):
                 work = scratch / f"start-{key}-{side}{round_}"
                 work.mkdir()
-                command = list(agent) if side == "d" else through_proxy(home, agent)
+                command = list(agent)
+                if side == "p":
+                    command = through_proxy(home, agent)
+                if side == "c":
+                    command = [*COPIER, *agent]
                 measured = await start_up(command, work, env)
                 if round_ >= warm_up:
                     times.setdefault((key, side), []).append(measured)
@@ -278,6 +266,22 @@ async def start_ups(rounds: int, scratch: Path, env: dict[str, str]) -> list[dic
                     "ok": median <= goal,
                 }
             )
+    for key, (name, _) in STARTED_AGENTS.items():
+        direct = [t[0] for t in times[(key, "d")]]
+        copier = [t[0] for t in times[(key, "c")]]
+        added = [c - d for c, d in zip(copier, direct, strict=True)]
+        rows.append(
+            {
+                "id": f"i-{key}-c",
+                "what": f"initialize, {name}, through the byte-copying process, median (ms)",
+                "direct": statistics.median(direct),
+                "proxy": statistics.median(copier),
+                "value": statistics.median(added),
+                "spread": [min(added), max(added)],
+                "goal": "-",
+                "ok": True,
+            }
+        )
     return rows
 
 
@@ -291,7 +295,7 @@ async def bench(sizes: dict[str, int], rounds: int, startups: int, scratch: Path
             work.mkdir()
             command = list(AGENT)
             if side == "c":
-                command = [sys.executable, str(Path(__file__).resolve()), "--copy", "--", *AGENT]
+                command = [*COPIER, *AGENT]
             if side == "p":
                 command = through_proxy(scratch / f"home{round_}", AGENT)
             result = await measure(command, work, env, sizes)
@@ -378,7 +382,6 @@ def table(report: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agent", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--copy", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("command", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--smoke", action="store_true", help="a small, quick run (CI)")
     parser.add_argument("--chunks", type=int, default=10_000)
@@ -394,8 +397,6 @@ def main() -> int:
     if args.agent:
         asyncio.run(serve_agent())
         return 0
-    if args.copy:
-        return serve_copy(args.command)
     sizes = {"chunks": args.chunks, "timed": args.timed, "prompts": args.prompts}
     rounds, startups = args.rounds, 7 if args.startups is None else args.startups
     if args.smoke:

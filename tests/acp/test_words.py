@@ -81,3 +81,21 @@ def test_the_proxy_words_a_refused_prompt_for_the_editor(home: Path, tmp_path: P
     assert "`turnback" not in error["message"]
     said = json.dumps(got["notes"])
     assert "could not do `/rewind`" in said and "turnback recover" not in said
+
+
+def test_a_revert_left_for_recovery_is_worded_by_each_surface() -> None:
+    """revert.py names no command: a revert whose rollback could not write its files carries
+    the RECOVER remedy, which the CLI words as a command and the proxy as an editor user can."""
+    from turnback.acp.commands import worded
+    from turnback.cli import _hint
+    from turnback.errors import RECOVER, RestoreIncomplete, WorkspaceError
+
+    for error in (
+        RestoreIncomplete("rolling it back failed too", ("a.txt",), remedy=RECOVER),
+        WorkspaceError("the workspace cannot be captured", remedy=RECOVER),
+    ):
+        assert error.remedy == RECOVER and "`" not in str(error)
+        assert _hint(error) == "; run `turnback recover`"
+        assert worded(error).startswith(str(error)) and "`turnback" not in worded(error)
+    assert RestoreIncomplete("x", ("a.txt",)).paths == ("a.txt",)
+    assert RestoreIncomplete("x").remedy is None

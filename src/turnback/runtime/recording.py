@@ -11,10 +11,11 @@ bounded per agent process so a misbehaving agent cannot flood the session.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from turnback.engine.turns import RunningTurn
-from turnback.errors import InvalidEvent, TurnNotRunning
+from turnback.errors import InvalidEvent, OwnershipLost, TurnNotRunning
 from turnback.model import ActivityLevel, EventKind
 from turnback.runtime.reactor import CheckpointSaved, Notice, Reactor
 from turnback.runtime.requests import PendingRequests
@@ -39,6 +40,8 @@ class Recorder:
         self.agent_session: str | None = None
         self.generation = 0  # of the agent process, for request ids unique across restarts
         self.store_paths: set[str] = set()  # the agent's checkpoint stores, removed at the end
+        #: told when a record finds the turn taken over by another process (OwnershipLost)
+        self.on_lost: Callable[[RunningTurn], None] | None = None
         self._reports = 0
 
     def new_process(self, generation: int) -> None:
@@ -88,6 +91,10 @@ class Recorder:
                 f"an update from the agent was not recorded: {error}",
                 {"update": repr(update)[:500]},
             )
+            return False
+        except OwnershipLost:
+            if self.on_lost is not None:
+                self.on_lost(turn)
             return False
         except TurnNotRunning:
             return False
