@@ -10,7 +10,9 @@ TS_STAMP := $(TS_AGENT)/node_modules/.installed
 CHROMIUM := /usr/bin/chromium
 BROWSER_STAMP := $(VENV)/.chromium
 
-.PHONY: demo test lint typecheck pytest bench fuzz clean
+PG_BIN ?= /usr/lib/postgresql/15/bin
+
+.PHONY: demo test lint typecheck pytest postgres bench fuzz clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,8 +40,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) $(TS_STAMP) $(BROWSER_STAMP)
-	$(BIN)/pytest
+# The tests run the store on PostgreSQL too: they start a throwaway server from these binaries
+# (tests/postgres_server.py); on a fresh Debian machine, as root, they are installed first.
+postgres:
+	@test -x $(PG_BIN)/postgres || { test "$$(id -u)" = 0 && command -v apt-get >/dev/null \
+		&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		postgresql-15 >/dev/null; } || { echo "make test needs PostgreSQL 15's server \
+		($(PG_BIN)/postgres): apt-get install postgresql-15" >&2; exit 1; }
+
+pytest: $(STAMP) $(TS_STAMP) $(BROWSER_STAMP) postgres
+	TURNBACK_PG_BIN=$(PG_BIN) $(BIN)/pytest
 
 test: lint typecheck pytest
 

@@ -3,6 +3,7 @@
     python bench/journal.py                  # the recorded run, about a minute
     python bench/journal.py --smoke          # tiny sizes, a few seconds (the smoke test)
     python bench/journal.py --events 5000 --turns 200 --dir /mnt/disk --json
+    python bench/journal.py --database-url postgresql://user@host/db   # and a fleet's store
 
 Every goal is read next to a baseline measured in the same run on the same filesystem, because
 absolute times on shared machines drift. Measurements that are compared with each other run in
@@ -21,8 +22,23 @@ interleaved rounds, so a slow stretch of the machine hits both sides alike.
 (w)   how long an acknowledged boundary event waited in ``record()``: median and longest
 (r)   ``recover()`` of turns left running by a SIGKILLed process, per turn, the journal alone
       (``checkpoints=False`` where turnback has workspace checkpoints)   goal: < 5 ms a turn
+(m0)  the text of a streamed chunk (bytes), the least any fold of it can keep
+(m)   what a running turn keeps in memory per streamed chunk beyond its text (bytes, traced by
+      ``tracemalloc`` across a turn of (b)'s chunks in batched mode, the journal flushed as it
+      goes): the folded conversation, which grows with the turn     goal: <= 50 bytes a chunk
 (r')  the same with turnback's default options (a workspace capture per recovered turn, where
       turnback has workspace checkpoints)                              goal: < 5 ms a turn
+
+With ``--database-url postgresql://…`` the same run also measures a fleet's store, each in a
+scratch schema of that database (dropped at the end):
+
+(p0)  a raw psycopg loop of INSERT + COMMIT, one row the size of an event, on the same server
+(ps)  ``strict`` on PostgreSQL: ``turn.record()``, interleaved with (p0)   goal: >= 0.7x (p0)
+(pb)  ``batched`` on PostgreSQL, as (b)                                   goal: >= 0.5x (b)
+(pr)  ``recover()`` on PostgreSQL, journal only, per turn
+(pl)  a machine (``TURNBACK_HOST``) with a 1 s lease begins a turn and dies; a peer on another
+      host runs ``recover()`` every 0.5 s: the time from the lease's expiry, in database time,
+      to the turn recovered, median of three                           goal: < 2 s
 
 Each session works in one small generated project, kept apart from every turnback home.
 
@@ -45,10 +61,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+import tracemalloc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 try:
@@ -56,6 +75,8 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(SRC))
     import turnback
+
+from rounds import verdict  # noqa: E402
 
 #: one streamed piece of an agent's answer, the most common event by far
 CHUNK: dict[str, Any] = {
@@ -67,6 +88,11 @@ BOUNDARY_EVERY = 100
 STRICT_GOAL = 0.7  # strict appends >= this x raw append + fdatasync
 BATCHED_GOAL = 50_000.0  # events per second
 RECOVER_GOAL = 0.005  # seconds per interrupted turn
+FOLD_MEMORY_GOAL = 50.0  # bytes kept per streamed chunk beyond its text
+PG_BATCHED_GOAL = 0.5  # batched on PostgreSQL >= this x batched on SQLite
+LEASE_SECONDS = 1.0  # the dying machine's lease in the lease-expiry measurement
+LEASE_POLL = 0.5  # how often its peer runs recover()
+LEASE_GOAL = 2.0  # seconds from lease expiry to recovery
 
 #: Runs in a child process: begin one turn in each of many sessions, record a few events (one an
 #: unfinished tool call), make them durable, and die by SIGKILL without ending any turn.
@@ -118,7 +144,7 @@ def make_workspace(scratch: Path) -> Path:
 class Row:
     id: str
     what: str
-    value: float  # events per second when unit is "/s", seconds when unit is "ms"
+    value: float  # events per second when unit is "/s", seconds when unit is "ms", else bytes
     unit: str
     baseline: str | None = None  # the id of the row the ratio is against
     ratio: float | None = None
@@ -132,7 +158,10 @@ class Sizes:
     batched_events: int
     turns: int
     events_per_turn: int
+    memory_chunks: int
     rounds: int
+    pg_events: int = 0
+    pg_batched_events: int = 0
 
 
 # -- measurements ------------------------------------------------------------------------------
@@ -312,18 +341,56 @@ def bench_batched(
     return rows, journal_longest
 
 
-def bench_recover(
+def bench_fold_memory(scratch: Path, workspace: Path, chunks: int) -> list[Row]:
+    """(m0), (m): the memory a running turn keeps per chunk, from tracemalloc."""
+    text = CHUNK["content"]["text"]
+    with turnback.open(scratch / "memory", **journal_only()) as tb:
+        turn = tb.create_session(workspace, title="memory").turn("bench memory")
+        turn.record(CHUNK)  # the first event: whatever is built once is built now
+        tb.journal.flush()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for seq in range(chunks):
+                # a new event each time, as parsed off the agent's wire
+                turn.record({**CHUNK, "content": {"type": "text", "text": f"{text}{seq:06d}"}})
+                if seq % 1000 == 999:
+                    tb.journal.flush()
+            tb.journal.flush()
+            kept = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        turn.complete()
+    size = len(text.encode()) + 6
+    per_chunk = kept / chunks - size
+    return [
+        Row("m0", "text of one streamed chunk", size, "B"),
+        Row(
+            "m",
+            f"memory a running turn keeps per chunk beyond its text, {chunks:,} chunks",
+            per_chunk,
+            "B",
+            "m0",
+            per_chunk / size,
+            f"<= {FOLD_MEMORY_GOAL:.0f} B",
+            per_chunk <= FOLD_MEMORY_GOAL,
+        ),
+    ]
+
+
+def crash_child(
     home: Path,
     workspace: Path,
     turns: int,
     events: int,
     options: dict[str, Any],
     name: str,
-) -> float:
-    """Seconds per turn of ``recover()`` of ``turns`` turns, begun with ``options`` by a process
-    that was then SIGKILLed."""
+    extra_env: dict[str, str] | None = None,
+) -> None:
+    """Run CRASHING_CHILD with ``options``; it must die by SIGKILL, its turns left running."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNBACK_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
+    env.update(extra_env or {})
     child = subprocess.run(
         [
             sys.executable,
@@ -345,6 +412,19 @@ def bench_recover(
             f"the child that begins {turns} turns ({name}) should have died by SIGKILL, but "
             f"exited with {child.returncode}:\n{child.stderr.strip()}"
         )
+
+
+def bench_recover(
+    home: Path,
+    workspace: Path,
+    turns: int,
+    events: int,
+    options: dict[str, Any],
+    name: str,
+) -> float:
+    """Seconds per turn of ``recover()`` of ``turns`` turns, begun with ``options`` by a process
+    that was then SIGKILLed."""
+    crash_child(home, workspace, turns, events, options, name)
     with turnback.open(home, **options) as tb:
         started = time.perf_counter()
         report = tb.recover()
@@ -389,6 +469,189 @@ def recover_rows(
     return rows
 
 
+# -- a fleet's store: PostgreSQL -----------------------------------------------------------------
+
+
+@contextmanager
+def scratch_schema(url: str) -> Iterator[Callable[[str], str]]:
+    """URLs of fresh schemas in the database ``url`` names, all dropped at the end: the benchmark
+    never touches the database's own tables."""
+    import psycopg
+
+    names: list[str] = []
+
+    def schema(name: str) -> str:
+        full = f"turnback_bench_{os.getpid()}_{name}"
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{full}" CASCADE')
+            conn.execute(f'CREATE SCHEMA "{full}"')
+        names.append(full)
+        return f"{url}{'&' if '?' in url else '?'}options={quote(f'-c search_path={full}')}"
+
+    try:
+        yield schema
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            for full in names:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{full}" CASCADE')
+
+
+def server_settings(url: str) -> str:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        version = conn.execute("SHOW server_version").fetchone()
+        fsync = conn.execute("SHOW fsync").fetchone()
+        commit = conn.execute("SHOW synchronous_commit").fetchone()
+    return (
+        f"PostgreSQL {version[0] if version else '?'}, fsync={fsync[0] if fsync else '?'}, "
+        f"synchronous_commit={commit[0] if commit else '?'}"
+    )
+
+
+def bench_postgres(url: str, workspace: Path, sizes: Sizes, sqlite_batched: float) -> list[Row]:
+    """(p0), (ps): strict appends against a raw psycopg INSERT + COMMIT loop, interleaved; (pb)
+    batched against turnback's SQLite batched (b); (pr) recovery per turn; (pl) lease expiry to
+    recovery by a peer that runs recover() every half second."""
+    import psycopg
+
+    record = json.dumps(CHUNK, separators=(",", ":"), ensure_ascii=False)
+    with scratch_schema(url) as schema:
+        raw = psycopg.connect(schema("raw"))
+        raw.execute(
+            "CREATE TABLE events (turn TEXT, seq BIGINT, kind TEXT, payload TEXT, "
+            "at DOUBLE PRECISION, PRIMARY KEY (turn, seq))"
+        )
+        raw.commit()
+        tb = turnback.open(
+            workspace.parent / "pg-strict",
+            durability="strict",
+            database_url=schema("strict"),
+            **journal_only(),
+        )
+        try:
+            turn = tb.create_session(workspace, title="strict").turn("bench strict appends")
+            turn.record(CHUNK)
+            seq = iter(range(10**9))
+
+            def raw_commit(n: int) -> None:
+                for _ in range(n):
+                    raw.execute(
+                        "INSERT INTO events VALUES (%s, %s, %s, %s, %s)",
+                        ("t", next(seq), "agent_message_chunk", record, time.time()),
+                    )
+                    raw.commit()
+
+            def strict(n: int) -> None:
+                for _ in range(n):
+                    turn.record(CHUNK)
+
+            spent = {raw_commit: 0.0, strict: 0.0}
+            for i, n in enumerate(split(sizes.pg_events, sizes.rounds)):
+                for run in (raw_commit, strict) if i % 2 == 0 else (strict, raw_commit):
+                    started = time.perf_counter()
+                    run(n)
+                    spent[run] += time.perf_counter() - started
+            turn.complete()
+        finally:
+            tb.close()
+            raw.close()
+        raw_rate = sizes.pg_events / spent[raw_commit]
+        strict_rate = sizes.pg_events / spent[strict]
+
+        progress(f"postgres batched: {sizes.pg_batched_events:,} events ...")
+        with turnback.open(
+            workspace.parent / "pg-batched", database_url=schema("batched"), **journal_only()
+        ) as tb:
+            turn = tb.create_session(workspace, title="batched").turn("bench batched")
+            started = time.perf_counter()
+            for i in range(sizes.pg_batched_events):
+                if i % BOUNDARY_EVERY == BOUNDARY_EVERY - 1:
+                    turn.record(
+                        {"sessionUpdate": "tool_call", "toolCallId": f"c{i}", "status": "pending"}
+                    )
+                else:
+                    turn.record(CHUNK)
+            tb.journal.flush()
+            batched_rate = sizes.pg_batched_events / (time.perf_counter() - started)
+            turn.complete()
+
+        progress(f"postgres recover: {sizes.turns:,} turns left by a killed process ...")
+        options = {**journal_only(), "database_url": schema("recover")}
+        per_turn = bench_recover(
+            workspace.parent / "pg-recover",
+            workspace,
+            sizes.turns,
+            sizes.events_per_turn,
+            options,
+            "PostgreSQL",
+        )
+        progress("postgres lease expiry: a machine dies, a peer takes its turn over ...")
+        lags = [lease_expiry_to_recovery(schema(f"lease{i}"), workspace) for i in range(3)]
+    lag = statistics.median(lags)
+    return [
+        Row("p0", "raw psycopg INSERT + COMMIT, one row an event", raw_rate, "/s"),
+        Row(
+            "ps",
+            "strict on PostgreSQL: durable turn.record() appends",
+            strict_rate,
+            "/s",
+            "p0",
+            strict_rate / raw_rate,
+            f">= {STRICT_GOAL:.1f}x (p0)",
+            strict_rate >= STRICT_GOAL * raw_rate,
+        ),
+        Row(
+            "pb",
+            f"batched on PostgreSQL, boundary every {BOUNDARY_EVERY}, incl. final flush",
+            batched_rate,
+            "/s",
+            "b",
+            batched_rate / sqlite_batched,
+            f">= {PG_BATCHED_GOAL:.1f}x (b)",
+            batched_rate >= PG_BATCHED_GOAL * sqlite_batched,
+        ),
+        Row("pr", "recover() on PostgreSQL, journal only, per turn", per_turn, "ms"),
+        Row(
+            "pl",
+            f"lease expiry to recovered, peer polling every {LEASE_POLL}s "
+            f"(median of {len(lags)}: {', '.join(f'{x:.2f}' for x in lags)} s)",
+            lag,
+            "ms",
+            goal=f"< {LEASE_GOAL:g} s",
+            met=lag < LEASE_GOAL,
+        ),
+    ]
+
+
+def lease_expiry_to_recovery(url: str, workspace: Path) -> float:
+    """Seconds from the lease's expiry (database time) of a turn whose machine died to its
+    recovery by a peer on another host that runs ``recover()`` every LEASE_POLL seconds."""
+    options = {**journal_only(), "database_url": url}
+    home = workspace.parent / f"pg-lease-{time.monotonic_ns()}"
+    machine = {"TURNBACK_HOST": "dying-machine", "TURNBACK_LEASE_SECONDS": str(LEASE_SECONDS)}
+    crash_child(home, workspace, 1, 3, options, "the dying machine", machine)
+    previous = os.environ.get("TURNBACK_HOST")
+    os.environ["TURNBACK_HOST"] = "peer-machine"
+    try:
+        with turnback.open(home, **options) as tb:
+            with tb.store.read() as tx:
+                [running] = tx.turns_with_status(turnback.TurnStatus.RUNNING)
+                owner = tx.get_owner(running.owner_id or "")
+            if owner is None or owner.lease_expires is None:
+                raise BenchError("the dying machine's turn has no lease")
+            while True:  # the peer's loop
+                if tb.recover().recovered:
+                    with tb.store.read() as tx:
+                        return tx.now() - owner.lease_expires
+                time.sleep(LEASE_POLL)
+    finally:
+        if previous is None:
+            os.environ.pop("TURNBACK_HOST", None)
+        else:
+            os.environ["TURNBACK_HOST"] = previous
+
+
 # -- the report --------------------------------------------------------------------------------
 
 
@@ -405,14 +668,10 @@ def filesystem_type(path: Path) -> str:
 def value_text(row: Row) -> str:
     if row.unit == "/s":
         return f"{row.value:,.0f} /s"
+    if row.unit == "B":
+        return f"{row.value:,.0f} B"
     ms = row.value * 1000
     return f"{ms:,.0f} ms" if ms >= 100 else f"{ms:.3g} ms"
-
-
-def result_text(row: Row) -> str:
-    if row.met is None:
-        return ""
-    return "PASS" if row.met else "**MISS**"
 
 
 def ratio_text(ratio: float) -> str:
@@ -431,7 +690,7 @@ def table(rows: list[Row]) -> str:
             ratio = ratio or "baseline"
         lines.append(
             f"| ({row.id}) | {row.what} | {value_text(row)} | {ratio} | {row.goal} | "
-            f"{result_text(row)} |"
+            f"{verdict(row.met)} |"
         )
     return "\n".join(lines)
 
@@ -446,6 +705,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 20)")
     parser.add_argument("--dir", type=Path, help="where to measure (default: the current dir)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    parser.add_argument(
+        "--database-url", help="also measure a PostgreSQL store (scratch schemas in this database)"
+    )
+    parser.add_argument("--pg-events", type=int, help="strict events on PostgreSQL (default 5,000)")
     args = parser.parse_args(argv)
     small = args.smoke
     sizes = Sizes(
@@ -454,6 +717,9 @@ def main(argv: list[str] | None = None) -> int:
         turns=args.turns or (50 if small else 1_000),
         events_per_turn=max(2, args.events_per_turn),
         rounds=args.rounds or (4 if small else 20),
+        memory_chunks=2_000 if small else 100_000,
+        pg_events=args.pg_events or (100 if small else 5_000),
+        pg_batched_events=(2_000 if small else 100_000),
     )
     parent = (args.dir or Path.cwd()).resolve()
     parent.mkdir(parents=True, exist_ok=True)
@@ -477,8 +743,15 @@ def main(argv: list[str] | None = None) -> int:
             scratch, workspace, sizes.batched_events, sizes.rounds, floor
         )
         rows += batched
+        progress(f"memory: {sizes.memory_chunks:,} chunks of a running turn, traced ...")
+        rows += bench_fold_memory(scratch, workspace, sizes.memory_chunks)
         progress(f"recover: {sizes.turns:,} turns left by a killed process ...")
         rows += recover_rows(scratch, workspace, sizes.turns, sizes.events_per_turn, floor)
+        if args.database_url:
+            machine["postgres"] = server_settings(args.database_url)
+            progress(f"postgres strict: {sizes.pg_events:,} events against raw commits ...")
+            sqlite_batched = next(row.value for row in rows if row.id == "b")
+            rows += bench_postgres(args.database_url, workspace, sizes, sqlite_batched)
     except BenchError as error:
         print(f"bench/journal.py: {error}", file=sys.stderr)
         return 1
@@ -506,6 +779,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\n{date}; {machine['cores']} cores, Python {machine['python']}, "
         f"{machine['filesystem']} at {machine['dir']}; load average {load_before:.2f} before, "
         f"{load_after:.2f} after"
+        + (f"; {machine['postgres']} over {args.database_url}" if args.database_url else "")
     )
     print(
         f"strict {sizes.events:,} events, batched {sizes.batched_events:,} events, "

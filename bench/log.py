@@ -25,7 +25,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -41,6 +40,8 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(SRC))
     import turnback
+
+from rounds import interleaved, machine, spread, verdict  # noqa: E402
 
 from turnback.model import ChangeKind, FileChange  # noqa: E402
 
@@ -105,10 +106,14 @@ def main() -> int:
     try:
         home = scratch / "home"
         session_id = build(home, scratch / "workspace", turns)
-        sessions, logs = [], []
-        for _ in range(rounds):
-            sessions.append(timed([script, "--home", str(home), "sessions"]))
-            logs.append(timed([script, "--home", str(home), "log", session_id]))
+        times = interleaved(
+            rounds,
+            {
+                "s": lambda _: timed([script, "--home", str(home), "sessions"]),
+                "l": lambda _: timed([script, "--home", str(home), "log", session_id]),
+            },
+        )
+        sessions, logs = times["s"], times["l"]
         with turnback.open(home) as tb:
             shown = len(tb.session(session_id).timeline())
     finally:
@@ -119,18 +124,10 @@ def main() -> int:
     added = statistics.median(logs) - statistics.median(sessions)
     met = added <= GOAL
 
-    def spread(values: list[float]) -> dict[str, float]:
-        return {
-            "min": min(values),
-            "median": statistics.median(values),
-            "max": max(values),
-        }
-
     report: dict[str, Any] = {
         "turns": turns,
         "rounds": rounds,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}",
+        "machine": machine(),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "rows": [
             {"id": "s", "what": "turnback sessions", **spread(sessions), "value": min(sessions)},
@@ -150,8 +147,7 @@ def main() -> int:
         name = "turnback sessions (baseline)" if row == "s" else "turnback log SESSION"
         cells = " | ".join(f"{v * 1000:,.0f} ms" for v in spread(values).values())
         print(f"| ({row}) | {name} | {cells} | | |")
-    verdict = "PASS" if met else "**MISS**"
-    cells = f"| | {added * 1000:,.0f} ms | | <= {GOAL * 1000:.0f} ms | {verdict} |"
+    cells = f"| | {added * 1000:,.0f} ms | | <= {GOAL * 1000:.0f} ms | {verdict(met)} |"
     print(f"| (l-s) | log beyond sessions, medians {cells}")
     print()
     print("goals met" if met else f"MISS: (l-s) {added:.3f} s > {GOAL} s")

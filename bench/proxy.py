@@ -8,7 +8,7 @@ One SDK client (what an editor does: keep each update) drives the same agent -- 
 in this file (``python bench/proxy.py --agent``) -- over real pipes: (d) directly, (p) through
 ``python -m turnback acp -- python bench/proxy.py --agent`` on a fresh home, where every prompt is
 a durable turn (begin, workspace checkpoints, journal, fold), and (c) through a process that only
-copies bytes both ways (``python bench/proxy.py --copy -- AGENT``): the least any process between
+copies bytes both ways (``python bench/copier.py AGENT``): the least any process between
 client and agent costs on this machine, since client, agent and that process share its cores.
 
 Rows:
@@ -21,6 +21,9 @@ Rows:
      agent can; (p) / (d).  goal: at most 1.25 x
 (c)  the same stream through the byte-copying process; (c) / (d). No goal: it is the floor that
      (s) cannot go below on the machine the benchmark runs on.
+(cpu) CPU time per chunk of (s), from the processes' own counters (``/proc/PID/stat``: user and
+     system, every thread): the proxy process's next to the SDK client's in the same stream;
+     proxy / client.  goal: at most 0.5 x
 (r)  one prompt round trip (a prompt with one short reply): medians of (d) and (p), and the
      difference -- for the proxy, a whole durable turn with its two workspace captures.
 
@@ -36,6 +39,8 @@ waits for:
 (i-ts), (i-py)      from spawning the process to the answer to ``initialize``.
                     goal: at most 150 ms added
 (new-ts), (new-py)  the ``session/new`` round trip that follows.  goal: at most 50 ms added
+(i-ts-c), (i-py-c)  initialize through the byte-copying process instead of the proxy: the least
+                    any process between editor and agent adds to it here (no goal).
 
 Each shows the median of (d) and of (p), and the time added in a round ((p) - (d) of that round)
 as its median and its min-max over the rounds.
@@ -50,13 +55,10 @@ import asyncio
 import datetime
 import json
 import os
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -76,8 +78,10 @@ from acp.schema import (  # noqa: E402  # noqa: E402
     PromptResponse,
     TextContentBlock,
 )
+from rounds import machine, verdict  # noqa: E402
 
 AGENT = (sys.executable, str(Path(__file__).resolve()), "--agent")
+COPIER = (sys.executable, str(Path(__file__).with_name("copier.py")))
 TS_AGENT = Path(__file__).resolve().parents[1] / "tests" / "acp" / "ts_agent"
 STARTED_AGENTS = {
     "ts": ("the TypeScript SDK agent", ("node", str(TS_AGENT / "agent.mjs"))),
@@ -85,6 +89,7 @@ STARTED_AGENTS = {
 }
 NOTIFICATION_GOAL_MS = 1.0
 STREAM_GOAL = 1.25
+CPU_GOAL = 0.5
 INITIALIZE_GOAL_MS = 150.0
 NEW_SESSION_GOAL_MS = 50.0
 
@@ -140,23 +145,6 @@ async def serve_agent() -> None:
     await acp.run_agent(cast(acp.Agent, BenchAgent()), writer, reader)
 
 
-def serve_copy(command: list[str]) -> int:
-    """Run ``command`` and copy bytes between it and this process's stdio, nothing else."""
-    agent = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    assert agent.stdin is not None and agent.stdout is not None
-
-    def pump(source: int, target: int) -> None:
-        while data := os.read(source, 1 << 16):
-            view = memoryview(data)
-            while view:
-                view = view[os.write(target, view) :]
-        os.close(target)
-
-    threading.Thread(target=pump, args=(0, agent.stdin.fileno()), daemon=True).start()
-    pump(agent.stdout.fileno(), 1)
-    return agent.wait()
-
-
 # -- the client ----------------------------------------------------------------------------
 
 
@@ -180,7 +168,7 @@ async def measure(
     client = Client()
     async with acp.spawn_agent_process(
         cast(acp.Client, client), command[0], *command[1:], cwd=cwd, env=env
-    ) as (conn, _):
+    ) as (conn, process):
         await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
         session = (await conn.new_session(cwd=str(cwd), mcp_servers=[])).session_id
 
@@ -192,7 +180,13 @@ async def measure(
         await ask("warm up")
         trips = [await ask("hello") for _ in range(sizes["prompts"])]
         client.updates = 0
+        served, received = cpu_seconds(process.pid), time.process_time()
         stream = await ask(f"stream {sizes['chunks']}")
+        served, received = cpu_seconds(process.pid) - served, time.process_time() - received
+        for _ in range(100):  # the SDK runs each notification's handler in a task of its own,
+            if client.updates >= sizes["chunks"]:  # which can run after the answer's
+                break
+            await asyncio.sleep(0.01)
         if client.updates != sizes["chunks"]:
             raise RuntimeError(f"{client.updates} of {sizes['chunks']} chunks arrived")
         await ask(f"timed {sizes['timed']}")
@@ -201,8 +195,17 @@ async def measure(
     return {
         "trip": statistics.median(trips) * 1000,
         "stream": stream,
+        # CPU per streamed chunk (us): of the process the client talks to, and of the client
+        "served_cpu": served / sizes["chunks"] * 1e6,
+        "client_cpu": received / sizes["chunks"] * 1e6,
         "notification": statistics.median(client.latencies),
     }
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system, every thread) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def through_proxy(home: Path, agent: tuple[str, ...] | list[str]) -> list[str]:
@@ -231,10 +234,14 @@ async def start_ups(rounds: int, scratch: Path, env: dict[str, str]) -> list[dic
     warm_up = 1 if rounds > 1 else 0  # not counted: it creates the home's database
     for round_ in range(warm_up + rounds):
         for key, (_, agent) in STARTED_AGENTS.items():
-            for side in ("d", "p"):
+            for side in ("d", "p", "c"):
                 work = scratch / f"start-{key}-{side}{round_}"
                 work.mkdir()
-                command = list(agent) if side == "d" else through_proxy(home, agent)
+                command = list(agent)
+                if side == "p":
+                    command = through_proxy(home, agent)
+                if side == "c":
+                    command = [*COPIER, *agent]
                 measured = await start_up(command, work, env)
                 if round_ >= warm_up:
                     times.setdefault((key, side), []).append(measured)
@@ -259,6 +266,22 @@ async def start_ups(rounds: int, scratch: Path, env: dict[str, str]) -> list[dic
                     "ok": median <= goal,
                 }
             )
+    for key, (name, _) in STARTED_AGENTS.items():
+        direct = [t[0] for t in times[(key, "d")]]
+        copier = [t[0] for t in times[(key, "c")]]
+        added = [c - d for c, d in zip(copier, direct, strict=True)]
+        rows.append(
+            {
+                "id": f"i-{key}-c",
+                "what": f"initialize, {name}, through the byte-copying process, median (ms)",
+                "direct": statistics.median(direct),
+                "proxy": statistics.median(copier),
+                "value": statistics.median(added),
+                "spread": [min(added), max(added)],
+                "goal": "-",
+                "ok": True,
+            }
+        )
     return rows
 
 
@@ -272,7 +295,7 @@ async def bench(sizes: dict[str, int], rounds: int, startups: int, scratch: Path
             work.mkdir()
             command = list(AGENT)
             if side == "c":
-                command = [sys.executable, str(Path(__file__).resolve()), "--copy", "--", *AGENT]
+                command = [*COPIER, *AGENT]
             if side == "p":
                 command = through_proxy(scratch / f"home{round_}", AGENT)
             result = await measure(command, work, env, sizes)
@@ -282,6 +305,7 @@ async def bench(sizes: dict[str, int], rounds: int, startups: int, scratch: Path
     d, p, c = best["d"], best["p"], best["c"]
     added = p["notification"] - d["notification"]
     ratio = p["stream"] / d["stream"]
+    cpu = p["served_cpu"] / p["client_cpu"]
     rows = [
         {
             "id": "n",
@@ -311,6 +335,15 @@ async def bench(sizes: dict[str, int], rounds: int, startups: int, scratch: Path
             "ok": True,
         },
         {
+            "id": "cpu",
+            "what": "CPU per streamed chunk (us): the SDK client's, the proxy's",
+            "direct": p["client_cpu"],
+            "proxy": p["served_cpu"],
+            "value": cpu,
+            "goal": f"<= {CPU_GOAL} x",
+            "ok": cpu <= CPU_GOAL,
+        },
+        {
             "id": "r",
             "what": "prompt round trip, median (ms)",
             "direct": d["trip"],
@@ -331,16 +364,17 @@ def table(report: dict[str, Any]) -> str:
         "|---|---|---:|---:|---:|---|---|",
     ]
     for row in report["rows"]:
-        value = f"{row['value']:.2f} x" if row["id"] in ("s", "c") else f"{row['value']:+.3f} ms"
+        value = (
+            f"{row['value']:.2f} x" if row["id"] in ("s", "c", "cpu") else f"{row['value']:+.3f} ms"
+        )
         if row["id"] == "r":
             value = f"{row['value']:+.1f} ms"
         if "spread" in row:
             low, high = row["spread"]
             value = f"{row['value']:+.0f} ms ({low:+.0f} to {high:+.0f})"
-        verdict = "" if row["goal"] == "-" else ("PASS" if row["ok"] else "**MISS**")
         lines.append(
             f"| ({row['id']}) | {row['what']} | {row['direct']:.3f} | {row['proxy']:.3f} | "
-            f"{value} | {row['goal']} | {verdict} |"
+            f"{value} | {row['goal']} | {verdict(None if row['goal'] == '-' else row['ok'])} |"
         )
     return "\n".join(lines)
 
@@ -348,7 +382,6 @@ def table(report: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agent", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--copy", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("command", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--smoke", action="store_true", help="a small, quick run (CI)")
     parser.add_argument("--chunks", type=int, default=10_000)
@@ -364,8 +397,6 @@ def main() -> int:
     if args.agent:
         asyncio.run(serve_agent())
         return 0
-    if args.copy:
-        return serve_copy(args.command)
     sizes = {"chunks": args.chunks, "timed": args.timed, "prompts": args.prompts}
     rounds, startups = args.rounds, 7 if args.startups is None else args.startups
     if args.smoke:
@@ -383,10 +414,7 @@ def main() -> int:
         print(json.dumps(report, indent=2))
         return 0
     now = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    print(
-        f"turnback {turnback.__version__} proxy benchmark, {now}, {platform.node()} "
-        f"({platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()})"
-    )
+    print(f"turnback {turnback.__version__} proxy benchmark, {now}, {machine()}")
     print(f"command: {' '.join(sys.argv)}\n")
     print(table(report))
     return 0

@@ -29,7 +29,6 @@ import asyncio
 import datetime
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -45,6 +44,7 @@ except ImportError:  # run from a checkout without installing
     import turnback
 
 import acp  # noqa: E402
+from rounds import interleaved, machine, verdict  # noqa: E402
 
 from turnback.model import MessageKind, TurnStatus  # noqa: E402
 from turnback.runtime import AgentRuntime  # noqa: E402
@@ -112,19 +112,19 @@ async def runtime_round(home: Path, workspace: Path, chunks: int) -> float:
     return elapsed
 
 
-async def measure(scratch: Path, chunks: int, rounds: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {"a": [], "t": []}
-    for index in range(rounds):
-        workspace = scratch / f"w{index}"
-        workspace.mkdir()
-        # Alternate which side goes first, so drift hits both alike.
-        order = ("a", "t") if index % 2 == 0 else ("t", "a")
-        for side in order:
-            if side == "a":
-                times["a"].append(await bare_round(workspace, chunks))
-            else:
-                times["t"].append(await runtime_round(scratch / f"h{index}", workspace, chunks))
-    return times
+def measure(scratch: Path, chunks: int, rounds: int) -> dict[str, list[float]]:
+    def workspace(index: int) -> Path:
+        path = scratch / f"w{index}"
+        path.mkdir(exist_ok=True)
+        return path
+
+    return interleaved(
+        rounds,
+        {
+            "a": lambda i: asyncio.run(bare_round(workspace(i), chunks)),
+            "t": lambda i: asyncio.run(runtime_round(scratch / f"h{i}", workspace(i), chunks)),
+        },
+    )
 
 
 def main() -> int:
@@ -141,7 +141,7 @@ def main() -> int:
     rounds = args.rounds or (1 if args.smoke else 5)
     scratch = Path(tempfile.mkdtemp(prefix="turnback-bench-runtime-", dir=args.dir))
     try:
-        times = asyncio.run(measure(scratch, chunks, rounds))
+        times = measure(scratch, chunks, rounds)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     bare, through = min(times["a"]), min(times["t"])
@@ -157,8 +157,7 @@ def main() -> int:
     report = {
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}",
+        "machine": machine(),
         "chunks": chunks,
         "rounds": rounds,
         "times": times,
@@ -174,8 +173,7 @@ def main() -> int:
     print("|---|---|---|---|---|")
     print(f"| (a) | bare SDK client, one prompt | {bare * 1000:,.1f} ms | baseline | |")
     print(f"| (t) | through AgentRuntime (batched) | {through * 1000:,.1f} ms | | |")
-    verdict = "PASS" if met else "**MISS**"
-    print(f"| (t/a) | ratio | {ratio:.2f}x | <= {GOAL}x | {verdict} |")
+    print(f"| (t/a) | ratio | {ratio:.2f}x | <= {GOAL}x | {verdict(met)} |")
     print(f"| (o) | overhead per chunk | {overhead:,.1f} us | | |")
     print()
     print("goals met" if met else f"MISS: (t/a) {ratio:.2f}x > {GOAL}x")

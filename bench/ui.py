@@ -32,10 +32,8 @@ import datetime
 import io
 import json
 import os
-import platform
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,24 +51,16 @@ except ImportError:  # run from a checkout without installing
     import turnback
 
 import httpx  # noqa: E402
+from browser import launch  # noqa: E402
+from rounds import interleaved, machine, spread, verdict  # noqa: E402
 
 from turnback.cli import main as cli_main  # noqa: E402
 from turnback.model import ChangeKind, FileChange, Turn, TurnStatus  # noqa: E402
 
 RATIO_GOAL = 1.2
 FIRST_SCREEN_GOAL_MS = 1000.0
-CHROMIUM = "/usr/bin/chromium"
 # The page marks the frame after the first files' diff rows are drawn.
 MARKED = "performance.getEntriesByName('turnback:first-screen')"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def long_session(tb: turnback.Turnback, workspace: Path, turns: int) -> str:
@@ -124,14 +114,6 @@ def wide_turn(tb: turnback.Turnback, workspace: Path, files: int) -> str:
     return session.id
 
 
-def spread(samples: list[float]) -> dict[str, float]:
-    return {
-        "min": min(samples),
-        "median": statistics.median(samples),
-        "max": max(samples),
-    }
-
-
 def timed(run: Callable[[], object]) -> float:
     started = time.perf_counter()
     run()
@@ -172,13 +154,7 @@ def first_screen(url: str, base: str, page_path: str, rounds: int, scratch: Path
 
     samples = []
     with sync_playwright() as driver:
-        browser = driver.chromium.launch_persistent_context(
-            str(scratch / "profile"),
-            executable_path=CHROMIUM,
-            headless=True,
-            args=FLAGS,
-            viewport={"width": 1280, "height": 800},
-        )
+        browser = launch(driver, scratch / "profile")
         try:
             page = browser.new_page()
             page.goto(url)
@@ -202,25 +178,26 @@ def bench(turns: int, files: int, rounds: int, scratch: Path, browser: bool) -> 
         wide_id = wide_turn(tb, scratch / "wide", files)
     process, url, base = start_server(home)
     try:
-        samples: dict[str, list[float]] = {k: [] for k in ("tc", "ts", "ps", "dc", "ds")}
         with httpx.Client(base_url=base, timeout=300) as client:
             client.get(url)  # the cookie
             get = lambda path: client.get(path).raise_for_status()  # noqa: E731
             get(f"/api/sessions/{long_id}/log")  # warm both sides once
             cli_run(home, "log", long_id, "--json")
-            for _ in range(rounds):
-                samples["tc"].append(timed(lambda: cli_run(home, "log", long_id, "--json")))
-                samples["ts"].append(timed(lambda: get(f"/api/sessions/{long_id}/log")))
-                samples["ps"].append(
-                    timed(
+            samples = interleaved(
+                rounds,
+                {
+                    "tc": lambda _: timed(lambda: cli_run(home, "log", long_id, "--json")),
+                    "ts": lambda _: timed(lambda: get(f"/api/sessions/{long_id}/log")),
+                    "ps": lambda _: timed(
                         lambda: (
                             get(f"/api/sessions/{long_id}/log"),
                             get(f"/api/sessions/{long_id}/timeline"),
                         )
-                    )
-                )
-                samples["dc"].append(timed(lambda: cli_run(home, "diff", wide_id, "1", "--json")))
-                samples["ds"].append(timed(lambda: get(f"/api/sessions/{wide_id}/turns/1/diff")))
+                    ),
+                    "dc": lambda _: timed(lambda: cli_run(home, "diff", wide_id, "1", "--json")),
+                    "ds": lambda _: timed(lambda: get(f"/api/sessions/{wide_id}/turns/1/diff")),
+                },
+            )
         shown = (
             first_screen(url, base, f"/sessions/{wide_id}/turns/1", rounds, scratch)
             if browser
@@ -280,11 +257,10 @@ def table(report: dict[str, Any]) -> str:
     for row in report["rows"]:
         browser = row["id"] == "f"
         value = f"{row['value']:.0f} ms" if browser else f"{row['value']:.2f} x"
-        verdict = "PASS" if row["ok"] else "**MISS**"
         lines.append(
             f"| ({row['id']}) | {row['what']} | {_spread_text(row['cli'], 1, 3)} | "
             f"{_spread_text(row['server'], 1, 0 if browser else 3)} | {value} | {row['goal']} | "
-            f"{verdict} |"
+            f"{verdict(row['ok'])} |"
         )
     return "\n".join(lines)
 
@@ -317,11 +293,7 @@ def main() -> int:
         print(json.dumps(report, indent=2))
         return 0
     now = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    print(
-        f"turnback {turnback.__version__} ui benchmark, {now}, {platform.node()} "
-        f"({platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}), "
-        f"load average {os.getloadavg()[0]:.1f}"
-    )
+    print(f"turnback {turnback.__version__} ui benchmark, {now}, {machine()}")
     print(f"command: {' '.join(sys.argv)}\n")
     print(table(report))
     return 0

@@ -18,6 +18,8 @@ from turnback.engine.owners import current_owner
 from turnback.model import JournalEntry, Owner, Turn, TurnStatus
 from turnback.store import Tx
 
+from .postgres_server import Server
+
 
 @pytest.fixture(autouse=True)
 def _no_real_home(
@@ -27,6 +29,26 @@ def _no_real_home(
     monkeypatch.setenv("TURNBACK_HOME", str(tmp_path_factory.mktemp("default-home")))
     monkeypatch.delenv("TURNBACK_DATABASE_URL", raising=False)
     monkeypatch.delenv("TURNBACK_FAULT", raising=False)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Server]:
+    """One throwaway PostgreSQL server for the whole run (tests/postgres_server.py)."""
+    server = Server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: Server) -> Iterator[str]:
+    """The URL of a fresh PostgreSQL store of this test's own (a schema), dropped after it."""
+    url = postgres_server.create_schema()
+    try:
+        yield url
+    finally:
+        postgres_server.drop_schema(url)
 
 
 @pytest.fixture

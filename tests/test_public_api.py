@@ -34,6 +34,7 @@ def test_exported_members() -> None:
         "MessageKind",
         "NotSetAside",
         "NothingToRevert",
+        "OwnershipLost",
         "RangeDiff",
         "RecoveryReport",
         "RestoreIncomplete",

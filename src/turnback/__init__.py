@@ -12,85 +12,117 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from turnback.engine.handle import Session, Turnback
-from turnback.engine.revert import ConversationRollback
-from turnback.engine.turns import RunningTurn
-from turnback.errors import (
-    AgentDied,
-    AgentError,
-    AgentUnavailable,
-    AmbiguousId,
-    CheckpointUnavailable,
-    GitFailed,
-    GitUnavailable,
-    InvalidEvent,
-    InvalidId,
-    NothingToRevert,
-    NotSetAside,
-    RestoreIncomplete,
-    ResumeUnavailable,
-    RevertConflict,
-    RevertInProgress,
-    RollbackUnavailable,
-    SchemaTooNew,
-    SessionNotFound,
-    StoreCorrupt,
-    StoreError,
-    StoreLocked,
-    StoreNotFound,
-    StoreUnavailable,
-    TurnbackError,
-    TurnInProgress,
-    TurnNotFound,
-    TurnNotRunning,
-    WorkspaceError,
-)
-from turnback.model import (
-    Activity,
-    ActivityLevel,
-    ChangeKind,
-    Durability,
-    EventKind,
-    FileChange,
-    GcReport,
-    HealthCheck,
-    Message,
-    MessageKind,
-    RangeDiff,
-    RecoveryReport,
-    Revert,
-    RevertPlan,
-    RevertState,
-    RunEvent,
-    SessionRecord,
-    StepCheckpoint,
-    SweepReport,
-    Turn,
-    TurnDiff,
-    TurnStatus,
-    UnrecoveredTurn,
-    WorkspaceCheckpoint,
-)
+if TYPE_CHECKING:
+    from turnback.engine.handle import Session, Turnback
+    from turnback.engine.revert import ConversationRollback
+    from turnback.engine.turns import RunningTurn
+    from turnback.errors import (
+        AgentDied,
+        AgentError,
+        AgentUnavailable,
+        AmbiguousId,
+        CheckpointUnavailable,
+        GitFailed,
+        GitUnavailable,
+        InvalidEvent,
+        InvalidId,
+        NothingToRevert,
+        NotSetAside,
+        OwnershipLost,
+        RestoreIncomplete,
+        ResumeUnavailable,
+        RevertConflict,
+        RevertInProgress,
+        RollbackUnavailable,
+        SchemaTooNew,
+        SessionNotFound,
+        StoreCorrupt,
+        StoreError,
+        StoreLocked,
+        StoreNotFound,
+        StoreUnavailable,
+        TurnbackError,
+        TurnInProgress,
+        TurnNotFound,
+        TurnNotRunning,
+        WorkspaceError,
+    )
+    from turnback.model import (
+        Activity,
+        ActivityLevel,
+        ChangeKind,
+        Durability,
+        EventKind,
+        FileChange,
+        GcReport,
+        HealthCheck,
+        Message,
+        MessageKind,
+        RangeDiff,
+        RecoveryReport,
+        Revert,
+        RevertPlan,
+        RevertState,
+        RunEvent,
+        SessionRecord,
+        StepCheckpoint,
+        SweepReport,
+        Turn,
+        TurnDiff,
+        TurnStatus,
+        UnrecoveredTurn,
+        WorkspaceCheckpoint,
+    )
 
 __version__ = "0.1.0"
+
+#: Where the public names live. They are imported when first used, so a command that needs
+#: none of them (``turnback acp``, which starts its agent before anything else) does not wait.
+_MODULES = (
+    "turnback.errors",
+    "turnback.model",
+    "turnback.engine.handle",
+    "turnback.engine.revert",
+    "turnback.engine.turns",
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        import importlib
+
+        for module in _MODULES:
+            value = getattr(importlib.import_module(module), name, _MODULES)
+            if value is not _MODULES:
+                globals()[name] = value
+                return value
+    raise AttributeError(f"module 'turnback' has no attribute {name!r}")
 
 
 def open(
     home: str | os.PathLike[str] | None = None,
-    durability: Durability | str = Durability.BATCHED,
+    durability: Durability | str = "batched",
     *,
     create: bool = True,
     busy_timeout: float = 5.0,
     batch_window: float = 0.01,
     checkpoints: bool = True,
     progress: Callable[[str, int, int], None] | None = None,
+    database_url: str | None = None,
+    lease_seconds: float | None = None,
 ) -> Turnback:
     """Open turnback on ``home`` ($TURNBACK_HOME, else the platform data directory).
 
     ``create=False`` refuses a home with no database yet (StoreNotFound) instead of making one.
     ``checkpoints=False`` turns workspace checkpoints off (no git needed; no diffs or file
-    reverts). ``progress(stage, done, total)`` hears about long captures and gc."""
+    reverts). ``progress(stage, done, total)`` hears about long captures and gc.
+    ``database_url`` (else ``TURNBACK_DATABASE_URL``) names the store, such as a fleet's
+    ``postgresql://user@host:port/database``; ``lease_seconds`` (else ``TURNBACK_LEASE_SECONDS``,
+    else 30) is how long this process's claim on its running turns outlives its last heartbeat."""
+    from turnback.engine.handle import Turnback
+
     return Turnback(
         home,
         durability=durability,
@@ -99,6 +131,8 @@ def open(
         batch_window=batch_window,
         checkpoints=checkpoints,
         progress=progress,
+        database_url=database_url,
+        lease_seconds=lease_seconds,
     )
 
 
@@ -125,6 +159,7 @@ __all__ = [
     "MessageKind",
     "NotSetAside",
     "NothingToRevert",
+    "OwnershipLost",
     "RangeDiff",
     "RecoveryReport",
     "RestoreIncomplete",

@@ -1,3 +1,3 @@
-from turnback.cli import main
+from turnback.acp.launch import main
 
 main()

@@ -937,7 +937,7 @@ def doctor(state: Context, as_json: bool) -> None:
         sys.exit(1)
 
 
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@cli.command(context_settings={"allow_interspersed_args": False})
 @click.option(
     "--home",
     "acp_home",
@@ -992,16 +992,11 @@ def acp(
     Configure the editor to start `turnback acp -- AGENT_COMMAND…` instead of the agent. Sessions
     are listed, loaded, resumed and forked from turnback's store, and /checkpoints, /diff,
     /rewind and /undo-rewind are answered by turnback."""
-    import subprocess
+    from turnback.acp import launch
 
-    early: subprocess.Popen[bytes] | None
-    try:
-        # Started before the ACP SDK is imported (most of the proxy's own start-up), so the
-        # agent's start-up overlaps it; the proxy takes it over.
-        early = subprocess.Popen(agent_command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    except OSError:
-        early = None  # the proxy answers initialize with why it cannot start it
-
+    # Started before the proxy is imported, so the agent's start-up overlaps the proxy's; the
+    # ``turnback`` command has usually done it already, before importing anything.
+    early = launch.take() or launch.started(agent_command)
     from turnback.acp import main as serve_acp
     from turnback.runtime import OnCrash, ResumePolicy
 

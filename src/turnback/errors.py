@@ -32,6 +32,11 @@ class TurnbackError(Exception):
     state: str | None = None
     remedy: str | None = None
 
+    def __init__(self, *args: object, remedy: str | None = None) -> None:
+        super().__init__(*args)
+        if remedy is not None:
+            self.remedy = remedy
+
     def settled_by(
         self,
         remedy: str,
@@ -107,6 +112,15 @@ class TurnNotRunning(TurnbackError):
     exit_code = 3
 
 
+class OwnershipLost(TurnNotRunning):
+    """This process's turn was taken over by another (its lease ran out, or its process was
+    judged dead): nothing it writes for the turn lands any more. Stop the turn locally."""
+
+    def __init__(self, message: str, token: str) -> None:
+        super().__init__(message)
+        self.token = token
+
+
 class NotSetAside(TurnbackError):
     """Apply or discard named a turn that is not set aside."""
 
@@ -150,7 +164,12 @@ class GitFailed(WorkspaceError):
 
 
 class CheckpointUnavailable(WorkspaceError):
-    """A workspace checkpoint a diff or revert needs does not exist (or was pruned)."""
+    """A workspace checkpoint a diff or revert needs does not exist (or was pruned), or lives
+    on another host of a fleet (named in ``hosts``)."""
+
+    def __init__(self, message: str, hosts: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.hosts = hosts
 
 
 class NothingToRevert(TurnbackError):
@@ -172,8 +191,10 @@ class RevertConflict(WorkspaceError):
 class RestoreIncomplete(WorkspaceError):
     """Files of a restore could not be written (a full disk, say); ``paths`` names them."""
 
-    def __init__(self, message: str, paths: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str, paths: tuple[str, ...] = (), *, remedy: str | None = None
+    ) -> None:
+        super().__init__(message, remedy=remedy)
         self.paths = paths
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 #: The deepest nesting of arrays and objects turnback accepts in a message or an event. ACP's
@@ -71,9 +72,26 @@ def loads(text: str | bytes) -> Any:
         raise TooDeep() from None
     if end != len(line):
         raise ValueError(f"Extra data: line 1 column {end + 1} (char {end})")
-    if line.count("[") + line.count("{") > MAX_DEPTH and depth(value) > MAX_DEPTH:
-        raise TooDeep()
+    check_depth(line, value)
     return value
+
+
+#: ``scan(text, index)``: the JSON value that begins at ``index`` in ``text`` and the index just
+#: past it (what :func:`loads` reads with); ``StopIteration`` when no value begins there,
+#: ``RecursionError`` when it nests too deeply to read.
+scan: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+
+
+def check_depth(text: str, value: Any) -> None:
+    """:class:`TooDeep` when ``value`` (read from ``text``) nests deeper than :data:`MAX_DEPTH`."""
+    if text.count("[") + text.count("{") > MAX_DEPTH and depth(value) > MAX_DEPTH:
+        raise TooDeep()
+
+
+def finite(text: str) -> bool:
+    """Whether JSON ``text`` certainly holds no ``NaN`` or ``Infinity`` (which Python reads but
+    JSON has no text for); false also when a string in it merely contains those words."""
+    return "NaN" not in text and "Infinity" not in text
 
 
 def depth(value: Any) -> int:

@@ -139,6 +139,8 @@ class Turn:
     begin_checkpoint: str | None = None  # workspace commit before the turn ran
     end_checkpoint: str | None = None  # workspace commit when it ended
     reverted_by: int | None = None  # the revert that took it out of the conversation
+    fence: str | None = None  # the fencing token of the lease running it (engine/owners.py)
+    host: str | None = None  # the machine that holds its workspace checkpoints
 
     @property
     def in_conversation(self) -> bool:
@@ -167,9 +169,11 @@ def prompt_text(prompt: Any) -> str:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class JournalEntry:
-    """One event of a running (or set-aside) turn, as the journal holds it."""
+    """One event of a running (or set-aside) turn, as the journal holds it. Not frozen, unlike
+    the other records: one is built for every event a turn records, and a frozen dataclass
+    takes four times as long to build; nothing changes one once built."""
 
     turn: str
     seq: int
@@ -342,8 +346,9 @@ class RevertPlan:
     Each list holds file changes from the workspace as it is now: ``restore`` the paths written
     back (with the lines added and removed), ``delete`` the paths removed, ``keep`` the paths
     left as they are although they differ from the target (``kept_because`` says why, by path:
-    ``ignored``, ``not captured``, ``pre-existing`` or ``user edit``), and ``conflicts`` the
-    hand edits in the way: a plain revert overwrites them, ``keep_user_edits`` refuses them."""
+    ``ignored``, ``not captured``, ``unreadable`` (a directory), ``pre-existing`` or ``user
+    edit``), and ``conflicts`` the hand edits in the way: a plain revert overwrites them,
+    ``keep_user_edits`` refuses them."""
 
     restore: tuple[FileChange, ...] = ()
     delete: tuple[FileChange, ...] = ()
@@ -394,3 +399,15 @@ class HealthCheck:
     fix: str | None = None
     remedy: str | None = None
     session: str | None = None
+
+
+def agent_initialize(params: Mapping[str, Any], protocol_version: int) -> dict[str, Any]:
+    """The ``initialize`` params turnback sends an agent: the client's own (an editor's, through
+    the proxy) over turnback's defaults."""
+    client = {"name": "turnback", "title": "turnback", "version": "1"}
+    return {
+        "protocolVersion": protocol_version,
+        "clientCapabilities": {},
+        "clientInfo": client,
+        **params,
+    }

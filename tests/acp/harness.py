@@ -172,9 +172,15 @@ def proxy_command(home: Path, agent: Sequence[str], *options: str) -> list[str]:
 
 @asynccontextmanager
 async def connect(
-    editor: Editor, command: Sequence[str], cwd: Path, env: dict[str, str] | None = None
+    editor: Editor,
+    command: Sequence[str],
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    *,
+    unstable: bool = False,
 ) -> AsyncIterator[tuple[ClientSideConnection, asyncio.subprocess.Process]]:
-    """Spawn ``command`` (the proxy, or an agent) and connect the editor to it."""
+    """Spawn ``command`` (the proxy, or an agent) and connect the editor to it; ``unstable``
+    lets the editor answer the SDK's unstable methods (``elicitation/create``)."""
     environment = {**os.environ, **(env or {})}
     async with acp.spawn_agent_process(
         cast(acp.Client, editor),
@@ -183,13 +189,21 @@ async def connect(
         env=environment,
         cwd=cwd,
         transport_kwargs={"stderr": None},
+        use_unstable_protocol=unstable,
     ) as (conn, process):
         yield conn, process
 
 
 async def start(conn: ClientSideConnection, cwd: Path) -> str:
+    [session_id] = await open_sessions(conn, cwd)
+    return session_id
+
+
+async def open_sessions(conn: ClientSideConnection, *cwds: Path) -> list[str]:
+    """Initialize (as an editor able to read and write files), then a new session in each of
+    ``cwds``; none opened when none are given."""
     await conn.initialize(protocol_version=acp.PROTOCOL_VERSION, client_capabilities=CAPABILITIES)
-    return (await conn.new_session(cwd=str(cwd), mcp_servers=[])).session_id
+    return [(await conn.new_session(cwd=str(cwd), mcp_servers=[])).session_id for cwd in cwds]
 
 
 async def prompt(conn: ClientSideConnection, session_id: str, text: str, **meta: Any) -> str:

@@ -28,13 +28,6 @@ SLOW = (
 )
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
-
-
 def notices(editor: Editor, session_id: str) -> list[str]:
     return [line for line in editor.text(session_id).splitlines() if "[turnback]" in line]
 

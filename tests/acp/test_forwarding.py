@@ -8,8 +8,9 @@ from typing import Any, cast
 
 import pytest
 
+from turnback import jsontext
 from turnback.acp.proxy import Proxy, _SessionRelay
-from turnback.runtime.wire import with_session_id
+from turnback.runtime.wire import UpdateFrame, read_update, with_session_id
 
 EDITOR_ID = "editor-session"
 
@@ -94,6 +95,55 @@ def test_the_session_id_is_replaced_in_place_only_where_that_is_safe(
     params = frame["params"]
     assert json.loads(out) == {**frame, "params": {**params, "sessionId": EDITOR_ID}}
     assert (out == line.replace(b'"agent-1"', f'"{EDITOR_ID}"'.encode())) is as_written
+
+
+HEAD = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"agent-1","update":'
+
+
+@pytest.mark.parametrize(
+    ("line", "text_kept"),
+    [
+        (COMPACT, True),
+        (HEAD + b'{"sessionUpdate":"plan","entries":[]}}}', True),
+        (HEAD + '{"sessionUpdate":"agent_message_chunk","text":"h\\u00e9 é"}}}'.encode(), True),
+        # an unpaired surrogate written raw: read as Python's json reads it, encoded again
+        (HEAD + b'{"sessionUpdate":"agent_message_chunk","text":"\xed\xa0\x80"}}}', False),
+        # values JSON has no text for: encoded again (which refuses them)
+        (HEAD + b'{"sessionUpdate":"plan","entries":[NaN]}}}', False),
+        (HEAD + b'{"sessionUpdate":"plan","note":"Infinity and NaN"}}}', False),
+    ],
+)
+def test_an_update_in_the_sdks_form_is_read_once_with_its_text(
+    line: bytes, text_kept: bool
+) -> None:
+    frame = read_update(line)
+    assert isinstance(frame, UpdateFrame)
+    assert frame == jsontext.loads(line)
+    update = frame["params"]["update"]
+    assert (frame.update_text is not None) is text_kept
+    if frame.update_text is not None:
+        assert json.loads(frame.update_text) == update
+        assert frame.update_text.encode()  # storable as UTF-8
+    out = with_session_id(frame, line, EDITOR_ID)
+    assert out == line.replace(b'"agent-1"', f'"{EDITOR_ID}"'.encode(), 1)
+    assert jsontext.loads(out)["params"] == {"sessionId": EDITOR_ID, "update": update}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # another key after the update, and a second update key written with an escape
+        HEAD + b'{"sessionUpdate":"plan","entries":[]},"_meta":{}}}',
+        HEAD + b'{"sessionUpdate":"plan","entries":[]},"\\u0075pdate":{"sessionUpdate":"x"}}}',
+        HEAD + b'{"sessionUpdate":"plan","entries":[]}},"params":{}}',
+        HEAD + b'{"sessionUpdate":"plan","entries":[]}}} ',
+        HEAD + b'{"sessionUpdate":"plan","entries":[}}}',
+        HEAD.replace(b'"agent-1"', b"7") + b'{"sessionUpdate":"plan"}}}',
+        b'{"jsonrpc":"2.0","id":1,"method":"session/update","params":{}}',
+    ],
+)
+def test_any_other_line_is_left_to_the_json_reader(line: bytes) -> None:
+    assert read_update(line) is None
 
 
 def test_the_agents_commands_are_kept_and_sent_with_turnbacks() -> None:

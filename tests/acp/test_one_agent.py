@@ -13,10 +13,10 @@ import acp
 
 import turnback
 from tests.acp.harness import (
-    CAPABILITIES,
     SCRIPTED,
     Editor,
     connect,
+    open_sessions,
     prompt,
     proxy_command,
     run,
@@ -43,11 +43,7 @@ def test_every_session_and_sessionless_extension_reaches_the_one_agent_process(
 
     async def scenario() -> tuple[list[int], list[int], dict[str, object]]:
         async with connect(editor, proxy_command(home, PLAIN), tmp_path) as (conn, proxy):
-            await conn.initialize(
-                protocol_version=acp.PROTOCOL_VERSION, client_capabilities=CAPABILITIES
-            )
-            first = (await conn.new_session(cwd=str(one), mcp_servers=[])).session_id
-            second = (await conn.new_session(cwd=str(two), mcp_servers=[])).session_id
+            first, second = await open_sessions(conn, one, two)
             tokens = []
             for sid in (first, second, first):
                 response = await conn.prompt(session_id=sid, prompt=[acp.text_block("go")])
@@ -80,12 +76,7 @@ def test_an_agent_killed_mid_turn_with_two_sessions_open_recovers_both(
 
     async def scenario() -> tuple[str, str, tuple[str, str], str, str]:
         async with connect(editor, proxy_command(home, SCRIPTED), tmp_path) as (conn, proxy):
-            await conn.initialize(
-                protocol_version=acp.PROTOCOL_VERSION, client_capabilities=CAPABILITIES
-            )
-            first = (await conn.new_session(cwd=str(one), mcp_servers=[])).session_id
-            second = (await conn.new_session(cwd=str(two), mcp_servers=[])).session_id
-            idle = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            first, second, idle = await open_sessions(conn, one, two, tmp_path)
             running = asyncio.gather(
                 prompt(conn, first, with_checkpoint), prompt(conn, second, without)
             )
@@ -143,19 +134,14 @@ def test_the_agents_commands_come_with_turnbacks_after_new_load_and_fork(
 
     async def scenario() -> None:
         async with connect(editor, proxy_command(home, PLAIN), tmp_path) as (conn, _):
-            await conn.initialize(
-                protocol_version=acp.PROTOCOL_VERSION, client_capabilities=CAPABILITIES
-            )
-            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            [sid] = await open_sessions(conn, tmp_path)
             await wait_for(lambda: names(sid) == both)
             await prompt(conn, sid, "go")
             fork = await conn.fork_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
             await wait_for(lambda: names(fork.session_id) == both)
         editor.clear()
         async with connect(editor, proxy_command(home, PLAIN), tmp_path) as (conn, _):
-            await conn.initialize(
-                protocol_version=acp.PROTOCOL_VERSION, client_capabilities=CAPABILITIES
-            )
+            await open_sessions(conn)
             await conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
             await wait_for(lambda: names(sid) == both)
 

@@ -7,18 +7,18 @@ from pathlib import Path
 from typing import Any
 
 import acp
-import pytest
+from acp.schema import (
+    AcceptElicitationResponse,
+    CancelElicitationResponse,
+    ClientCapabilities,
+    DeclineElicitationResponse,
+    ElicitationCapabilities,
+    ElicitationFormCapabilities,
+)
 
 import turnback
 from tests.acp.harness import SCRIPTED, Editor, connect, prompt, proxy_command, run, start, wait_for
 from turnback.model import EventKind, TurnStatus
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
 
 
 def test_prompts_are_durable_turns_with_files_diffs_and_commands_offered(
@@ -150,16 +150,20 @@ def test_slash_commands_are_answered_by_turnback_not_the_agent(home: Path, works
                 "/diff 1",
                 "/diff",
                 "/rewind 1",
+                "/rewind 1 confirm",
                 "/checkpoints",
                 "/undo-rewind",
                 "/rewind 9",
                 "/rewind 1 sideways",
-                "/rewind 1 files keep-edits",
+                "/rewind 1 files keep-edits confirm",
             ):
+                if command == "/rewind 1 confirm":  # the plan alone wrote nothing
+                    assert (workspace / "a.txt").read_text() == "two\n"
+                    assert (workspace / "b.txt").exists()
                 if command == "/undo-rewind":
                     assert (workspace / "a.txt").read_text() == "one\n"
                     assert not (workspace / "b.txt").exists()
-                if command.endswith("keep-edits"):
+                if "keep-edits" in command:
                     (workspace / "keep.txt").write_text("edited by hand\n")
                 editor.clear()
                 assert await prompt(conn, session_id, command) == "end_turn"
@@ -179,16 +183,22 @@ def test_slash_commands_are_answered_by_turnback_not_the_agent(home: Path, works
     assert "| 2 | completed | write a.txt two write b.txt bee | M `a.txt` (+1 −1)" in listing
     assert "+one" in replies["/diff 1"] and "```diff\n" in replies["/diff 1"]
     assert "**Turn 2**:" in replies["/diff"] and "+bee" in replies["/diff"]
-    assert "Rewound files and conversation to turn 1" in replies["/rewind 1"]
+    # this editor offers no elicitation: the plan, and how to confirm it
+    plan = replies["/rewind 1"]
+    assert "**Rewind files and conversation to turn 1**: 1 later turn(s)" in plan
+    assert "- Restored: M `a.txt` (+1 −1)" in plan and "- Deleted: D `b.txt` (+0 −1)" in plan
+    assert "send `/rewind 1 confirm` to do it" in plan
+    assert "Rewound files and conversation to turn 1" in replies["/rewind 1 confirm"]
     assert "1 rewound turn(s) kept as history" in replies["last /checkpoints"]
     assert "Undid the last rewind" in replies["/undo-rewind"]
     assert "could not do `/rewind`" in replies["/rewind 9"]
     assert (
-        "Usage: `/rewind N [files|conversation|both] [keep-edits]`" in replies["/rewind 1 sideways"]
+        "Usage: `/rewind N [files|conversation|both] [keep-edits] [confirm]`"
+        in replies["/rewind 1 sideways"]
     )
     assert (
         "Rewound the files to turn 1; the edits you made by hand were kept"
-        in replies["/rewind 1 files keep-edits"]
+        in replies["/rewind 1 files keep-edits confirm"]
     )
     # a later session/load shows turnback's answers and rewinds again, after the turns
     again = Editor()
@@ -254,3 +264,69 @@ def test_agent_crash_mid_turn_is_a_short_message_and_the_turn_resumes(
         session = tb.session(session_id)
         assert session.get_turn(1).status is TurnStatus.COMPLETED
         assert "agent.crashed" in [a.code for a in session.activities()]
+
+
+class ConfirmingEditor(Editor):
+    """An editor that offers form elicitation and answers each confirmation from a list."""
+
+    def __init__(self, actions: list[str]) -> None:
+        super().__init__()
+        self.actions = actions
+        self.asked: list[tuple[str, Any]] = []
+
+    async def create_elicitation(self, message: str, mode: Any, **_: Any) -> Any:
+        self.asked.append((message, mode))
+        action = self.actions.pop(0)
+        if action == "accept":
+            return AcceptElicitationResponse(action="accept", content={})
+        if action == "decline":
+            return DeclineElicitationResponse(action="decline")
+        return CancelElicitationResponse(action="cancel")
+
+
+def test_rewind_shows_its_plan_and_asks_through_elicitation_before_writing(
+    home: Path, workspace: Path
+) -> None:
+    editor = ConfirmingEditor(["decline", "cancel", "accept"])
+    elicits = ClientCapabilities(
+        elicitation=ElicitationCapabilities(form=ElicitationFormCapabilities())
+    )
+    replies: list[str] = []
+    reverts: list[int] = []
+
+    async def scenario() -> str:
+        command = proxy_command(home, SCRIPTED)
+        async with connect(editor, command, workspace, unstable=True) as (conn, _):
+            await conn.initialize(
+                protocol_version=acp.PROTOCOL_VERSION, client_capabilities=elicits
+            )
+            session_id = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            await prompt(conn, session_id, "write a.txt one")
+            await prompt(conn, session_id, "write a.txt two\nwrite b.txt bee")
+            (workspace / "a.txt").write_text("by hand\n")
+            for command in ("/rewind 1", "/rewind 0", "/rewind 1"):
+                editor.clear()
+                assert await prompt(conn, session_id, command) == "end_turn"
+                replies.append(editor.text(session_id))
+                if len(replies) < 3:  # declined, cancelled: nothing written
+                    assert (workspace / "a.txt").read_text() == "by hand\n"
+                    assert (workspace / "b.txt").read_text() == "bee\n"
+                    with turnback.open(home) as tb:
+                        reverts.append(len(tb.session(session_id).reverts()))
+            return session_id
+
+    session_id = run(scenario())
+    assert reverts == [0, 0]
+    assert [mode.session_id for _message, mode in editor.asked] == [session_id] * 3
+    first, second, third = (message for message, _mode in editor.asked)
+    assert first == third and "**Rewind files and conversation to turn 1**" in first
+    assert "- Restored: M `a.txt` (+1 −1)" in first and "- Deleted: D `b.txt`" in first
+    assert "- Your own edits it overwrites: `a.txt`" in first  # the hand edit, before asking
+    assert "to turn 0**: 2 later turn(s)" in second
+    assert "Rewind declined: nothing was changed." in replies[0]
+    assert "Rewind declined: nothing was changed." in replies[1]
+    assert "Rewound files and conversation to turn 1" in replies[2]
+    assert (workspace / "a.txt").read_text() == "one\n" and not (workspace / "b.txt").exists()
+    with turnback.open(home) as tb:
+        [revert] = tb.session(session_id).reverts()
+        assert revert.state is turnback.RevertState.COMMITTED

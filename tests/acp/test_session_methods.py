@@ -48,13 +48,6 @@ class Talk:
         ]
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
-
-
 def test_close_info_and_delete(home: Path, workspace: Path, tmp_path: Path) -> None:
     agent_log = tmp_path / "agent.log"
     (workspace / "a.txt").write_text("one\n")

@@ -28,13 +28,6 @@ from turnback.acp.proxy import LIST_PAGE
 from turnback.model import TurnStatus
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
-
-
 def test_session_list_comes_in_pages_that_follow_on(home: Path, workspace: Path) -> None:
     with turnback.open(home) as tb:
         made = [tb.create_session(workspace, title=f"s{i}").id for i in range(LIST_PAGE + 3)]

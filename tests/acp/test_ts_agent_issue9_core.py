@@ -24,13 +24,6 @@ TS_COMMANDS = {"ts-help", "ts-count"}
 STOP_REASONS = {"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"}
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
-
-
 def command(through: str, home: Path, *options: str) -> list[str]:
     agent = list(ts_agent())
     return agent if through == "direct" else proxy_command(home, agent, *options)

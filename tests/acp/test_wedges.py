@@ -26,13 +26,6 @@ ROUGH = (sys.executable, str(Path(__file__).with_name("rough_agent.py")))
 LONE = "lone:\ud800:end"
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
-
-
 def _initialize(rpc_id: int = 1) -> bytes:
     return json.dumps(
         {"jsonrpc": "2.0", "id": rpc_id, "method": "initialize", "params": {"protocolVersion": 1}}

@@ -121,3 +121,21 @@ def test_the_editor_hears_no_terminal_command(home: Path, tmp_path: Path) -> Non
     assert sum("has no turn 7" in s for s in said) == 2  # said, then replayed by the load
     for text in [error["message"], *said]:
         assert "`turnback" not in text and "turnback recover" not in text, text
+
+
+def test_a_revert_left_for_recovery_is_worded_by_each_surface() -> None:
+    """revert.py names no command: a revert whose rollback could not write its files carries
+    the RECOVER remedy, which the CLI words as a command and the proxy as an editor user can."""
+    from turnback.acp.commands import worded
+    from turnback.cli import _hint
+    from turnback.errors import RECOVER, RestoreIncomplete, WorkspaceError
+
+    for error in (
+        RestoreIncomplete("rolling it back failed too", ("a.txt",), remedy=RECOVER),
+        WorkspaceError("the workspace cannot be captured", remedy=RECOVER),
+    ):
+        assert error.remedy == RECOVER and "`" not in str(error)
+        assert _hint(error) == "; run `turnback recover`"
+        assert worded(error).startswith(str(error)) and "`turnback" not in worded(error)
+    assert RestoreIncomplete("x", ("a.txt",)).paths == ("a.txt",)
+    assert RestoreIncomplete("x").remedy is None

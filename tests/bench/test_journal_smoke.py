@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import psycopg
+
+from ..postgres_server import Server
 from .smoke import run_bench
 
-ROWS = ("s0", "s0'", "s", "s'", "c", "e4", "e", "b0", "b", "w50", "wmax", "r", "r'")
-GOALS = {"s", "b", "r", "r'"}
+ROWS = ("s0", "s0'", "s", "s'", "c", "e4", "e", "b0", "b", "w50", "wmax", "m0", "m", "r", "r'")
+GOALS = {"s", "b", "m", "r", "r'"}
 GOAL_LINES = tuple(f"| ({row}) |" for row in GOALS)
 
 
@@ -33,3 +36,17 @@ def test_smoke_run_as_json(tmp_path: Path) -> None:
     assert [row["id"] for row in report["rows"]] == list(ROWS)
     assert all(row["value"] > 0 for row in report["rows"])
     assert {row["id"] for row in report["rows"] if row["met"] is not None} == GOALS
+
+
+def test_smoke_run_measures_a_fleet_store_too(tmp_path: Path, postgres_server: Server) -> None:
+    done = run_bench("journal", tmp_path, "--database-url", postgres_server.url())
+
+    assert done.returncode == 0, done.stderr
+    for row in (*ROWS, "p0", "ps", "pb", "pr", "pl"):
+        assert f"| ({row}) |" in done.stdout, f"row ({row}) missing from:\n{done.stdout}"
+    assert "PostgreSQL 15" in done.stdout
+    with psycopg.connect(postgres_server.url()) as conn:
+        schemas = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'turnback_bench_%'"
+        ).fetchall()
+    assert schemas == [], "the benchmark left its scratch schemas behind"

@@ -55,7 +55,7 @@ def test_an_ambiguous_turn_prefix_lists_the_matches(home: Path, tmp_path: Path) 
         session = tb.create_session(tmp_path)
         for token in ("abc1" + "0" * 28, "abc2" + "0" * 28):
             RunningTurn(
-                tb.store, tb.journal, begin(tb.store, session.id, "x", token=token)
+                tb.store, tb.journal, begin(tb.store, session.id, "x", lease=tb.lease, token=token)
             ).complete()
     result = run(home, "show", session.id, "abc")
     assert result.returncode == 1 and "matches 2 turns" in result.stderr

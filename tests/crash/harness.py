@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,25 @@ class Acks:
         return acks
 
 
+def query(home: Path, sql: str, params: Sequence[Any] = (), *, write: bool = False) -> list[Any]:
+    """Rows of one statement (``?`` placeholders) read straight from the store the test uses:
+    TURNBACK_DATABASE_URL's PostgreSQL database, else the home's SQLite file."""
+    url = os.environ.get("TURNBACK_DATABASE_URL")
+    if url:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as pg:
+            cursor = pg.execute(sql.replace("?", "%s"), tuple(params))
+            return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
+    mode = "rw" if write else "ro"
+    conn = sqlite3.connect(f"file:{home / 'turnback.db'}?mode={mode}", uri=True)
+    try:
+        with conn:
+            return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
 def run_child(
     home: Path,
     scenario: str,
@@ -65,7 +85,11 @@ def run_child(
     fault_log: Path | None = None,
     expect_kill: bool = True,
 ) -> subprocess.CompletedProcess[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNBACK_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("TURNBACK_") or k == "TURNBACK_DATABASE_URL"
+    }
     if fault:
         env["TURNBACK_FAULT"] = fault
     if fault_log:
@@ -88,14 +112,7 @@ def run_child(
 
 def dump(home: Path) -> dict[str, list[tuple[Any, ...]]]:
     """Every durable row, in a stable order."""
-    conn = sqlite3.connect(f"file:{home / 'turnback.db'}?mode=ro", uri=True)
-    try:
-        return {
-            table: sorted(conn.execute(f"SELECT * FROM {table}").fetchall(), key=repr)
-            for table in TABLES
-        }
-    finally:
-        conn.close()
+    return {table: sorted(query(home, f"SELECT * FROM {table}"), key=repr) for table in TABLES}
 
 
 def event_id(event: dict[str, Any]) -> str | None:
@@ -109,13 +126,7 @@ def event_id(event: dict[str, Any]) -> str | None:
 
 def durable_ids(home: Path, token: str) -> list[str]:
     """Ids of the stream's events that survived, from the journal or the committed timeline."""
-    conn = sqlite3.connect(f"file:{home / 'turnback.db'}?mode=ro", uri=True)
-    try:
-        rows = conn.execute(
-            "SELECT seq, payload FROM events WHERE turn = ? ORDER BY seq", (token,)
-        ).fetchall()
-    finally:
-        conn.close()
+    rows = query(home, "SELECT seq, payload FROM events WHERE turn = ? ORDER BY seq", (token,))
     ids = []
     for _seq, payload in rows:
         try:

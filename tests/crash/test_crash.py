@@ -8,7 +8,6 @@ import json
 import random
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from .harness import (
     Acks,
     check_stream,
     dump,
+    query,
     run_child,
     settle_and_check,
 )
@@ -109,13 +109,12 @@ def _dead_turn(home: Path, session_id: str, tmp_path: Path, *, corrupt: bool = F
     acks = Acks.read(tmp_path / "ack.jsonl")
     assert acks.begun and len(acks.events) == 9
     if corrupt:
-        conn = sqlite3.connect(home / "turnback.db")
-        with conn:
-            conn.execute(
-                "UPDATE events SET payload = '{not json' WHERE turn = ? AND seq = 4",
-                (acks.begun,),
-            )
-        conn.close()
+        query(
+            home,
+            "UPDATE events SET payload = '{not json' WHERE turn = ? AND seq = 4",
+            (acks.begun,),
+            write=True,
+        )
     return acks
 
 
@@ -164,13 +163,9 @@ def test_killed_while_reopening_an_interrupted_turn(
 
 
 def _journal_rows(home: Path, token: str) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(f"file:{home / 'turnback.db'}?mode=ro", uri=True)
-    try:
-        return conn.execute(
-            "SELECT seq, kind, payload FROM events WHERE turn = ? ORDER BY seq", (token,)
-        ).fetchall()
-    finally:
-        conn.close()
+    return query(
+        home, "SELECT seq, kind, payload FROM events WHERE turn = ? ORDER BY seq", (token,)
+    )
 
 
 def test_killed_while_setting_aside(home: Path, session_id: str, tmp_path: Path) -> None:

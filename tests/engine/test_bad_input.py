@@ -256,6 +256,36 @@ def test_a_corrupt_database_file(home: Path) -> None:
     assert sorted(p.name for p in home.iterdir()) == ["turnback.db"]
 
 
+def test_an_emptied_database_beside_checkpoints_is_refused_and_left_as_it_is(
+    home: Path, tmp_path: Path
+) -> None:
+    """A 0-byte turnback.db in a home that holds checkpoints was emptied, not half created:
+    opening it would start a new database beside them and hide the loss."""
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    with turnback.open(home) as tb, tb.create_session(workspace).turn("make a file"):
+        (workspace / "a.txt").write_text("one\n")
+    db = home / "turnback.db"
+    db.write_bytes(b"")  # what a full disk or a bad copy leaves
+    shadow = sorted(p.relative_to(home) for p in (home / "shadow").rglob("*"))
+    with pytest.raises(StoreCorrupt) as raised:
+        turnback.open(home)
+    message = str(raised.value)
+    assert str(db) in message and "0 bytes" in message and "from a backup" in message
+    assert db.read_bytes() == b"" and not (home / "turnback.db-wal").exists()
+    assert sorted(p.relative_to(home) for p in (home / "shadow").rglob("*")) == shadow
+    cli = [sys.executable, "-m", "turnback", "--home", str(home)]
+    sessions = subprocess.run([*cli, "sessions"], capture_output=True, text=True, timeout=60)
+    assert sessions.returncode == 1 and "0 bytes" in sessions.stderr
+    doctor = subprocess.run([*cli, "doctor"], capture_output=True, text=True, timeout=60)
+    assert doctor.returncode == 1 and "FAIL  database:" in doctor.stdout
+    assert "0 bytes" in doctor.stdout and db.read_bytes() == b""
+    # moved away, as the message says, a new database starts afresh
+    db.rename(home / "emptied.db")
+    with turnback.open(home) as tb:
+        assert tb.sessions() == []
+
+
 def test_a_foreign_sqlite_database(home: Path) -> None:
     home.mkdir()
     db = home / "turnback.db"

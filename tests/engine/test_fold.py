@@ -4,6 +4,7 @@ Each test runs a real turn through the public API and reads what the session kep
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -333,3 +334,32 @@ def test_a_new_message_id_starts_a_new_message_and_each_keeps_its_id(
     tb.recover()
     recovered = session.turn_messages(2)
     assert [m.data.get("messageId") for m in recovered][1:4] == ["m1", "m2", "m3"]
+
+
+def test_a_long_run_of_text_chunks_is_joined_as_it_comes(session: turnback.Session) -> None:
+    # A running turn keeps what it folded so far: a chunk's text, and a few bytes more, not a
+    # block per chunk (goal: <= 50 bytes a chunk beyond the text).
+    count = 5_000
+    with session.turn("go") as turn:
+        turn.record(chunk("start "))
+        image = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
+        turn.record({"sessionUpdate": "agent_message_chunk", "content": image})
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for index in range(count):
+                turn.record(chunk(f"piece {index:05d}\n"), sync=False)
+                if index % 500 == 499:
+                    turn.sync()
+            turn.sync()
+            kept = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+    assert kept / count - len("piece 00000\n") <= 50
+    [_, message] = session.turn_messages(turn.token)
+    text = "".join(f"piece {index:05d}\n" for index in range(count))
+    assert message.data["content"] == [
+        {"type": "text", "text": "start "},
+        image,
+        {"type": "text", "text": text},
+    ]

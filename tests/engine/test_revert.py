@@ -210,10 +210,13 @@ def test_a_missing_checkpoint_refuses_a_files_revert_before_anything_moves(
     first = session.turns()[0].token
     with tb.store.atomic() as tx:
         tx.release_checkpoints([first])
-    with pytest.raises(CheckpointUnavailable, match="conversation only"):
+    with pytest.raises(CheckpointUnavailable, match="conversation only") as refused:
         session.revert(1)
+    assert "`" not in str(refused.value)  # the engine names no command; each surface words one
     assert files(workspace) == state["before"] and session.reverts() == []
     session.revert(1, files=False)  # the conversation can still be rewound
+    [reverted] = [a for a in session.activities() if a.code == "turn.reverted"]
+    assert "undoing the revert puts them back" in reverted.message and "`" not in reverted.message
     assert session.record.head == session.turns()[0].token
 
 

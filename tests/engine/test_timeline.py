@@ -57,7 +57,9 @@ def test_a_short_number_is_never_taken_for_a_token_prefix(tmp_path: Path) -> Non
     with turnback.open(tmp_path / "home", checkpoints=False) as tb:
         session = tb.create_session(tmp_path)
         token = "7123" + "0" * 28
-        RunningTurn(tb.store, tb.journal, begin(tb.store, session.id, "x", token=token)).complete()
+        RunningTurn(
+            tb.store, tb.journal, begin(tb.store, session.id, "x", lease=tb.lease, token=token)
+        ).complete()
         try:
             session.get_turn("7")
         except TurnNotFound as error:

@@ -7,11 +7,12 @@ version), so they open it directly.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ import pytest
 from turnback.errors import SchemaTooNew, StoreError
 from turnback.model import (
     ActivityLevel,
+    ChangeKind,
+    FileChange,
     JournalEntry,
     Message,
     MessageKind,
@@ -33,12 +36,15 @@ from turnback.store import Store, open_store, sqlite_url
 from turnback.store import sqlite as sqlite_backend
 from turnback.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
-BACKENDS: dict[str, Callable[[Path], str]] = {"sqlite": sqlite_url}
+BACKENDS = ("sqlite", "postgresql")
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(params=BACKENDS)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return BACKENDS[request.param](tmp_path / "home")
+    if request.param == "postgresql":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    return sqlite_url(tmp_path / "home")
 
 
 @pytest.fixture
@@ -354,6 +360,39 @@ def test_only_a_running_turns_journal_grows(store: Store) -> None:
         assert all(tx.journal(t.token) == [] for t in others)
 
 
+@pytest.mark.parametrize("size", [1, 40])  # a few entries, and many: two ways on PostgreSQL
+def test_a_fenced_flush_writes_only_the_turns_running_under_their_fence(
+    store: Store, size: int
+) -> None:
+    record, other = add_session(store), add_session(store)
+    ours = dataclasses.replace(new_turn(record.id), fence="ours")
+    taken = dataclasses.replace(new_turn(other.id), fence="theirs")  # a takeover drew anew
+    with store.atomic() as tx:
+        tx.insert_turn(ours)
+        tx.insert_turn(taken)
+    batch = [
+        entry(t.token, seq, "it's 100% \\u0000 \u00e9")
+        for seq in range(1, size + 1)
+        for t in (ours, taken)
+    ]
+    states = store.append_fenced(batch, {ours.token: "ours", taken.token: "ours"})
+    assert states == {
+        ours.token: (TurnStatus.RUNNING, "ours"),
+        taken.token: (TurnStatus.RUNNING, "theirs"),
+    }
+    with store.read() as tx:
+        assert tx.journal(ours.token) == [e for e in batch if e.turn == ours.token]
+        assert tx.journal(taken.token) == []
+    with store.atomic() as tx:
+        tx.end_turn(
+            ours.token, TurnStatus.INTERRUPTED, 1.0, None, size, expected=TurnStatus.RUNNING
+        )
+    later = [entry(ours.token, size + 1)]
+    assert store.append_fenced(later, {})[ours.token] == (TurnStatus.INTERRUPTED, "ours")
+    with store.read() as tx:
+        assert len(tx.run_events(ours.token)) == size, "an ended turn's events do not grow"
+
+
 def test_an_ended_turns_journal_is_its_timeline_verbatim(store: Store) -> None:
     record = add_session(store)
     turn = add_turn(store, record.id)
@@ -402,6 +441,41 @@ def test_messages_of_ended_turns_in_turn_order(store: Store) -> None:
             record.id, first.token, 1, MessageKind.AGENT, {"text": "answer"}
         )
         assert [m.index for m in tx.turn_messages(aside.token)] == [0, 1]
+
+
+def test_conversation_overview_counts_turns_and_names_the_first_prompt(store: Store) -> None:
+    record, empty = add_session(store), add_session(store)
+    add_turn(store, record.id, number=2, status=TurnStatus.COMPLETED, prompt="second")
+    add_turn(store, record.id, number=1, status=TurnStatus.INTERRUPTED, prompt=[{"a": 1}])
+    add_turn(store, record.id, number=3, status=TurnStatus.SET_ASIDE, prompt="aside")
+    add_turn(store, empty.id, number=1, prompt="still running")
+    with store.read() as tx:
+        assert tx.conversation_overview() == {record.id: (2, [{"a": 1}])}
+
+
+def test_session_file_changes_by_turn_and_scope(store: Store) -> None:
+    record, bare = add_session(store), add_session(store)
+    first = add_turn(store, record.id, status=TurnStatus.COMPLETED)
+    second = add_turn(store, record.id, number=2, status=TurnStatus.COMPLETED)
+    added = FileChange("b.txt", ChangeKind.ADDED, 2, 0, False, None)
+    binary = FileChange("a.bin", ChangeKind.RENAMED, 0, 0, True, "old.bin")
+    with store.atomic() as tx:
+        tx.insert_file_changes(first.token, "turn", [added, binary])
+        tx.insert_file_changes(second.token, "before", [added])
+    with store.read() as tx:
+        assert tx.session_file_changes(record.id) == {
+            (first.token, "turn"): [binary, added],
+            (second.token, "before"): [added],
+        }
+        assert tx.session_file_changes(bare.id) == {}
+
+
+def test_compact_frees_no_more_than_it_held(store: Store) -> None:
+    record = add_session(store)
+    add_turn(store, record.id)
+    assert store.compact() >= 0
+    with store.read() as tx:
+        assert tx.get_session(record.id) == record
 
 
 def test_run_events_round_trip(store: Store) -> None:
@@ -521,6 +595,16 @@ def test_upsert_owner_renews_the_lease_only(store: Store) -> None:
     assert stored == Owner(
         owner.id, owner.host, owner.boot_id, owner.pid, owner.start_time, owner.created_at, 99.0
     )
+
+
+def test_upsert_owner_without_a_lease_keeps_the_one_it_holds(store: Store) -> None:
+    owner = new_owner()
+    with store.atomic() as tx:
+        tx.upsert_owner(Owner(*dataclasses.astuple(owner)[:6], lease_expires=50.0))
+        tx.upsert_owner(owner)  # as a revert records its owner
+    with store.read() as tx:
+        stored = tx.get_owner(owner.id)
+    assert stored is not None and stored.lease_expires == 50.0
 
 
 def test_a_turn_must_name_a_known_owner(store: Store) -> None:

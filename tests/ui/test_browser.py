@@ -11,25 +11,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bench.browser import WIDE, launch
 from playwright.sync_api import BrowserContext, Page, Playwright, expect, sync_playwright
 
 import turnback
 
 from .conftest import TURNBACK, Reviewed, StartServer, say
 
-CHROMIUM = "/usr/bin/chromium"
-# Without the networking flags Chromium waits on services a closed network never answers.
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
-WIDE = {"width": 1280, "height": 800}
 NARROW = {"width": 390, "height": 844}
 
 
@@ -42,13 +31,7 @@ def playwright() -> Iterator[Playwright]:
 @pytest.fixture
 def context(playwright: Playwright, tmp_path: Path) -> Iterator[BrowserContext]:
     """A fresh Chromium with a fresh profile for each test."""
-    browser = playwright.chromium.launch_persistent_context(
-        str(tmp_path / "profile"),
-        executable_path=CHROMIUM,
-        headless=True,
-        args=FLAGS,
-        viewport=WIDE,
-    )
+    browser = launch(playwright, tmp_path / "profile")
     browser.set_default_timeout(15_000)
     try:
         yield browser

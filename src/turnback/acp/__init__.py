@@ -8,6 +8,18 @@ listed, loaded, resumed and forked from turnback's store; and ``/checkpoints``, 
 
 from __future__ import annotations
 
-from turnback.acp.proxy import DEFAULT_MAX_FRAME, Proxy, main, serve
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from turnback.acp.proxy import DEFAULT_MAX_FRAME, Proxy, main, serve
 
 __all__ = ["DEFAULT_MAX_FRAME", "Proxy", "main", "serve"]
+
+
+def __getattr__(name: str) -> Any:
+    """The proxy, imported when first used: ``turnback acp`` starts its agent before it."""
+    if name not in __all__:
+        raise AttributeError(f"module 'turnback.acp' has no attribute {name!r}")
+    from turnback.acp import proxy
+
+    return getattr(proxy, name)

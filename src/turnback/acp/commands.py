@@ -3,18 +3,25 @@
 agent's own commands, answered as agent text in Markdown (a table of turns, a fenced patch),
 and never reach the agent or the journal; the proxy keeps each answer as a session activity so
 a ``session/load`` shows it again where it was given.
+
+``/rewind`` writes nothing before the user has seen its plan (``Session.revert_plan``: files
+restored, deleted and kept, hand edits it would overwrite) and confirmed it: through an ACP
+``elicitation/create`` form where the editor advertises form elicitation, else by sending the
+command again with ``confirm``. Declined, cancelled or unanswered, nothing is written.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turnback.errors import INITIALIZE_TIMEOUT, RECOVER, SHOW, TURNS, WAIT, TurnbackError
 from turnback.model import FileChange, Turn
-from turnback.runtime import AgentRuntime
+
+if TYPE_CHECKING:
+    from turnback.runtime import AgentRuntime
 
 COMMANDS: tuple[dict[str, Any], ...] = (
     {
@@ -29,8 +36,8 @@ COMMANDS: tuple[dict[str, Any], ...] = (
     {
         "name": "rewind",
         "description": "turnback: rewind to turn N (0: before the first): files, conversation or "
-        "both; keep-edits keeps your own edits",
-        "input": {"hint": "N [files|conversation|both] [keep-edits]"},
+        "both; keep-edits keeps your own edits. Shows what it would do and asks first",
+        "input": {"hint": "N [files|conversation|both] [keep-edits] [confirm]"},
     },
     {
         "name": "undo-rewind",
@@ -73,15 +80,23 @@ class Answer:
     recorded: bool = False
 
 
-async def run(command: SlashCommand, runtime: AgentRuntime) -> Answer:
-    """Carry out ``command`` on the runtime's session; returns what to tell the user."""
+#: Asks the editor's user to confirm what the message describes: True accepted, False declined
+#: or cancelled, None when the editor could not be asked.
+Confirm = Callable[[str], Awaitable[bool | None]]
+
+
+async def run(
+    command: SlashCommand, runtime: AgentRuntime, confirm: Confirm | None = None
+) -> Answer:
+    """Carry out ``command`` on the runtime's session; returns what to tell the user.
+    ``confirm`` asks the editor (elicitation), where it can be asked."""
     try:
         if command.name == "checkpoints":
             return Answer(await asyncio.to_thread(_checkpoints, runtime))
         if command.name == "diff":
             return Answer(await asyncio.to_thread(_diff, runtime, command.args))
         if command.name == "rewind":
-            return await _rewind(runtime, command.args)
+            return await _rewind(runtime, command.args, confirm)
         await runtime.undo_revert()
         return Answer(
             "Undid the last rewind: files, turns and conversation are back as they were.", True
@@ -165,28 +180,66 @@ def _diff(runtime: AgentRuntime, args: tuple[str, ...]) -> str:
     return f"{header}\n\n{fence}diff\n{diff.patch.rstrip()}\n{fence}"
 
 
-async def _rewind(runtime: AgentRuntime, args: tuple[str, ...]) -> Answer:
-    usage = Answer("Usage: `/rewind N [files|conversation|both] [keep-edits]`")
+_USAGE = "Usage: `/rewind N [files|conversation|both] [keep-edits] [confirm]`"
+_WHAT = {"files": "the files", "conversation": "the conversation", "both": "files and conversation"}
+
+
+async def _rewind(runtime: AgentRuntime, args: tuple[str, ...], confirm: Confirm | None) -> Answer:
     if not args or not args[0].isdigit():
-        return usage
+        return Answer(_USAGE)
     rest = list(args[1:])
-    keep = "keep-edits" in rest
-    if keep:
-        rest.remove("keep-edits")
+    flags = {flag for flag in ("keep-edits", "confirm") if flag in rest}
+    rest = [word for word in rest if word not in flags]
     if len(rest) > 1 or (rest and rest[0] not in _SCOPES):
-        return usage
+        return Answer(_USAGE)
     scope = rest[0] if rest else "both"
     files, conversation = _SCOPES[scope]
-    number = int(args[0])
+    number, keep = int(args[0]), "keep-edits" in flags
+    if "confirm" not in flags:
+        said, refused = await asyncio.to_thread(_planned, runtime, number, scope, keep)
+        if refused:
+            return Answer(said + "\n\nNothing was changed.")
+        confirmed = await confirm(said) if confirm is not None else None
+        if confirmed is None:
+            again = " ".join(("/rewind", *args, "confirm"))
+            return Answer(f"{said}\n\nNothing was changed yet: send `{again}` to do it.")
+        if not confirmed:
+            return Answer(f"{said}\n\nRewind declined: nothing was changed.")
     await runtime.revert(number, files=files, conversation=conversation, keep_user_edits=keep)
-    what = {
-        "files": "the files",
-        "conversation": "the conversation",
-        "both": "files and conversation",
-    }[scope]
     kept = "; the edits you made by hand were kept" if keep else ""
     return Answer(
-        f"Rewound {what} to turn {number}{kept}. Later turns are kept as history; "
+        f"Rewound {_WHAT[scope]} to turn {number}{kept}. Later turns are kept as history; "
         "`/undo-rewind` puts everything back.",
         True,
     )
+
+
+def _planned(runtime: AgentRuntime, number: int, scope: str, keep: bool) -> tuple[str, bool]:
+    """What a rewind would do, in Markdown (the plan of its files, the turns it undoes), and
+    whether it would be refused (hand edits that keep-edits cannot keep). Writes nothing."""
+    files, conversation = _SCOPES[scope]
+    plan = runtime.session.revert_plan(
+        number, files=files, conversation=conversation, keep_user_edits=keep
+    )
+    later = sum(1 for t in _conversation(runtime) if t.number > number)
+    lines = [
+        f"**Rewind {_WHAT[scope]} to turn {number}**"
+        + (", keeping your own edits" if keep else "")
+        + f": {later} later turn(s) are undone and kept as history.",
+    ]
+    if scope == "conversation":
+        lines.append("- The files are left as they are.")
+    else:
+        for label, changes in (("Restored", plan.restore), ("Deleted", plan.delete)):
+            lines.append(f"- {label}: {_changes(changes) if changes else 'none'}")
+        if plan.keep:
+            kept = (f"`{c.path}` ({plan.kept_because.get(c.path, 'kept')})" for c in plan.keep)
+            lines.append(f"- Left as they are: {', '.join(kept)}")
+        if plan.conflicts:
+            paths = ", ".join(f"`{c.path}`" for c in plan.conflicts)
+            lines.append(
+                f"- Your own edits in the way, which keep-edits cannot keep: {paths}"
+                if keep
+                else f"- Your own edits it overwrites: {paths} (keep-edits keeps them)"
+            )
+    return "\n".join(lines), keep and bool(plan.conflicts)

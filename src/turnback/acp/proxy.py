@@ -30,13 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import json
 import logging
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Mapping, Sequence
@@ -49,6 +47,7 @@ from acp.connection import Connection
 
 import turnback
 from turnback.acp import commands, transcript
+from turnback.acp.launch import INITIALIZE_ID, Launched, initialized
 from turnback.acp.wire import REQUEST_ID, EditorWire, open_stdio
 from turnback.engine.handle import Session, Turnback
 from turnback.engine.turns import validate_prompt
@@ -56,6 +55,7 @@ from turnback.errors import (
     AmbiguousId,
     InvalidEvent,
     InvalidId,
+    OwnershipLost,
     SessionNotFound,
     TurnbackError,
     TurnNotFound,
@@ -79,6 +79,7 @@ from turnback.runtime import (
 from turnback.runtime.connection import AgentConnection
 from turnback.runtime.reactor import Notice
 from turnback.runtime.relay import Reply
+from turnback.runtime.sidecar import Started
 from turnback.runtime.wire import (
     CANCEL_REQUEST,
     SENT_REQUESTS,
@@ -149,36 +150,6 @@ def _title(record: SessionRecord, turns: Sequence[Turn]) -> str | None:
 
 def _iso(at: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
-
-
-def _initialized(agent: dict[str, Any]) -> dict[str, Any]:
-    """The editor's ``initialize`` answer: the agent's, as it wrote it, plus only turnback's
-    documented additions -- the session methods it serves from its store (``loadSession`` and
-    ``sessionCapabilities`` ``list``, ``resume``, ``close``, ``delete`` and the unstable
-    ``fork``) and its ``_meta.turnback`` key. The agent's own ``_meta.turnback`` (its
-    checkpoint and rollback extensions) is turnback's to use, not the editor's."""
-    response = copy.deepcopy(agent)
-    capabilities = response.get("agentCapabilities")
-    if not isinstance(capabilities, dict):
-        capabilities = response["agentCapabilities"] = {}
-    capabilities["loadSession"] = True
-    sessions = capabilities.get("sessionCapabilities")
-    if not isinstance(sessions, dict):
-        sessions = capabilities["sessionCapabilities"] = {}
-    for feature in ("list", "resume", "close", "delete", "fork"):
-        if not isinstance(sessions.get(feature), dict):
-            sessions[feature] = {}
-    for holder in (capabilities, response):
-        meta = holder.get("_meta")
-        if isinstance(meta, dict) and "turnback" in meta:
-            del meta["turnback"]
-            if not meta:
-                del holder["_meta"]
-    meta = response.get("_meta")
-    if not isinstance(meta, dict):
-        meta = response["_meta"] = {}
-    meta["turnback"] = {"proxy": turnback.__version__, "commands": sorted(commands.NAMES)}
-    return response
 
 
 def _cancel(rpc_id: Any) -> dict[str, Any]:
@@ -307,7 +278,7 @@ class Proxy:
 
     def __init__(
         self,
-        tb: Turnback,
+        tb: Turnback | asyncio.Future[Turnback],
         command: Sequence[str],
         wire: EditorWire,
         *,
@@ -315,7 +286,13 @@ class Proxy:
         policy: ResumePolicy | None = None,
         agent: AgentConnection | None = None,
     ) -> None:
-        self.tb = tb
+        #: the store, or its opening (with recovery), which every method but initialize awaits
+        self._tb: Turnback | None = None
+        self._opening: asyncio.Future[Turnback] | None = None
+        if isinstance(tb, asyncio.Future):
+            self._opening = tb
+        else:
+            self._tb = tb
         self.command = tuple(command)
         self.wire = wire
         self.policy = policy or ResumePolicy()
@@ -339,6 +316,16 @@ class Proxy:
         self._asking: dict[str, _Forwarded] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
+    @property
+    def tb(self) -> Turnback:
+        assert self._tb is not None, "the store is opened before any session is"
+        return self._tb
+
+    def initialized_by(self, params: dict[str, Any]) -> None:
+        """The editor's ``initialize`` (``params``) was answered before this proxy ran."""
+        self.initialize_params = dict(params)
+        self._initialized = True
+
     # -- the editor's methods ----------------------------------------------------------------
 
     async def handle(self, method: str, params: Any, is_notification: bool) -> Any:
@@ -350,6 +337,8 @@ class Proxy:
             self._serving[rpc_id] = notes
             SENT_REQUESTS.set(notes)
         try:
+            if self._tb is None and self._opening is not None and method != "initialize":
+                self._tb = await asyncio.shield(self._opening)
             if is_notification:
                 await self._notification(method, params)
                 return None
@@ -437,7 +426,7 @@ class Proxy:
         self.authenticated = None  # a new initialize is followed by its own authenticate
         await self._agent(restart=self._initialized)
         self._initialized = True
-        return _initialized(self.agent.initialize_response or {})
+        return initialized(self.agent.initialize_response or {})
 
     async def _agent(self, *, restart: bool = False) -> AgentConnection:
         """The agent process, started (again, with ``restart``: a new ``initialize``)."""
@@ -600,7 +589,7 @@ class Proxy:
         validate_prompt(blocks)  # before anything is written: InvalidEvent names the field
         command = commands.parse(blocks)
         if command is not None:
-            said = await commands.run(command, runtime)
+            said = await commands.run(command, runtime, self._confirmer(editor.id))
             self.update(editor.id, transcript.notice_chunk(said.text, "command"))
             if not said.recorded:  # kept, so a session/load shows it again where it was
                 await asyncio.to_thread(
@@ -615,6 +604,14 @@ class Proxy:
         editor.prompting = asyncio.current_task()
         try:
             turn = await runtime.prompt(blocks, meta=meta if isinstance(meta, dict) else None)
+        except OwnershipLost as lost:
+            message = (
+                "this turn was taken over by another turnback process (this one's lease ran "
+                "out); it was stopped here and nothing more of it was recorded. Reload the "
+                "session to see it as the other process recovered it"
+            )
+            self.update(editor.id, transcript.notice_chunk(message, "error"))
+            raise _error(message, error="OwnershipLost", turn=lost.token) from lost
         finally:
             editor.prompting = None
         await self._session_info(editor.session)
@@ -796,6 +793,33 @@ class Proxy:
             return content if isinstance(content, dict) else {}
         return None
 
+    def _confirmer(self, session_id: str) -> commands.Confirm | None:
+        """How a slash command asks the editor's user to confirm: an ``elicitation/create``
+        form with nothing to fill in (accept is yes), where the editor's ``initialize``
+        advertises form elicitation; ``None`` where it does not."""
+        capabilities = self.initialize_params.get("clientCapabilities")
+        elicits = capabilities.get("elicitation") if isinstance(capabilities, dict) else None
+        if not (isinstance(elicits, dict) and isinstance(elicits.get("form"), dict)):
+            return None
+
+        async def confirm(message: str) -> bool | None:
+            if self.conn is None:
+                return None
+            params = {
+                "sessionId": session_id,
+                "mode": "form",
+                "message": message,
+                "requestedSchema": {"type": "object", "properties": {}},
+            }
+            try:
+                result = await self.conn.send_request("elicitation/create", params)
+            except (acp.RequestError, ConnectionError, OSError) as error:
+                log.warning("the editor did not answer a confirmation: %s", error)
+                return None
+            return isinstance(result, dict) and result.get("action") == "accept"
+
+        return confirm
+
     def _commands(self, editor: _EditorSession) -> list[Any]:
         ours = [dict(command) for command in commands.COMMANDS]
         theirs = [
@@ -854,10 +878,10 @@ async def serve(
     home: str | os.PathLike[str] | None = None,
     max_frame: int = DEFAULT_MAX_FRAME,
     policy: ResumePolicy | None = None,
-    early: subprocess.Popen[bytes] | None = None,
+    early: Launched | None = None,
 ) -> int:
     """Run the proxy on this process's stdin and stdout until the editor goes away or SIGTERM;
-    returns the exit status."""
+    returns the exit status. ``early``: how :mod:`turnback.acp.launch` started."""
     if not command:
         print("turnback acp: give the agent command after --", file=sys.stderr)
         return 2
@@ -867,28 +891,37 @@ async def serve(
             "be answered with an error",
             file=sys.stderr,
         )
-    # The agent first: its start-up overlaps the proxy's (opening the store, recovery).
+    early = early or Launched(None)
     env = dict(os.environ)
     agent = agent_connection(command, env, policy or ResumePolicy())
-    agent.spawn(early)
-    reader, writer = await open_stdio(max_frame)
+    if early.process is not None:
+        handed = (early.agent, early.sent, INITIALIZE_ID, early.answer, early.sent_at)
+        agent.spawn(Started(early.process, *handed))
+    else:
+        agent.spawn()
+    reader, writer = await open_stdio(max_frame, early.editor)
     wire = EditorWire(reader, writer, max_frame)
-    tb = await asyncio.to_thread(turnback.open, home)
-    try:
-        await asyncio.to_thread(tb.recover)  # turns a killed proxy left running
-        proxy = Proxy(tb, command, wire, env=env, policy=policy, agent=agent)
-        conn = Connection(proxy.handle, wire)
-        proxy.conn = conn
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(signum, stop.set)
-        gone = asyncio.ensure_future(wire.gone.wait())
-        stopped = asyncio.ensure_future(stop.wait())
+    # Opened and recovered (turns a killed proxy left running) while initialize is answered;
+    # every other method waits for it.
+    opening = asyncio.ensure_future(asyncio.to_thread(_open_store, home))
+    proxy = Proxy(opening, command, wire, env=env, policy=policy, agent=agent)
+    if early.params is not None:
+        proxy.initialized_by(early.params)
+    conn = Connection(proxy.handle, wire)
+    proxy.conn = conn
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    gone = asyncio.ensure_future(wire.gone.wait())
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({gone, stopped, opening}, return_when=asyncio.FIRST_COMPLETED)
+    if opening.done() and opening.exception() is None:  # open: serve on
         await asyncio.wait({gone, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        gone.cancel()
-        stopped.cancel()
+    gone.cancel()
+    stopped.cancel()
+    try:
         try:
             await asyncio.wait_for(proxy.close(), 4.0)
         except TimeoutError:
@@ -896,8 +929,19 @@ async def serve(
         await conn.close()
         await wire.close()
     finally:
+        tb = await opening  # its error, if it could not open, is the proxy's
         await asyncio.to_thread(tb.close)
     return 0
+
+
+def _open_store(home: str | os.PathLike[str] | None) -> Turnback:
+    tb = turnback.open(home)
+    try:
+        tb.recover()
+    except BaseException:
+        tb.close()
+        raise
+    return tb
 
 
 def main(
@@ -906,8 +950,7 @@ def main(
     home: str | None = None,
     max_frame: int = DEFAULT_MAX_FRAME,
     policy: ResumePolicy | None = None,
-    early: subprocess.Popen[bytes] | None = None,
+    early: Launched | None = None,
 ) -> int:
-    """:func:`serve`; ``early`` is the agent command already started (with pipes for stdin and
-    stdout) to use as the agent's first process."""
+    """:func:`serve`; ``early``: how :mod:`turnback.acp.launch` started."""
     return asyncio.run(serve(command, home=home, max_frame=max_frame, policy=policy, early=early))

@@ -54,10 +54,13 @@ class _FileOutput:
         return False
 
 
-async def open_stdio(limit: int) -> tuple[asyncio.StreamReader, Output]:
-    """This process's stdin and stdout for the wire; a regular file works as well as a pipe."""
+async def open_stdio(limit: int, read: bytes = b"") -> tuple[asyncio.StreamReader, Output]:
+    """This process's stdin (after ``read``, what was read from it already) and stdout for the
+    wire; a regular file works as well as a pipe."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=limit)
+    if read:
+        reader.feed_data(read)
     try:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     except ValueError:

@@ -183,13 +183,23 @@ class WorkspaceCheckpoints:
         if checkpoint.skipped:
             shown = ", ".join(checkpoint.skipped[:5])
             more = f" and {len(checkpoint.skipped) - 5} more" if len(checkpoint.skipped) > 5 else ""
+            directories = [path for path in checkpoint.skipped if path.endswith("/")]
+            files = len(checkpoint.skipped) - len(directories)
+            what = [
+                f"{count} {noun}"
+                for count, noun in (
+                    (files, "file(s) over the size limit or unreadable"),
+                    (len(directories), "directory(ies) that cannot be read"),
+                )
+                if count
+            ]
             notes.append(
                 Note(
                     ActivityLevel.WARNING,
                     "checkpoint.files.skipped",
-                    f"{len(checkpoint.skipped)} file(s) over the size limit or unreadable were "
-                    f"left out of the checkpoint, and reverts leave them alone: {shown}{more}",
-                    {"paths": list(checkpoint.skipped)},
+                    f"{' and '.join(what)} were left out of the checkpoint, and reverts leave "
+                    f"them alone: {shown}{more}",
+                    {"paths": list(checkpoint.skipped), "directories": directories},
                 )
             )
         return checkpoint, notes

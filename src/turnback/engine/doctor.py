@@ -160,8 +160,11 @@ def _rows(tb: Turnback) -> HealthCheck:
 def _turns(tb: Turnback) -> list[HealthCheck]:
     with tb.store.read() as tx:
         running = tx.turns_with_status(TurnStatus.RUNNING)
+        now = tx.now()
         dead = [
-            t for t in running if not is_alive(tx.get_owner(t.owner_id) if t.owner_id else None)
+            t
+            for t in running
+            if not is_alive(tx.get_owner(t.owner_id) if t.owner_id else None, now)
         ]
         aside = tx.turns_with_status(TurnStatus.SET_ASIDE)
         unfinished = tx.reverts(

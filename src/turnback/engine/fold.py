@@ -134,9 +134,17 @@ class Folder:
 
     def add_text(self, kind: str, text: str, message_id: Any = None) -> None:
         """Fold a chunk event whose content is one plain text block, from its text alone."""
-        self._chunk(_CHUNKS[kind], {"type": "text", "text": text}, message_id)
+        _add_text(self._content(_CHUNKS[kind], message_id), text)
 
     def _chunk(self, chunk: MessageKind, block: Any, message_id: Any) -> None:
+        content = self._content(chunk, message_id)
+        if _plain_text(block):
+            _add_text(content, str(block.get("text", "")))
+        elif block is not None:
+            content.append(block)
+
+    def _content(self, chunk: MessageKind, message_id: Any) -> list[Any]:
+        """The content of the open message of ``chunk``'s kind, opening one when needed."""
         # ACP: chunks of one message share a messageId; a new messageId starts a new message.
         if self._open is not chunk or (
             message_id is not None and self._messages[-1][1].get("messageId") != message_id
@@ -145,18 +153,54 @@ class Folder:
             if message_id is not None:
                 data["messageId"] = message_id
             self._messages.append((chunk, data))
-        if block is not None:
-            self._messages[-1][1]["content"].append(block)
         self._open = chunk
+        content: list[Any] = self._messages[-1][1]["content"]
+        return content
 
     def messages(self) -> list[tuple[MessageKind, JSON]]:
-        """The turn's messages so far; each run of plain text is joined once."""
+        """The turn's messages so far; each run of plain text as one text block."""
         return [
-            (kind, {**data, "content": _join_text(data["content"])})
+            (kind, {**data, "content": [_block(b) for b in data["content"]]})
             if kind in _CHUNK_KINDS
             else (kind, data)
             for kind, data in self._messages
         ]
+
+
+class _TextRun:
+    """Consecutive plain text chunks of one message, joined as they come: each chunk costs its
+    text and about a byte more (kept as a block each, a chunk costs some 250 bytes)."""
+
+    __slots__ = ("_joined", "_recent")
+
+    def __init__(self, text: str) -> None:
+        self._joined: list[str] = []  # each the text of _JOIN_EVERY chunks
+        self._recent = [text]
+
+    def add(self, text: str) -> None:
+        self._recent.append(text)
+        if len(self._recent) == _JOIN_EVERY:
+            self._joined.append("".join(self._recent))
+            self._recent = []
+
+    def text(self) -> str:
+        return "".join(self._joined) + "".join(self._recent)
+
+
+#: Chunks of a text run kept apart before they are joined into one string: the cost of a string
+#: object (some 57 bytes) is shared by this many chunks, and each character is copied twice.
+_JOIN_EVERY = 64
+
+
+def _add_text(content: list[Any], text: str) -> None:
+    if content and isinstance(content[-1], _TextRun):
+        content[-1].add(text)
+    else:
+        content.append(_TextRun(text))
+
+
+def _block(block: Any) -> Any:
+    return {"type": "text", "text": block.text()} if isinstance(block, _TextRun) else block
 
 
 def is_text_chunk(kind: str, event: JSON) -> bool:
@@ -173,27 +217,12 @@ def fold(prompt: Any, events: Iterable[JSON]) -> list[tuple[MessageKind, JSON]]:
 
 
 def _plain_text(block: Any) -> bool:
+    """Whether ``block`` is a text block with no key but ``type`` and ``text``."""
     return (
-        isinstance(block, dict) and block.get("type") == "text" and set(block) <= {"type", "text"}
+        isinstance(block, dict)
+        and block.get("type") == "text"
+        and (len(block) == 1 or (len(block) == 2 and "text" in block))
     )
-
-
-def _join_text(content: list[Any]) -> list[Any]:
-    """Merge runs of plain text blocks into one block each, joining each run once (a message of
-    n chunks costs O(n), not O(n^2))."""
-    merged: list[Any] = []
-    run: list[str] = []
-    for block in content:
-        if _plain_text(block):
-            run.append(str(block.get("text", "")))
-            continue
-        if run:
-            merged.append({"type": "text", "text": "".join(run)})
-            run = []
-        merged.append(block)
-    if run:
-        merged.append({"type": "text", "text": "".join(run)})
-    return merged
 
 
 def unfinished_tool_calls(events: Sequence[JSON]) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any
 from turnback.engine import recovery, revert
 from turnback.engine.checkpoints import DELETED, WorkspaceCheckpoints, collect_garbage
 from turnback.engine.journal import Journal
-from turnback.engine.owners import is_alive
+from turnback.engine.owners import Lease, host_identity, is_alive, require_here
 from turnback.engine.revert import ConversationRollback, StartedRevert
 from turnback.engine.turns import (
     RunningTurn,
@@ -36,6 +36,7 @@ from turnback.errors import (
     InvalidId,
     RevertInProgress,
     SessionNotFound,
+    StoreCorrupt,
     TurnbackError,
     TurnInProgress,
     TurnNotFound,
@@ -61,7 +62,8 @@ from turnback.model import (
     TurnStatus,
     UnrecoveredTurn,
 )
-from turnback.store import Store, Tx, open_store, sqlite_url
+from turnback.store import DEFAULT_DATABASE, Store, Tx, open_store, sqlite_url
+from turnback.workspace.snapshots import holds_checkpoints
 
 _HEX = re.compile(r"[0-9a-f]+")
 
@@ -85,6 +87,27 @@ def normalise_id(text: str, what: str) -> str:
     return value
 
 
+def _refuse_an_emptied_database(home: Path) -> None:
+    """A 0-byte database is what a process killed during a home's very first open leaves, and
+    the store makes it a new one: there is nothing in it to lose. Not so when the home already
+    holds workspace checkpoints: then the file held sessions and was emptied (a full disk, a
+    bad copy), and a new database beside those checkpoints would hide the loss and let gc prune
+    them. That is refused, with nothing written."""
+    database = home / DEFAULT_DATABASE
+    log = database.with_name(DEFAULT_DATABASE + "-wal")
+    try:
+        emptied = database.stat().st_size == 0 and not (log.exists() and log.stat().st_size)
+    except OSError:
+        return  # no file (a new home), or one the store reports on itself
+    if emptied and holds_checkpoints(home):
+        raise StoreCorrupt(
+            f"the database {database} is empty (0 bytes), yet {home} holds the workspace "
+            "checkpoints of earlier sessions: it was emptied (a full disk or a bad copy, say) and "
+            "was left as it is. Put it back from a backup, or move it away to start afresh "
+            "(the checkpoints stay until gc removes them)"
+        )
+
+
 class Turnback:
     """turnback on one home: sessions, turns, recovery and sweep. Close it when done."""
 
@@ -99,6 +122,7 @@ class Turnback:
         create: bool = True,
         checkpoints: bool = True,
         progress: Callable[[str, int, int], None] | None = None,
+        lease_seconds: float | None = None,
     ) -> None:
         try:
             mode = Durability(durability)
@@ -107,9 +131,17 @@ class Turnback:
             raise ValueError(f"durability must be one of {choices}, not {durability!r}") from None
         self.home = (Path(home).expanduser() if home is not None else default_home()).absolute()
         url = database_url or os.environ.get("TURNBACK_DATABASE_URL") or sqlite_url(self.home)
+        if url == sqlite_url(self.home):
+            _refuse_an_emptied_database(self.home)
         self.store: Store = open_store(url, busy_timeout=busy_timeout, create=create)
         self.durability = mode
         self.journal = Journal(self.store, mode, window=batch_window)
+        #: this process's lease on the turns it runs; losing it stops them (OwnershipLost)
+        self.lease = Lease(
+            lambda: open_store(url, busy_timeout=busy_timeout),
+            lease_seconds,
+            on_lost=self.journal.lose_all,
+        )
         #: workspace checkpoints of turns; None when turned off (``checkpoints=False``)
         self.checkpoints = (
             WorkspaceCheckpoints(self.home, progress=progress) if checkpoints else None
@@ -213,6 +245,7 @@ class Turnback:
         self._closed = True
         atexit.unregister(self.close)
         try:
+            self.lease.close()
             self.journal.close()
         finally:
             self.store.close()
@@ -385,7 +418,8 @@ class Session:
         except RevertInProgress as held:
             with store.read() as tx:
                 owner = tx.get_owner(held.owner_id) if held.owner_id else None
-            if is_alive(owner):
+                now = tx.now()
+            if is_alive(owner, now):
                 raise
             revert.recover_reverts(store, self._tb.checkpoints)
             turn = self._begin(prompt)
@@ -398,7 +432,8 @@ class Session:
                 with store.read() as tx:
                     running = tx.get_turn(busy.running_token)
                     owner = tx.get_owner(running.owner_id) if running and running.owner_id else None
-                if running is None or is_alive(owner):
+                    now = tx.now()
+                if running is None or is_alive(owner, now):
                     raise
                 recovery.recover_turn(store, running, self._tb.checkpoints)
                 turn = self._begin(prompt)
@@ -414,7 +449,7 @@ class Session:
         """Continue the interrupted turn ``ref`` (the session's head) from its last step
         checkpoint: it is running again, under this process, and ends like any other turn. What
         it recorded after that checkpoint leaves the conversation (see ``turns.reopen``)."""
-        turn, next_seq = reopen(self._tb.store, self.get_turn(ref).token)
+        turn, next_seq = reopen(self._tb.store, self.get_turn(ref).token, lease=self._tb.lease)
         return RunningTurn(
             self._tb.store,
             self._tb.journal,
@@ -430,7 +465,7 @@ class Session:
         validate_prompt(prompt)
         checkpoints = self._tb.checkpoints
         if checkpoints is None:
-            return begin(self._tb.store, self.id, prompt)
+            return begin(self._tb.store, self.id, prompt, lease=self._tb.lease)
         with self._tb.store.read() as tx:
             record = tx.get_session(self.id)
             head = tx.get_turn(record.head) if record and record.head else None
@@ -445,7 +480,9 @@ class Session:
                 capture.changes = []  # the head moved meanwhile: the comparison is stale
             capture.write(tx, self.id, turn.token)
 
-        return begin(self._tb.store, self.id, prompt, token=token, prepare=prepare)
+        return begin(
+            self._tb.store, self.id, prompt, lease=self._tb.lease, token=token, prepare=prepare
+        )
 
     def turns(self) -> list[Turn]:
         """Every turn of the session, oldest first; a running turn counts its events so far."""
@@ -474,7 +511,7 @@ class Session:
         if turn.status is not TurnStatus.RUNNING:
             return False
         with self._tb.store.read() as tx:
-            return is_alive(tx.get_owner(turn.owner_id) if turn.owner_id else None)
+            return is_alive(tx.get_owner(turn.owner_id) if turn.owner_id else None, tx.now())
 
     def get_turn(self, ref: int | str) -> Turn:
         """A turn by number (its position in the conversation) or by token prefix."""
@@ -542,6 +579,7 @@ class Session:
         available = bool(turn.begin_checkpoint and turn.end_checkpoint)
         text = None
         if patch:
+            require_here([turn], "its patch")
             if not available or self._tb.checkpoints is None:
                 moment = "begin" if not turn.begin_checkpoint else "end"
                 raise CheckpointUnavailable(
@@ -582,6 +620,7 @@ class Session:
                 "failed, was skipped or pruned, or checkpoints are off), so no range can start "
                 "or end there"
             )
+        require_here([turn], "a diff from or to it")
         return commit
 
     def changes_since_head(self) -> list[FileChange] | None:
@@ -595,6 +634,8 @@ class Session:
             head = tx.get_turn(record.head) if record.head else None
         if checkpoints is None or head is None or not head.end_checkpoint:
             return None
+        if head.host and head.host != host_identity()[0]:
+            return None  # its checkpoint is on that host, and so is the workspace it saw
         ref = f"{self.id}/now-{uuid.uuid4().hex}"
         captured, _notes = checkpoints.capture(record.workspace, ref)
         if captured is None:
@@ -612,6 +653,7 @@ class Session:
         captured under a ref that is gone once this returns."""
         checkpoints = self._tb.checkpoints
         assert checkpoints is not None and turn.begin_checkpoint
+        require_here([turn], "its diff while it runs")
         workspace = self.record.workspace
         ref = f"{self.id}/now-{uuid.uuid4().hex}"
         captured, notes = checkpoints.capture(workspace, ref)
@@ -646,11 +688,8 @@ class Session:
         the files, then rolls the conversation back in one transaction; later turns are kept as
         reverted history. ``keep_user_edits`` undoes only the agent's own changes (RevertConflict,
         with nothing written, where they clash with hand edits)."""
-        self._tb.journal.flush()
         return revert.revert(
-            self._tb.store,
-            self._tb.checkpoints,
-            self.id,
+            *self._reverting(),
             to_turn,
             files=files,
             conversation=conversation,
@@ -670,11 +709,8 @@ class Session:
         """:meth:`revert` up to the agent's side: validated (``rollback.check`` included),
         captured, the files moved. Roll the agent back on your side, then call ``finish()`` on
         the result (or ``abandon(why)``, which puts the files back)."""
-        self._tb.journal.flush()
         return revert.start_revert(
-            self._tb.store,
-            self._tb.checkpoints,
-            self.id,
+            *self._reverting(),
             to_turn,
             files=files,
             conversation=conversation,
@@ -694,16 +730,19 @@ class Session:
         files restored and deleted (with +/-), the files kept (ignored, not captured, existing
         before the turns, or hand edits under ``keep_user_edits``) and the hand edits in the way
         (``conflicts``). Raises what the revert would raise before it writes."""
-        self._tb.journal.flush()
         return revert.plan(
-            self._tb.store,
-            self._tb.checkpoints,
-            self.id,
+            *self._reverting(),
             to_turn,
             files=files,
             conversation=conversation,
             keep_user_edits=keep_user_edits,
         )
+
+    def _reverting(self) -> tuple[Store, WorkspaceCheckpoints | None, str]:
+        """What the engine's revert, its first steps and its plan take before their own
+        arguments -- once the journal is on disk, since they read the turns."""
+        self._tb.journal.flush()
+        return self._tb.store, self._tb.checkpoints, self.id
 
     def undo_revert(self) -> Revert:
         """Undo the last revert: files, turns and head as they were just before it."""

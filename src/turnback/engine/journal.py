@@ -16,6 +16,12 @@ event recorded before it is not. Rows that must commit together with an event (a
 a change to the session's pending requests) travel with it as ``after`` callbacks run in the same
 transaction. A flush that fails keeps its entries in memory, and the error is raised to the next
 caller that needs durability.
+
+Fencing (see ``engine/owners.py``): a turn this process runs is *held* with its fencing token.
+Each flush locks the sessions of the turns it writes and reads their status and token in the same
+transaction; the entries and rows of a turn that is no longer running under that token are
+dropped, never written, and the turn is marked lost. From then on its every write raises
+``OwnershipLost``, as does a flush asked for on its behalf.
 """
 
 from __future__ import annotations
@@ -26,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from turnback import faults
-from turnback.errors import StoreError
-from turnback.model import Durability, JournalEntry
+from turnback.errors import OwnershipLost, StoreError
+from turnback.model import Durability, JournalEntry, TurnStatus
 from turnback.store import Store, Tx
 
 After = Callable[[Tx], None]
@@ -53,6 +59,47 @@ class Journal:
         self._closed = False
         #: the longest a boundary append waited for its commit, in seconds (for benchmarks)
         self.longest_boundary_wait = 0.0
+        self._fences: dict[str, str | None] = {}  # turns held, and their fencing tokens
+        self._lost: dict[str, str] = {}  # turns taken over, and why
+
+    # -- fencing -------------------------------------------------------------------------------
+
+    def hold(self, turn: str, fence: str | None) -> None:
+        """Write ``turn``'s entries only while it runs under ``fence``."""
+        with self._mutex:
+            self._fences[turn] = fence
+            self._lost.pop(turn, None)
+
+    def release(self, turn: str) -> None:
+        with self._mutex:
+            self._fences.pop(turn, None)
+            self._lost.pop(turn, None)
+
+    def lose_all(self, reason: str) -> None:
+        """Every held turn is lost (this process's lease was): write none of them again."""
+        with self._mutex:
+            self._mark_lost(set(self._fences), reason)
+
+    def lose_turn(self, turn: str, reason: str) -> None:
+        with self._mutex:
+            self._mark_lost({turn}, reason)
+
+    def check(self, turn: str) -> None:
+        """Raise OwnershipLost if ``turn`` was taken over."""
+        reason = self._lost.get(turn)
+        if reason is not None:
+            raise OwnershipLost(
+                f"turn {turn} was taken over ({reason}); nothing this process recorded for it "
+                "since was written, and nothing more will be. Stop the turn here",
+                turn,
+            )
+
+    def _mark_lost(self, turns: set[str], reason: str) -> None:
+        """With the mutex held: mark ``turns`` lost and drop what waits to be written for them."""
+        for turn in turns:
+            self._lost.setdefault(turn, reason)
+        self._pending.entries = [e for e in self._pending.entries if e.turn not in turns]
+        self._pending.after = [a for a in self._pending.after if a[0] not in turns]
 
     def append(
         self, entry: JournalEntry, *, boundary: bool, after: After | None = None, wait: bool = True
@@ -60,6 +107,7 @@ class Journal:
         """Buffer ``entry`` and, as the mode says, commit it before returning. With
         ``wait=False`` it is only buffered: the caller makes it durable with :meth:`flush` (off
         its event loop, say) before it acknowledges the event to anyone."""
+        self.check(entry.turn)
         with self._mutex:
             self._pending.entries.append(entry)
             if after is not None:
@@ -83,24 +131,35 @@ class Journal:
                 # itself: a thread that keeps recording can keep the flusher from running.
                 return
         started = time.monotonic()
-        self.flush()
+        self.flush(entry.turn)
         if boundary:
             self.longest_boundary_wait = max(self.longest_boundary_wait, time.monotonic() - started)
 
-    def flush(self) -> None:
-        """Commit everything appended so far; raises the store's error if it cannot."""
+    def flush(self, turn: str | None = None) -> None:
+        """Commit everything appended so far; raises the store's error if it cannot, and
+        OwnershipLost if ``turn`` was found taken over."""
         with self._flushing:
             with self._mutex:
                 pending, self._pending = self._pending, _Pending([], [])
                 self._first_pending_at = None
             if not pending.entries and not pending.after:
+                if turn is not None:
+                    self.check(turn)
                 return
             try:
                 faults.point("journal.flush.before")
-                with self.store.atomic() as tx:
-                    tx.append_journal(pending.entries)
-                    for _turn, after in pending.after:
-                        after(tx)
+                tokens = sorted({e.turn for e in pending.entries} | {a[0] for a in pending.after})
+                fences = {t: self._fences[t] for t in tokens if t in self._fences}
+                if pending.after:
+                    with self.store.atomic() as tx:
+                        states = tx.append_fenced(pending.entries, fences)
+                        lost = self._lost_of(tokens, states)
+                        for token, after in pending.after:
+                            if token not in lost:
+                                after(tx)
+                else:  # events alone: the store may write them in fewer round trips
+                    states = self.store.append_fenced(pending.entries, fences)
+                    lost = self._lost_of(tokens, states)
                 faults.point("journal.flush.after")
             except StoreError:
                 with self._mutex:
@@ -110,12 +169,29 @@ class Journal:
                     )
                     self._first_pending_at = self._first_pending_at or time.monotonic()
                 raise
+            if lost:
+                with self._mutex:
+                    self._mark_lost(lost, "another process recovered it")
+        if turn is not None:
+            self.check(turn)
+
+    def _lost_of(
+        self, tokens: list[str], states: dict[str, tuple[TurnStatus, str | None]]
+    ) -> set[str]:
+        """The held turns among ``tokens`` that no longer run under their fencing token."""
+        return {
+            token
+            for token in tokens
+            if token in self._fences
+            and states.get(token) != (TurnStatus.RUNNING, self._fences[token])
+        }
 
     def discard(self, turn: str) -> None:
         """Forget the unflushed entries of a turn that was removed or ended elsewhere."""
         with self._mutex:
             self._pending.entries = [e for e in self._pending.entries if e.turn != turn]
             self._pending.after = [a for a in self._pending.after if a[0] != turn]
+            self._fences.pop(turn, None)
 
     def close(self) -> None:
         with self._mutex:

@@ -5,30 +5,73 @@ what makes a reused pid harmless: after the original owner died, another process
 pid, but it cannot have the same start time, so its turns are not mistaken for the dead owner's.
 A zombie (killed, not yet reaped) is dead. A reboot kills every owner of the previous boot.
 
-Owners on another host cannot be checked by pid: they are alive until their lease (if they hold
-one) expires. Recovery only ever touches turns whose owner is dead.
+Owners on another host cannot be checked by pid: they are alive until their lease expires.
+A lease is an expiry time on the owner's row, in the database's clock (``Tx.now()``), so machines
+whose clocks disagree still agree on it; :class:`Lease` sets it when this process begins a turn
+and a heartbeat thread renews it every third of its length. A heartbeat that keeps failing for a
+whole lease is a lost lease: the process can no longer know whether another machine took its
+turns over, so it stops writing them (``on_lost``) and runs later turns as a new owner. An owner
+whose lease was never set (a turn begun before leases existed) on another host cannot be judged
+and is never touched. Recovery only ever touches turns whose owner is dead.
+
+The lease says when others may take a turn over; the fencing token says whether a write still
+may land. Each begin (or reopen) of a turn draws a fresh token into the turn's row, and every
+write of the turn checks it, in the same transaction, under the session's lock: a takeover
+changes the turn's status, so a process that was stopped past its lease and wakes up finds its
+token no longer names a running turn and gets ``OwnershipLost``; nothing it writes lands.
+
+``TURNBACK_HOST`` overrides the host name in owner records (one machine can then stand in for
+several), and ``TURNBACK_LEASE_SECONDS`` the lease's length (default 30).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import socket
+import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from turnback.model import Owner
+from turnback.errors import CheckpointUnavailable
+from turnback.model import Owner, Turn
+
+if TYPE_CHECKING:
+    from turnback.store import Store, Tx
+
+DEFAULT_LEASE_SECONDS = 30.0
 
 _PROC = Path("/proc")
 
 
 def host_identity() -> tuple[str, str]:
-    """(host name, boot id). The boot id is empty where the platform has none."""
+    """(host name, boot id): ``TURNBACK_HOST`` if set, else the machine's name. The boot id is
+    empty where the platform has none."""
     try:
         boot_id = (_PROC / "sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         boot_id = ""
-    return socket.gethostname(), boot_id
+    return os.environ.get("TURNBACK_HOST") or socket.gethostname(), boot_id
+
+
+def lease_seconds(configured: float | None = None) -> float:
+    """The lease's length: ``configured``, else ``TURNBACK_LEASE_SECONDS``, else 30 seconds."""
+    if configured is None:
+        text = os.environ.get("TURNBACK_LEASE_SECONDS")
+        if not text:
+            return DEFAULT_LEASE_SECONDS
+        try:
+            configured = float(text)
+        except ValueError:
+            raise ValueError(
+                f"TURNBACK_LEASE_SECONDS must be a number of seconds, not {text!r}"
+            ) from None
+    if not configured > 0:
+        raise ValueError(f"a lease lasts a positive number of seconds, not {configured!r}")
+    return configured
 
 
 def process_state(pid: int) -> tuple[str, int] | None:
@@ -56,17 +99,22 @@ def _fallback_state(pid: int) -> tuple[str, int] | None:
 
 
 _current: Owner | None = None
+_generation = 0  # how many times this process lost its lease
 
 
 def current_owner() -> Owner:
-    """This process as an owner; recomputed after a fork."""
+    """This process as an owner; recomputed after a fork, a change of ``TURNBACK_HOST`` or a
+    lost lease."""
     global _current
     pid = os.getpid()
-    if _current is None or _current.pid != pid:
-        host, boot_id = host_identity()
+    host, boot_id = host_identity()
+    if _current is None or _current.pid != pid or _current.host != host:
         state = process_state(pid)
         start_time = state[1] if state else 0
-        digest = hashlib.sha256(f"{host}\0{boot_id}\0{pid}\0{start_time}".encode()).hexdigest()
+        who = f"{host}\0{boot_id}\0{pid}\0{start_time}" + (
+            f"\0{_generation}" if _generation else ""
+        )
+        digest = hashlib.sha256(who.encode()).hexdigest()
         _current = Owner(
             id=digest[:24],
             host=host,
@@ -78,8 +126,31 @@ def current_owner() -> Owner:
     return _current
 
 
+def require_here(turns: Sequence[Turn], what: str) -> None:
+    """Raise CheckpointUnavailable unless these turns' workspace checkpoints are on this host:
+    snapshots stay on the machine that took them, and another's workspace would give a wrong
+    answer."""
+    here = host_identity()[0]
+    away = sorted({t.host for t in turns if t.host and t.host != here})
+    if away:
+        numbers = ", ".join(str(t.number) for t in turns if t.host in away)
+        raise CheckpointUnavailable(
+            f"the workspace checkpoints of turn {numbers} live on host {', '.join(away)}, not on "
+            f"this one ({here}): {what} can only be made there",
+            hosts=tuple(away),
+        )
+
+
+def retire_owner() -> None:
+    """Run later turns as a new owner: this one's lease was lost."""
+    global _current, _generation
+    _generation += 1
+    _current = None
+
+
 def is_alive(owner: Owner | None, now: float | None = None) -> bool:
-    """Whether ``owner`` may still be running its turns. An unknown owner is dead."""
+    """Whether ``owner`` may still be running its turns. An unknown owner is dead. ``now`` is
+    the database's clock (``Tx.now()``), by which leases are judged."""
     if owner is None:
         return False
     host, boot_id = host_identity()
@@ -93,3 +164,82 @@ def is_alive(owner: Owner | None, now: float | None = None) -> bool:
     if state is None or state[0] in ("Z", "X"):
         return False
     return owner.start_time == 0 or state[1] == owner.start_time
+
+
+class Lease:
+    """This process's lease as an owner, and the heartbeat that renews it.
+
+    :meth:`claim` is called inside the transaction that begins (or reopens) a turn: it writes
+    the owner's row with a lease from the database's clock and starts the heartbeat. When renewals
+    keep failing for a whole lease, ``on_lost`` is told why, once, and the owner is retired.
+
+    The heartbeat has a connection of its own (``connect`` opens it, at the first beat): on the
+    process's connection it would wait behind any transaction that waits for a lock, and a lease
+    must not run out because the process is busy."""
+
+    def __init__(
+        self,
+        connect: Callable[[], Store],
+        seconds: float | None = None,
+        on_lost: Callable[[str], None] | None = None,
+    ) -> None:
+        self.connect = connect
+        self._store: Store | None = None
+        self.seconds = lease_seconds(seconds)
+        self.on_lost = on_lost
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._owner: Owner | None = None
+        self._renewed = 0.0  # time.monotonic() of the last renewal
+
+    def claim(self, tx: Tx) -> Owner:
+        owner = current_owner()
+        tx.upsert_owner(dataclasses.replace(owner, lease_expires=tx.now() + self.seconds))
+        self._owner = owner
+        self._renewed = time.monotonic()
+        if self._thread is None and not self._stop.is_set():
+            self._thread = threading.Thread(
+                target=self._beat, name="turnback-heartbeat", daemon=True
+            )
+            self._thread.start()
+        return owner
+
+    def renew(self) -> None:
+        """One heartbeat: renew the lease, or find it lost."""
+        owner = self._owner
+        if owner is None:
+            return
+        from turnback.errors import StoreError
+
+        try:
+            if self._store is None:
+                self._store = self.connect()
+            with self._store.atomic() as tx:
+                renewed = tx.renew_lease(owner.id, self.seconds)
+        except StoreError as error:
+            if time.monotonic() - self._renewed < self.seconds:
+                return  # try again at the next beat, while the lease still holds
+            self._lose(owner, f"its lease could not be renewed for {self.seconds:g}s ({error})")
+            return
+        if renewed is None:
+            self._lose(owner, "its owner record was removed")
+        else:
+            self._renewed = time.monotonic()
+
+    def _lose(self, owner: Owner, reason: str) -> None:
+        if self._owner is owner:
+            self._owner = None
+            retire_owner()
+            if self.on_lost is not None:
+                self.on_lost(reason)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.seconds / 3):
+            self.renew()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._store is not None:
+            self._store.close()

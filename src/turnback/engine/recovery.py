@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from turnback import faults
 from turnback.engine.fold import UnreadableEntry, notice
-from turnback.engine.owners import current_owner, is_alive
+from turnback.engine.owners import current_owner, host_identity, is_alive
 from turnback.engine.turns import clear_requests, commit_turn, require_idle
 from turnback.errors import DECIDE, NotSetAside
 from turnback.model import (
@@ -61,12 +61,13 @@ def recover(
             if session_id is None or turn.session_id == session_id
         ]
         owners = {t.owner_id: tx.get_owner(t.owner_id) for t in running if t.owner_id}
+        now = tx.now()
     recovered: list[Turn] = []
     live: list[Turn] = []
     shared: dict[str, WorkspaceCheckpoint | None] = {}
     for turn in running:
         owner = owners.get(turn.owner_id) if turn.owner_id else None
-        if is_alive(owner):
+        if is_alive(owner, now):
             live.append(turn)
             continue
         settled = recover_turn(store, turn, checkpoints, shared=shared)
@@ -90,14 +91,22 @@ def recover_turn(
 
     The workspace as recovery finds it is captured first, as the turn's end checkpoint: it is the
     closest picture there is of what the turn left behind (one capture per workspace serves all
-    the turns a recovery settles there, through ``shared``)."""
+    the turns a recovery settles there, through ``shared``). Not for a turn another host ran:
+    its workspace is on that machine, and this one's would give it a wrong end.
+
+    The owner is judged again under the session's lock, in the database's clock: an owner whose
+    heartbeat renewed its lease since the caller looked keeps its turn."""
     with store.read() as tx:
         current = tx.get_turn(turn.token)
         session = tx.get_session(turn.session_id)
     if current is None or current.status is not TurnStatus.RUNNING:
         return None
     capture = None
-    if checkpoints is not None and session is not None:
+    if (
+        checkpoints is not None
+        and session is not None
+        and current.host in (None, host_identity()[0])
+    ):
         capture = checkpoints.for_turn(
             session.workspace,
             turn.session_id,
@@ -108,8 +117,11 @@ def recover_turn(
         )
     faults.point("recover.turn.before")
     with store.atomic() as tx:
+        tx.lock_sessions([turn.session_id])
         current = tx.get_turn(turn.token)
         if current is None or current.status is not TurnStatus.RUNNING:
+            return None
+        if current.owner_id and is_alive(tx.get_owner(current.owner_id), tx.now()):
             return None
         session = tx.get_session(turn.session_id)
         count, _ = tx.journal_size(turn.token)
@@ -180,6 +192,7 @@ def apply(store: Store, turn: Turn) -> Turn:
     Unreadable journal entries are kept in the run timeline as ``_turnback/unreadable``."""
     faults.point("apply.before")
     with store.atomic() as tx:
+        tx.lock_sessions([turn.session_id])
         current = _require_set_aside(tx, turn)
         require_idle(tx, turn.session_id, "applying a set-aside turn")
         session = tx.get_session(turn.session_id)
@@ -221,6 +234,7 @@ def discard(store: Store, turn: Turn) -> int:
     """Delete a set-aside turn and its journal; returns how many events went with it."""
     faults.point("discard.before")
     with store.atomic() as tx:
+        tx.lock_sessions([turn.session_id])
         current = _require_set_aside(tx, turn)
         count, _ = tx.journal_size(turn.token)
         clear_requests(tx, turn.session_id, turn.token, time.time())
@@ -255,12 +269,16 @@ def sweep(store: Store) -> SweepReport:
     owners that are dead and named by no running turn."""
     me = current_owner().id
     with store.read() as tx:
+        now = tx.now()
         stale: list[Owner] = [
-            owner for owner in tx.unreferenced_owners() if owner.id != me and not is_alive(owner)
+            owner
+            for owner in tx.unreferenced_owners()
+            if owner.id != me and not is_alive(owner, now)
         ]
     with store.atomic() as tx:
         steps = tx.delete_orphan_step_checkpoints()
-        # A dead owner cannot begin a turn, so none of these became referenced meanwhile.
-        for owner in stale:
-            tx.delete_owner(owner.id)
-    return SweepReport(step_checkpoints=steps, owners=len(stale))
+        # A process judged dead by its pid cannot begin a turn again, but one judged dead by an
+        # expired lease can (it was only stopped): its begin renews the lease, so an owner is
+        # deleted only while the lease it had when judged is still the one it has.
+        removed = sum(tx.delete_owner(owner.id, lease=owner.lease_expires) for owner in stale)
+    return SweepReport(step_checkpoints=steps, owners=removed)

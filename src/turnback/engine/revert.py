@@ -16,7 +16,13 @@ A revert's write order, each step a fault point of the crash suite:
 4. Move the files: restore checkpoint N, or with ``keep_user_edits`` undo only the agent's changes
    (the ``restore.*`` points). Then the agent's own rollback, if there is one (``revert.files``).
 5. One transaction: later turns marked reverted (kept as history), head moved back, the row
-   ``committed`` (``revert.commit.inside``, ``revert.done``).
+   ``committed`` (``revert.commit.inside``, ``revert.done``) -- if the row is still this
+   process's and unfinished, else ``OwnershipLost`` and nothing is written (a revert's process
+   judged dead may wake up to find its revert settled).
+
+The transactions of steps 3 and of an undo's row lock every session of the workspace (the
+concurrency contract of :mod:`turnback.store.sql`), as a begin does, so on a store with
+per-session locks a revert and a begin on two sessions of one workspace still serialise.
 
 A crash after 3 and before 5 commits leaves a ``started`` revert whose owner is dead, and
 ``recover()`` rolls it back: it restores the undo checkpoint -- exactly the files as they were
@@ -42,11 +48,13 @@ from typing import Protocol
 
 from turnback import faults
 from turnback.engine.checkpoints import WorkspaceCheckpoints
-from turnback.engine.owners import current_owner, is_alive
+from turnback.engine.owners import current_owner, is_alive, require_here
 from turnback.engine.turns import UNFINISHED_REVERTS, require_no_revert
 from turnback.errors import (
+    RECOVER,
     CheckpointUnavailable,
     NothingToRevert,
+    OwnershipLost,
     RestoreIncomplete,
     SessionNotFound,
     TurnbackError,
@@ -158,6 +166,8 @@ class StartedRevert:
         record, later, to_turn = self.record, self.later, self.to_turn
         files, conversation = record.files, record.conversation
         with self.store.atomic() as tx:
+            tx.lock_sessions([record.session_id])
+            _require_unfinished(tx, record)
             now = time.time()
             if conversation:
                 tx.mark_reverted([t.token for t in later], record.id)
@@ -173,7 +183,7 @@ class StartedRevert:
                 "turn.reverted",
                 f"reverted the {what} to turn {to_turn}, undoing {len(later)} turn(s)"
                 + (" and keeping hand edits" if record.keep_user_edits else "")
-                + "; `turnback revert --undo` puts them back",
+                + "; undoing the revert puts them back",
                 {"revert": record.id, "to": to_turn, "turns": [t.token for t in later]},
                 now,
             )
@@ -182,6 +192,24 @@ class StartedRevert:
         faults.point("revert.done")
         assert done is not None
         return done
+
+
+def _require_unfinished(tx: Tx, record: Revert) -> None:
+    """Raise OwnershipLost unless the revert is still this process's and unfinished: a process
+    judged dead while it moved the files may find its revert settled by recovery, and then
+    writes nothing more."""
+    current = tx.get_revert(record.id)
+    if (
+        current is None
+        or current.state not in UNFINISHED_REVERTS
+        or (current.owner_id != record.owner_id)
+    ):
+        state = current.state.value if current else "gone"
+        raise OwnershipLost(
+            f"revert {record.id} of session {record.session_id[:12]} was settled by another "
+            f"process while this one ran it (it is {state}); nothing more was written",
+            "",
+        )
 
 
 def start_revert(
@@ -241,6 +269,7 @@ def start_revert(
     )
     try:
         with store.atomic() as tx:
+            tx.lock_workspace(session_id)
             # Validated before the capture, which may take long: check again where it counts.
             _require_quiet(tx, session_id, workspace)
             moved = tx.get_session(session_id)
@@ -316,6 +345,8 @@ def _validate(
         raise NothingToRevert(f"session {session_id[:12]} is already at turn {to_turn}")
     target = chain[to_turn - 1].end_checkpoint if to_turn else later[0].begin_checkpoint
     if files:
+        target_turn = chain[to_turn - 1] if to_turn else None
+        require_here([*later, *([target_turn] if target_turn else [])], "a revert of its files")
         _require_checkpoints(
             checkpoints, session.workspace, to_turn, later, target, keep_user_edits
         )
@@ -384,8 +415,8 @@ def _require_checkpoints(
         if not commit or not checkpoints.snapshots.exists(path, commit):
             raise CheckpointUnavailable(
                 f"the workspace checkpoint needed to revert the files to turn {to_turn} is "
-                "missing (its capture failed, or gc pruned it; see `turnback activities`); "
-                "nothing was changed. Revert the conversation only, or choose another turn"
+                "missing (its capture failed, which the session's activities say, or gc pruned "
+                "it); nothing was changed. Revert the conversation only, or choose another turn"
             )
 
 
@@ -409,7 +440,8 @@ def _roll_back(
         if current is None:
             raise WorkspaceError(
                 f"revert {record.id} must be rolled back but the workspace cannot be captured; "
-                "run `turnback recover` again once it can"
+                "recovery rolls it back once it can",
+                remedy=RECOVER,
             )
         try:
             snapshots.restore(path, record.undo_checkpoint, current=current.commit)
@@ -426,12 +458,14 @@ def _roll_back(
                     time.time(),
                 )
             raise RestoreIncomplete(
-                f"{why}, and rolling it back failed too: {error}. Free space and run "
-                "`turnback recover` to put the files back",
+                f"{why}, and rolling it back failed too: {error}. Once they can be written "
+                "(free space, say), recovery puts the files back",
                 error.paths,
+                remedy=RECOVER,
             ) from error
     faults.point("revert.rollback.files")
     with store.atomic() as tx:
+        tx.lock_sessions([record.session_id])
         now = time.time()
         tx.set_revert_state(record.id, RevertState.ROLLED_BACK, now, why)
         tx.insert_activity(
@@ -451,6 +485,7 @@ def undo_revert(store: Store, checkpoints: WorkspaceCheckpoints | None, session_
     It is checked and marked ``undoing`` in one transaction, so no turn can begin in between."""
     owner = current_owner()
     with store.atomic() as tx:
+        tx.lock_workspace(session_id)
         session = tx.get_session(session_id)
         if session is None:
             raise SessionNotFound(f"no session {session_id}")
@@ -493,6 +528,10 @@ def _finish_undo(
         )
     faults.point("undo.files")
     with store.atomic() as tx:
+        tx.lock_sessions([record.session_id])
+        settled = tx.get_revert(record.id)
+        if settled is None or settled.state is not RevertState.UNDOING:
+            return settled or record  # another process's recovery finished it meanwhile
         now = time.time()
         tokens = tx.unmark_reverted(record.id)
         if record.conversation:
@@ -523,9 +562,10 @@ def recover_reverts(
             (r, tx.get_owner(r.owner_id) if r.owner_id else None, tx.get_session(r.session_id))
             for r in tx.reverts(session_id, UNFINISHED_REVERTS)
         ]
+        now = tx.now()
     settled = []
     for record, owner, session in unfinished:
-        if is_alive(owner) or session is None:
+        if is_alive(owner, now) or session is None:
             continue
         if record.state is RevertState.UNDOING:
             try:

@@ -37,11 +37,10 @@ from turnback.engine.fold import (
     superseded,
     unfinished_tool_calls,
 )
-from turnback.engine.owners import current_owner
 from turnback.errors import (
-    SHOW,
     TURNS,
     InvalidEvent,
+    OwnershipLost,
     ResumeUnavailable,
     RevertInProgress,
     SessionNotFound,
@@ -67,6 +66,7 @@ from turnback.store import Tx
 if TYPE_CHECKING:
     from turnback.engine.checkpoints import WorkspaceCheckpoints
     from turnback.engine.journal import After, Journal
+    from turnback.engine.owners import Lease
     from turnback.store import Store
 
 #: Events larger than this are refused; large payloads belong in files the event names.
@@ -237,25 +237,28 @@ def begin(
     session_id: str,
     prompt: Any,
     *,
+    lease: Lease,
     token: str | None = None,
     prepare: Callable[[Tx, Turn], None] | None = None,
 ) -> Turn:
     """Make a new running turn durable (invariant 1). Raises TurnInProgress (invariant 8).
 
     ``prepare`` runs inside the begin transaction once the turn's row is in (it records the
-    baseline checkpoint, taken just before)."""
+    baseline checkpoint, taken just before). The turn runs under a fresh fencing token and this
+    process's lease, which this transaction claims or renews."""
     prompt = validate_prompt(prompt)
     encode(prompt, "the prompt")
-    owner = current_owner()
     now = time.time()
     faults.point("turn.begin.before")
     with store.atomic() as tx:
+        tx.lock_workspace(session_id)
         session = tx.get_session(session_id)
         if session is None:
             raise SessionNotFound(f"no session {session_id}")
         require_idle(tx, session_id, "beginning another")
         require_no_revert(tx, session.workspace)
         head = tx.get_turn(session.head) if session.head else None
+        owner = lease.claim(tx)
         turn = Turn(
             token=token or uuid.uuid4().hex,
             session_id=session_id,
@@ -265,8 +268,9 @@ def begin(
             status=TurnStatus.RUNNING,
             prompt=prompt,
             started_at=now,
+            fence=uuid.uuid4().hex,
+            host=owner.host,
         )
-        tx.upsert_owner(owner)
         tx.insert_turn(turn)
         if prepare is not None:
             prepare(tx, turn)
@@ -309,7 +313,7 @@ def require_no_revert(tx: Tx, workspace: str) -> None:
             )
 
 
-def reopen(store: Store, token: str) -> tuple[Turn, int]:
+def reopen(store: Store, token: str, *, lease: Lease) -> tuple[Turn, int]:
     """Continue an interrupted turn from its last step checkpoint (from its beginning if it has
     none), in one transaction: the reverse of recovery's apply, then a rewind. Returns the turn,
     running again under this process, and the seq its next event takes.
@@ -321,11 +325,15 @@ def reopen(store: Store, token: str) -> tuple[Turn, int]:
     appended in the same transaction makes what it recorded after the checkpoint (recovery's
     notice and cancelled tool calls included) leave the conversation, as after an agent crash,
     so the agent doing it again shows it once. A crash after the commit leaves a running turn
-    with a dead owner, which recovery settles again like any other."""
-    owner = current_owner()
+    with a dead owner, which recovery settles again like any other. It runs under a fresh
+    fencing token."""
     now = time.time()
     faults.point("turn.reopen.before")
+    with store.read() as tx:
+        found = tx.get_turn(token)
     with store.atomic() as tx:
+        if found is not None:
+            tx.lock_workspace(found.session_id)
         turn = tx.get_turn(token)
         session = tx.get_session(turn.session_id) if turn else None
         if turn is None or session is None:
@@ -339,8 +347,8 @@ def reopen(store: Store, token: str) -> tuple[Turn, int]:
             )
         require_idle(tx, turn.session_id, "continuing an interrupted turn")
         require_no_revert(tx, session.workspace)
-        tx.upsert_owner(owner)
-        changed = tx.reopen_turn(token, owner.id)
+        owner = lease.claim(tx)
+        changed = tx.reopen_turn(token, owner.id, uuid.uuid4().hex)
         assert changed, "checked interrupted in this same transaction"
         tx.set_head(turn.session_id, turn.parent, now)
         _, last = tx.journal_size(token)
@@ -534,6 +542,7 @@ class RunningTurn:
         self._folder: Folder | None = Folder(turn.prompt) if next_seq == 1 else None
         self._seq = next_seq - 1
         self._ended = False
+        journal.hold(turn.token, turn.fence)
 
     @property
     def token(self) -> str:
@@ -547,12 +556,14 @@ class RunningTurn:
     def session_id(self) -> str:
         return self.turn.session_id
 
-    def record(self, update: JSON, *, sync: bool = True) -> int:
+    def record(self, update: JSON, *, sync: bool = True, text: str | None = None) -> int:
         """Journal one ACP ``session/update`` payload (or a turnback event); returns its seq.
 
         When this returns the event is acknowledged under the journal's durability mode. With
         ``sync=False`` it is only buffered, in order, and the caller calls :meth:`sync` (in a
-        worker thread, say) before it treats the event as acknowledged."""
+        worker thread, say) before it treats the event as acknowledged. ``text`` is ``update``'s
+        JSON text as it was received, when the caller has it: stored as it is, not encoded
+        again (it must encode as UTF-8 and hold only JSON's own values)."""
         self._require_running()
         if not isinstance(update, dict):
             raise InvalidEvent(
@@ -566,13 +577,13 @@ class RunningTurn:
             )
         if kind == EventKind.STEP_CHECKPOINT:
             _validate_step(update)
-        payload = encode(update, f"the {kind} event")
+        payload = text if text is not None else encode(update, f"the {kind} event")
         if self._folder is not None:
             if kind == EventKind.REWIND:
                 self._folder = None
             elif is_text_chunk(kind, update):
-                text = str(update["content"].get("text", ""))
-                self._folder.add_text(kind, text, update.get("messageId"))
+                said = str(update["content"].get("text", ""))
+                self._folder.add_text(kind, said, update.get("messageId"))
             else:
                 self._folder.add(json.loads(payload))  # a copy the caller cannot change
         self._seq += 1
@@ -589,7 +600,7 @@ class RunningTurn:
 
     def sync(self) -> None:
         """Make every event recorded so far durable (whatever the mode)."""
-        self._journal.flush()
+        self._journal.flush(self.turn.token)
 
     def step(
         self,
@@ -618,7 +629,7 @@ class RunningTurn:
 
     def last_checkpoint(self) -> StepCheckpoint | None:
         """The latest step checkpoint this turn can resume from."""
-        self._journal.flush()
+        self._journal.flush(self.turn.token)
         with self._store.read() as tx:
             checkpoints = tx.step_checkpoints(self.turn.token)
         return checkpoints[-1] if checkpoints else None
@@ -725,7 +736,7 @@ class RunningTurn:
     def _commit_end(
         self, status: TurnStatus, detail: str | None, extra: Sequence[JSON] = ()
     ) -> Turn:
-        self._journal.flush()
+        self._journal.flush(self.turn.token)
         capture = None
         if self._checkpoints is not None and self._workspace is not None:
             capture = self._checkpoints.for_turn(
@@ -737,20 +748,22 @@ class RunningTurn:
             )
         faults.point("turn.end.before")
         with self._store.atomic() as tx:
+            state = tx.lock_turns([self.turn.token]).get(self.turn.token)
+            if state != (TurnStatus.RUNNING, self.turn.fence):
+                self._journal.lose_turn(self.turn.token, "another process recovered it")
+                self._journal.check(self.turn.token)
             prefolded = (self._seq, self._folder.messages()) if self._folder else None
-            if not commit_turn(
+            applied = commit_turn(
                 tx, self.turn, status, detail=detail, extra=extra, prefolded=prefolded
-            ):
-                raise TurnNotRunning(
-                    f"turn {self.turn.number} ({self.turn.token}) is no longer running: another "
-                    "process recovered it"
-                ).settled_by(SHOW, session=self.turn.session_id, turn=self.turn.number)
+            )
+            assert applied, "checked running under this fence in this same transaction"
             if capture is not None:
                 capture.write(tx, self.turn.session_id, self.turn.token)
             faults.point("turn.end.inside")
             ended = tx.get_turn(self.turn.token)
         faults.point("turn.end.after")
         self._ended = True
+        self._journal.release(self.turn.token)
         assert ended is not None
         self.turn = ended
         return ended
@@ -761,6 +774,7 @@ class RunningTurn:
         return self._end(status, detail, extra)
 
     def _require_running(self) -> None:
+        self._journal.check(self.turn.token)
         if self._ended:
             raise TurnNotRunning(
                 f"turn {self.turn.number} ({self.turn.token}) has ended ({self.turn.status})"
@@ -775,7 +789,7 @@ class RunningTurn:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._ended:
+        if self._ended or isinstance(exc, OwnershipLost):
             return
         if exc is None:
             self.complete()

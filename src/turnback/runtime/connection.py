@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import subprocess
 from collections import deque
 from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
@@ -37,7 +36,7 @@ import acp
 
 from turnback.errors import AgentDied
 from turnback.runtime.relay import Relay, Reply
-from turnback.runtime.sidecar import AgentFeatures, Sidecar
+from turnback.runtime.sidecar import AgentFeatures, Sidecar, Started
 from turnback.runtime.wire import Frame, Rejected
 
 log = logging.getLogger("turnback.runtime")
@@ -109,7 +108,10 @@ class AgentConnection:
 
     @property
     def alive(self) -> bool:
-        return self._sidecar is not None and self._sidecar.alive
+        """Whether a process runs and has answered ``initialize``: one still being started (its
+        generation not counted yet) is not, so a host does not take it for the one its session
+        was opened in."""
+        return self._ready and self._sidecar is not None and self._sidecar.alive
 
     @property
     def pid(self) -> int | None:
@@ -131,8 +133,8 @@ class AgentConnection:
         """The agent's answer to ``initialize`` as it wrote it, while it runs."""
         return self._sidecar.initialize_response if self._sidecar is not None else None
 
-    def spawn(self, early: subprocess.Popen[bytes] | None = None) -> None:
-        """Start the agent process now (or take ``early``, started already with pipes), ahead of
+    def spawn(self, early: Started | None = None) -> None:
+        """Start the agent process now (or take ``early``, started already), ahead of
         ``initialize`` (which :meth:`ensure` sends), so its start-up overlaps the caller's.
         Errors surface at :meth:`ensure`."""
         if self._sidecar is None:

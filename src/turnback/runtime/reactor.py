@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from turnback.engine.handle import Session
 from turnback.engine.turns import RunningTurn
-from turnback.errors import RECOVER, TurnbackError
+from turnback.errors import RECOVER, OwnershipLost, TurnbackError
 from turnback.model import ActivityLevel, Revert, Turn, TurnStatus
 
 T = TypeVar("T")
@@ -246,7 +246,16 @@ class Reactor:
     async def _failed(self, event: Event, error: Exception) -> None:
         """Turn a failure of side work into an activity; requests only the caller can act on
         (a turn that cannot begin) are just raised to it."""
-        if isinstance(event, CheckpointSaved):
+        if isinstance(event, TurnEnded | CheckpointSaved) and isinstance(error, OwnershipLost):
+            code, message, turn = (
+                "turn.ownership.lost",
+                f"turn {event.turn.number} was taken over by another process (this one's lease "
+                "ran out, or it was judged dead) and was stopped here; nothing this process "
+                "recorded after the takeover was kept, and the turn is as the other process "
+                "recovered it",
+                event.turn.token,
+            )
+        elif isinstance(event, CheckpointSaved):
             code, message, turn = (
                 "checkpoint.capture.failed",
                 f"step checkpoint {event.step} could not be saved: {error}",

@@ -11,15 +11,16 @@ bounded per agent process so a misbehaving agent cannot flood the session.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from turnback.engine.turns import RunningTurn
-from turnback.errors import InvalidEvent, TurnNotRunning
+from turnback.errors import InvalidEvent, OwnershipLost, TurnNotRunning
 from turnback.model import ActivityLevel, EventKind
 from turnback.runtime.reactor import CheckpointSaved, Notice, Reactor
 from turnback.runtime.requests import PendingRequests
 from turnback.runtime.sidecar import CLIENT_METHODS
-from turnback.runtime.wire import Frame, Rejected
+from turnback.runtime.wire import Frame, Rejected, UpdateFrame
 
 CHECKPOINT_METHOD = "_turnback/checkpoint"
 _KNOWN_EXTENSIONS = frozenset({CHECKPOINT_METHOD})
@@ -39,6 +40,8 @@ class Recorder:
         self.agent_session: str | None = None
         self.generation = 0  # of the agent process, for request ids unique across restarts
         self.store_paths: set[str] = set()  # the agent's checkpoint stores, removed at the end
+        #: told when a record finds the turn taken over by another process (OwnershipLost)
+        self.on_lost: Callable[[RunningTurn], None] | None = None
         self._reports = 0
 
     def new_process(self, generation: int) -> None:
@@ -54,7 +57,8 @@ class Recorder:
         if method == "session/update":
             turn = self.live
             if turn is not None and params.get("sessionId") == self.agent_session:
-                self.record(turn, params.get("update"))
+                text = frame.update_text if isinstance(frame, UpdateFrame) else None
+                self.record(turn, params.get("update"), text)
             # Recorded; unless relayed, the SDK would build its models from it only to call a
             # handler that does nothing.
             return not self._relayed and "id" not in frame
@@ -78,15 +82,19 @@ class Recorder:
             )
         return False
 
-    def record(self, turn: RunningTurn, update: Any) -> bool:
+    def record(self, turn: RunningTurn, update: Any, text: str | None = None) -> bool:
         try:
-            turn.record(update, sync=False)
+            turn.record(update, sync=False, text=text)
         except InvalidEvent as error:
             self.report(
                 "agent.update.invalid",
                 f"an update from the agent was not recorded: {error}",
                 {"update": repr(update)[:500]},
             )
+            return False
+        except OwnershipLost:
+            if self.on_lost is not None:
+                self.on_lost(turn)
             return False
         except TurnNotRunning:
             return False

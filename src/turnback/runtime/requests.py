@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnback.engine.turns import RunningTurn
-from turnback.errors import InvalidEvent, TurnNotRunning
+from turnback.errors import InvalidEvent, OwnershipLost, TurnNotRunning
 from turnback.model import ActivityLevel, EventKind
 from turnback.runtime.reactor import EngineThread, Notice, Reactor
 
@@ -128,7 +128,8 @@ class PendingRequests:
             return _CANCELLED
         request_id, turn = pending.popleft()
         # Durable (and so in the session's pending requests) before anyone is asked.
-        await self._engine.run(turn.sync)
+        if not await self._synced(turn):
+            return _CANCELLED
         offered = params.get("options")
         options = [o for o in offered if isinstance(o, dict)] if isinstance(offered, list) else []
         choice: str | None = None
@@ -152,7 +153,8 @@ class PendingRequests:
             answer["optionId"] = choice
         _record(turn, answer)
         # Durable before the agent hears it.
-        await self._engine.run(turn.sync)
+        if not await self._synced(turn):
+            return _CANCELLED
         if choice is None:
             return _CANCELLED
         return {"outcome": {"outcome": "selected", "optionId": choice}}
@@ -161,7 +163,8 @@ class PendingRequests:
         if not self._inputs:
             return {"action": "cancel"}
         request_id, turn = self._inputs.popleft()
-        await self._engine.run(turn.sync)
+        if not await self._synced(turn):
+            return {"action": "cancel"}
         message = params.get("message")
         mode = {k: v for k, v in params.items() if k not in ("message", "_meta")}
         content: dict[str, Any] | None = None
@@ -183,7 +186,8 @@ class PendingRequests:
                 "content": content,
             },
         )
-        await self._engine.run(turn.sync)
+        if not await self._synced(turn):
+            return {"action": "cancel"}
         if content is None:
             return {"action": "decline"}
         return {"action": "accept", "content": content}
@@ -205,6 +209,16 @@ class PendingRequests:
                 waiting.discard(asking)
                 if not waiting:
                     del self._asking[token]
+
+    async def _synced(self, turn: RunningTurn) -> bool:
+        """Make the turn's journal durable; False when another process took the turn over
+        (OwnershipLost): the request is then answered as cancelled, and the turn is stopped
+        by its end, which raises the same."""
+        try:
+            await self._engine.run(turn.sync)
+        except OwnershipLost:
+            return False
+        return True
 
     async def _failed(
         self, what: str, error: Exception, request_id: str, turn: RunningTurn, outcome: str

@@ -41,6 +41,7 @@ from turnback.errors import (
     AgentDied,
     AgentError,
     AgentUnavailable,
+    OwnershipLost,
     ResumeUnavailable,
     RollbackUnavailable,
     TurnNotRunning,
@@ -191,6 +192,8 @@ class AgentRuntime:
         self._watched: str | None = None  # the workspace start() set a watcher on
         self._requests = PendingRequests(self._engine, self._reactor, on_permission, on_input)
         self._recorder = Recorder(self._reactor, self._requests, relayed=relay is not None)
+        self._recorder.on_lost = self._ownership_lost
+        self._stopping: asyncio.Task[None] | None = None  # the cancel after OwnershipLost
         self._opened_in = 0  # the agent process generation its session was opened in
         self._opening = asyncio.Lock()  # one opening of the agent session at a time
         self._reopens: set[asyncio.Task[None]] = set()
@@ -341,6 +344,13 @@ class AgentRuntime:
         if self._recorder.agent_session is not None:
             # One that is dying anyway fails this; the drive loop then ends the turn cancelled.
             await self._agent.notify("session/cancel", {"sessionId": self._recorder.agent_session})
+
+    def _ownership_lost(self, turn: RunningTurn) -> None:
+        """Another process took ``turn`` over: nothing more of it is written here. Stop the
+        agent now rather than at its own end, whose OwnershipLost then tells the caller."""
+        if self._current is turn and not self._cancelling and self._stopping is None:
+            self._stopping = asyncio.ensure_future(self.cancel())
+            self._stopping.add_done_callback(lambda _: setattr(self, "_stopping", None))
 
     async def resume(self) -> Turn:
         """Continue the session's interrupted turn (``tb.recover()`` marked it so after the
@@ -494,6 +504,8 @@ class AgentRuntime:
             # The caller gave up on the turn: tell the agent, end the turn cancelled, propagate.
             await asyncio.shield(self._abandon(turn))
             raise
+        except OwnershipLost:
+            raise  # the turn is another process's now: nothing more of it is written here
         except Exception as error:
             # Whatever went wrong, the turn ends: a turn left running refuses every later one.
             with contextlib.suppress(Exception):

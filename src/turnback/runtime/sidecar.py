@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,13 +37,13 @@ import acp
 from acp.connection import Connection
 
 from turnback.errors import INITIALIZE_TIMEOUT, AgentDied, AgentUnavailable
+from turnback.model import agent_initialize
 from turnback.runtime.wire import Frame, Pace, Rejected, Watch, Wire
 
 #: The methods an agent may call on a client; anything else (not ``_``-prefixed) is unknown.
 CLIENT_METHODS = frozenset(acp.CLIENT_METHODS.values())
 #: The largest line accepted from an agent.
 MAX_FRAME = 64 * 2**20
-_CLIENT_INFO = {"name": "turnback", "title": "turnback", "version": "1"}
 
 Handler = Callable[[str, Any, bool], Awaitable[Any]]
 
@@ -78,6 +79,20 @@ class AgentFeatures:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Started:
+    """An agent process started by someone else, with pipes for stdin and stdout, for a sidecar
+    to take over: what was read from it and not handled, and the ``initialize`` it was already
+    sent (``sent``, under ``initialize_id``) and its answer, if that came."""
+
+    process: subprocess.Popen[bytes]
+    output: bytes = b""
+    sent: Mapping[str, Any] | None = None
+    initialize_id: Any = None
+    answer: dict[str, Any] | None = None
+    sent_at: float | None = None  # time.monotonic() when it was sent: its timeout runs from then
+
+
 def _object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -110,6 +125,9 @@ class Sidecar:
         self._pace = pace
         self._stderr = stderr
         self._initialize = dict(initialize or {})
+        self._started: Started | None = None
+        self._answer: asyncio.Future[Frame] | None = None  # to an initialize sent before us
+        self._answer_id: Any = None
         self._wire: Wire | None = None
         self._stack = contextlib.AsyncExitStack()
         self._process: asyncio.subprocess.Process | subprocess.Popen[bytes] | None = None
@@ -135,14 +153,17 @@ class Sidecar:
     def returncode(self) -> int | None:
         return self._process.returncode if self._process else None
 
-    async def spawn(self, early: subprocess.Popen[bytes] | None = None) -> None:
-        """Start the agent process -- or take ``early``, the agent command already started with
-        pipes for stdin and stdout -- and connect to it; raises AgentUnavailable naming the
-        command."""
+    async def spawn(self, early: Started | None = None) -> None:
+        """Start the agent process -- or take ``early``, the agent command already started --
+        and connect to it; raises AgentUnavailable naming the command."""
         if early is not None:
-            reader, writer = await self._adopt(early)
-            self._process = early
-            self.exited = asyncio.ensure_future(asyncio.to_thread(early.wait))
+            reader, writer = await self._adopt(early.process, early.output)
+            self._process = early.process
+            self.exited = asyncio.ensure_future(asyncio.to_thread(early.process.wait))
+            self._started = early
+            if early.sent is not None and early.answer is None:
+                self._answer = asyncio.get_running_loop().create_future()
+                self._answer_id = early.initialize_id
         else:
             try:
                 reader, writer, process = await self._stack.enter_async_context(
@@ -164,7 +185,7 @@ class Sidecar:
             self._process = process
             self.exited = asyncio.ensure_future(process.wait())
         wire = Wire(
-            reader, writer, MAX_FRAME, rejected=self._refuse, watch=self._watch, pace=self._pace
+            reader, writer, MAX_FRAME, rejected=self._refuse, watch=self._see, pace=self._pace
         )
         self._wire = wire
         self._rpc = Connection(self._handler, wire)
@@ -179,13 +200,16 @@ class Sidecar:
             self._wire.post({"jsonrpc": "2.0", "id": rejected.rpc_id, "error": error})
 
     async def _adopt(
-        self, process: subprocess.Popen[bytes]
+        self, process: subprocess.Popen[bytes], output: bytes
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """Streams over a process started without asyncio, and its shutdown as the SDK does
-        it for one it starts: stdin closed, then terminated, then killed."""
+        """Streams over a process started without asyncio (``output``: what was read from it
+        already), and its shutdown as the SDK does it for one it starts: stdin closed, then
+        terminated, then killed."""
         assert process.stdin is not None and process.stdout is not None
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=MAX_FRAME)
+        if output:
+            reader.feed_data(output)
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), process.stdout)
         transport, protocol = await loop.connect_write_pipe(
             asyncio.streams.FlowControlMixin, process.stdin
@@ -214,16 +238,12 @@ class Sidecar:
             self._initialize = dict(initialize)
         if self._rpc is None:
             await self.spawn()
-        params: dict[str, Any] = {
-            "protocolVersion": acp.PROTOCOL_VERSION,
-            "clientCapabilities": {},
-            "clientInfo": _CLIENT_INFO,
-            **self._initialize,
-        }
+        started = self._started
+        wait = initialize_timeout
+        if started is not None and started.sent_at is not None:
+            wait = max(0.0, started.sent_at + initialize_timeout - time.monotonic())
         try:
-            response = await asyncio.wait_for(
-                self.request("initialize", params), initialize_timeout
-            )
+            response = await asyncio.wait_for(self._initialized(), wait)
         except TimeoutError:
             self.kill()
             await self.close()
@@ -246,6 +266,41 @@ class Sidecar:
         self.initialize_response = response if isinstance(response, dict) else {}
         self.features = AgentFeatures.from_initialize(self.initialize_response)
         return self.features
+
+    async def _initialized(self) -> Any:
+        """The agent's answer to ``initialize``: sent now, or already sent by whoever started
+        the process (:class:`Started`)."""
+        started, self._started = self._started, None
+        if started is None or started.sent is None:
+            params = agent_initialize(self._initialize, acp.PROTOCOL_VERSION)
+            return await self.request("initialize", params)
+        if started.answer is not None:
+            return started.answer
+        answer, exited = self._answer, self.exited
+        assert answer is not None and exited is not None, "taken from a started process"
+        either: list[asyncio.Future[Any]] = [answer, exited]
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not answer.done():
+            raise ConnectionError("the agent exited before answering initialize")
+        frame = answer.result()
+        error = frame.get("error")
+        if error is not None:
+            error = error if isinstance(error, dict) else {}
+            raise acp.RequestError(
+                error.get("code", -32603), str(error.get("message", "")), error.get("data")
+            )
+        return frame.get("result")
+
+    def _see(self, frame: Frame, line: bytes) -> bool:
+        """The wire's watch: the answer to an ``initialize`` sent before this connection was
+        made is taken here; everything else goes to the owner's watch."""
+        answer = self._answer
+        if answer is None or answer.done() or "method" in frame:
+            return self._watch(frame, line)
+        if frame.get("id") != self._answer_id:
+            return self._watch(frame, line)
+        answer.set_result(frame)
+        return True
 
     def _connection(self) -> Connection:
         if self._rpc is None:

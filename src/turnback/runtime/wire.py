@@ -23,10 +23,15 @@ SDK's own stdio transport where a durable proxy needs it to:
 * **Ordered, batched writes.** :meth:`Wire.post` writes synchronously, in call order with what the
   SDK sends through :meth:`Wire.send`; what is posted in one pass of the event loop goes out in
   one write. While more than ``BACKLOG`` bytes wait for the reader, :meth:`Wire.backlog` says so,
-  and a watch that took a frame waits on ``pace`` before the next one is read: a slow reader on
-  one side slows the writer on the other instead of filling memory.
+  and a watch that took frames waits on ``pace`` (asked every few frames) before the next one is
+  read: a slow reader on one side slows the writer on the other instead of filling memory.
 * **Session ids replaced in the line.** :func:`with_session_id` forwards a frame as it was written
   with only its session id changed when that is safe, and re-encodes it when it is not.
+* **An update read once.** A ``session/update`` written in the SDKs' compact form (the bulk of
+  what an agent sends: every streamed chunk) is read by a parser that knows that form and keeps
+  where its parts are: it comes out as an :class:`UpdateFrame`, whose update's JSON text the
+  journal stores as written and whose session id is replaced by slicing, so a chunk is decoded
+  once and encoded never. Any other line is read as any JSON.
 
 A request sent through :meth:`Wire.send` is noted in :data:`SENT_REQUESTS` when a relay listens,
 so a ``$/cancel_request`` for the request that led to it can follow it hop by hop.
@@ -39,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -59,6 +65,26 @@ _HEAD = 4096
 _SESSION_KEY = b'"sessionId"'
 _METHOD = b'"method"'
 _YIELD_EVERY = 16
+_PACE_EVERY = 8
+#: The first bytes of a session/update in the SDKs' compact form, up to its session id, and
+#: what follows the session id there.
+_UPDATE_HEAD = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
+_UPDATE_HEAD_BYTES = _UPDATE_HEAD.encode()
+_UPDATE_KEY = ',"update":'
+
+
+class UpdateFrame(dict[str, Any]):
+    """A ``session/update`` notification read from a line in the SDKs' compact form
+    (``{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":…,"update":…}}``), which
+    knows where its parts are in that line: a dict like any frame."""
+
+    __slots__ = ("rest", "update_text")
+
+    #: the update's JSON text as the line holds it; None when it must be encoded again (it
+    #: holds an unpaired surrogate written raw, or a value JSON has no text for, like NaN)
+    update_text: str | None
+    #: where ``,"update":`` begins in the line's bytes (just after the session id)
+    rest: int
 
 
 class Output(Protocol):
@@ -228,8 +254,14 @@ class Wire:
             if message is None:
                 continue
             if self._watch is not None and self._watch(message, line):
-                # Taken by the watch: read no more while the far side has a backlog.
-                if self._pace is not None and (backlog := self._pace()) is not None:
+                # Taken by the watch: read no more while the far side has a backlog (asked
+                # every few lines: a backlog is a megabyte, a line is usually a few hundred
+                # bytes, and asking costs as much as forwarding one).
+                if (
+                    self._pace is not None
+                    and not self._read % _PACE_EVERY
+                    and (backlog := self._pace()) is not None
+                ):
                     await backlog
                 continue
             return message
@@ -252,6 +284,9 @@ class Wire:
     def _check(self, line: bytes) -> Frame | None:
         """The message a line holds, or None after rejecting it."""
         try:
+            update = read_update(line)
+            if update is not None:
+                return update
             message = parse(line)
         except jsontext.TooDeep as error:
             self._reject(
@@ -332,6 +367,52 @@ def parse(line: bytes) -> Any:
     return jsontext.loads(line)
 
 
+def read_update(line: bytes) -> UpdateFrame | None:
+    """The session/update a stripped line holds when it is written in the SDKs' compact form
+    (an :class:`UpdateFrame`), read in one pass that notes where its parts are; None for any
+    other line (:func:`parse` reads it). :class:`~turnback.jsontext.TooDeep` when nested deeper
+    than :data:`~turnback.jsontext.MAX_DEPTH`."""
+    if not line.startswith(_UPDATE_HEAD_BYTES):
+        return None
+    text = line.decode("utf-8", "surrogatepass")
+    scan = jsontext.scan
+    try:
+        session_id, end = scan(text, len(_UPDATE_HEAD))
+        if not isinstance(session_id, str) or not text.startswith(_UPDATE_KEY, end):
+            return None
+        start = end + len(_UPDATE_KEY)
+        update, stop = scan(text, start)
+    except StopIteration:  # not JSON there: parse() says what is wrong
+        return None
+    except RecursionError:
+        raise jsontext.TooDeep() from None
+    if text[stop:] != "}}":
+        return None
+    frame = UpdateFrame(
+        jsonrpc="2.0", method="session/update", params={"sessionId": session_id, "update": update}
+    )
+    jsontext.check_depth(text, frame)
+    written = text[start:stop]
+    if jsontext.has_surrogates(written) or not jsontext.finite(written):
+        frame.update_text = None
+    else:
+        frame.update_text = written
+    frame.rest = end if line.isascii() else len(text[:end].encode("utf-8", "surrogatepass"))
+    return frame
+
+
+@functools.lru_cache(maxsize=256)
+def _session_field(session_id: str) -> bytes:
+    """``"sessionId":`` and ``session_id`` as the SDKs write them (each id is encoded once)."""
+    return _SESSION_KEY + b":" + encode(session_id)
+
+
+@functools.lru_cache(maxsize=256)
+def _update_head(session_id: str) -> bytes:
+    """The first bytes of a compact session/update for ``session_id``, up to ``,"update":``."""
+    return _UPDATE_HEAD_BYTES + encode(session_id)
+
+
 def with_session_id(frame: Frame, line: bytes, session_id: str) -> bytes:
     """``line`` (which holds ``frame``) with its ``params.sessionId`` replaced by ``session_id``.
 
@@ -339,12 +420,14 @@ def with_session_id(frame: Frame, line: bytes, session_id: str) -> bytes:
     one ``"sessionId"`` key (a string value cannot hold those bytes unescaped) and it is followed
     by the old id as ``json.dumps`` writes it. Otherwise -- whitespace, escapes written
     differently, a nested sessionId -- the frame is encoded again, which is always right."""
+    if isinstance(frame, UpdateFrame):  # the one place is known
+        return _update_head(session_id) + line[frame.rest :]
     params = frame.get("params")
     old = params.get("sessionId") if isinstance(params, dict) else None
     if isinstance(old, str) and line.count(_SESSION_KEY) == 1:
-        before = _SESSION_KEY + b":" + encode(old)
+        before = _session_field(old)
         if line.count(before) == 1:
-            return line.replace(before, _SESSION_KEY + b":" + encode(session_id))
+            return line.replace(before, _session_field(session_id))
     changed = dict(frame)
     if isinstance(params, dict):
         changed["params"] = {**params, "sessionId": session_id}
@@ -365,10 +448,12 @@ __all__ = [
     "Rejected",
     "Sender",
     "SentRequests",
+    "UpdateFrame",
     "Watch",
     "Wire",
     "encode",
     "note_sent",
     "parse",
+    "read_update",
     "with_session_id",
 ]

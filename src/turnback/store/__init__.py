@@ -8,7 +8,7 @@ asked for, so the embedded default never pays for another.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,7 +32,31 @@ from turnback.model import (
 
 
 class Tx(Protocol):
-    """The operations of one transaction. Rows never leave the store: only model records."""
+    """The operations of one transaction. Rows never leave the store: only model records.
+
+    The concurrency contract both backends keep is stated in :mod:`turnback.store.sql`: a write
+    transaction that changes a session or its turns locks the session first."""
+
+    # concurrency, leases and fencing
+    def lock_sessions(self, session_ids: Sequence[str]) -> None:
+        """Hold these sessions against every other writer until the transaction ends."""
+        ...
+
+    def lock_workspace(self, session_id: str) -> None:
+        """Lock every session on the workspace of ``session_id``, as :meth:`lock_sessions`."""
+        ...
+
+    def lock_turns(self, tokens: Sequence[str]) -> dict[str, tuple[TurnStatus, str | None]]:
+        """Lock the sessions of these turns; (status, fencing token) of each that exists."""
+        ...
+
+    def now(self) -> float:
+        """The database's clock (seconds since the epoch), by which leases are judged."""
+        ...
+
+    def renew_lease(self, owner_id: str, seconds: float) -> float | None:
+        """Extend an owner's lease; its new expiry, or None if the owner is gone."""
+        ...
 
     # sessions
     def insert_session(self, session: SessionRecord) -> None: ...
@@ -73,8 +97,9 @@ class Tx(Protocol):
         """Move a turn out of ``expected``; False when it was no longer in that status."""
         ...
 
-    def reopen_turn(self, token: str, owner_id: str) -> bool:
-        """Make an interrupted turn running again under ``owner_id``, dropping what ending it
+    def reopen_turn(self, token: str, owner_id: str, fence: str) -> bool:
+        """Make an interrupted turn running again under ``owner_id`` and a new fencing token
+        ``fence``, dropping what ending it
         wrote: its folded messages, its end checkpoint and the file changes measured against
         it. False, changing nothing, when the turn is not interrupted."""
         ...
@@ -85,10 +110,22 @@ class Tx(Protocol):
 
     # A turn's events, kept in place: its journal while it runs or is set aside, its run
     # timeline once it has ended (ending a turn copies nothing).
-    def append_journal(self, entries: Sequence[JournalEntry]) -> int:
+    def append_journal(
+        self, entries: Sequence[JournalEntry], running: Collection[str] | None = None
+    ) -> int:
         """Write the entries of running turns. Entries of a turn that is not running (it was
         ended by another process, or never existed) are not written: a turn's journal grows only
-        while it runs. Returns how many were dropped."""
+        while it runs. ``running`` is the tokens of the turns the caller found running in this
+        transaction (under :meth:`lock_turns`), saving the store the reading of them. Returns how
+        many were dropped."""
+        ...
+
+    def append_fenced(
+        self, entries: Sequence[JournalEntry], fences: Mapping[str, str | None]
+    ) -> dict[str, tuple[TurnStatus, str | None]]:
+        """Under the locks of the entries' sessions, write the entries of each turn that runs
+        under its fencing token in ``fences`` (absent or None: that runs at all); returns each
+        turn's (status, fencing token) as found under the locks."""
         ...
 
     def journal(self, token: str) -> list[JournalEntry]: ...
@@ -139,7 +176,10 @@ class Tx(Protocol):
         """Owners that no running turn names."""
         ...
 
-    def delete_owner(self, owner_id: str) -> None: ...
+    def delete_owner(self, owner_id: str, *, lease: float | None = None) -> bool:
+        """Remove an owner; with ``lease``, only while its lease still expires then. Whether it
+        was removed."""
+        ...
 
     # workspace checkpoints and the files each turn changed
     def set_checkpoint(self, token: str, which: str, commit: str | None) -> None:
@@ -204,6 +244,13 @@ class Store(Protocol):
     def atomic(self) -> AbstractContextManager[Tx]: ...
     def read(self) -> AbstractContextManager[Tx]: ...
     def integrity_problems(self) -> list[str]: ...
+    def append_fenced(
+        self, entries: Sequence[JournalEntry], fences: Mapping[str, str | None]
+    ) -> dict[str, tuple[TurnStatus, str | None]]:
+        """:meth:`Tx.append_fenced` in a transaction of its own: a journal flush with nothing
+        else to write. A backend may do it in fewer round trips than ``atomic()`` would."""
+        ...
+
     def compact(self) -> int:
         """Give back disk space the store holds but no longer needs; returns the bytes freed."""
         ...
@@ -219,7 +266,9 @@ def sqlite_url(home: Path) -> str:
 
 
 def open_store(url: str, *, busy_timeout: float = 5.0, create: bool = True) -> Store:
-    """Open the store a URL names: ``sqlite:///path/to/file.db`` (the default backend).
+    """Open the store a URL names: ``sqlite:///path/to/file.db`` (the default backend) or
+    ``postgresql://user@host:port/database`` (a fleet's shared store; needs the ``postgres``
+    extra).
 
     With ``create=False`` a store that does not exist yet raises StoreNotFound instead of being
     made, so a mistyped home is reported rather than silently created."""
@@ -233,9 +282,18 @@ def open_store(url: str, *, busy_timeout: float = 5.0, create: bool = True) -> S
                 "Check --home or TURNBACK_HOME"
             )
         return SQLiteStore(path, busy_timeout=busy_timeout)
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            from turnback.store.postgres import PostgresStore
+        except ImportError as error:
+            raise StoreUnavailable(
+                f"a PostgreSQL store needs psycopg ({error}); install turnback[postgres]"
+            ) from error
+        return PostgresStore(url, busy_timeout=busy_timeout, create=create)
     scheme = url.split(":", 1)[0] if ":" in url else url
     raise StoreUnavailable(
-        f"no store backend for {scheme!r} URLs ({url!r}); use sqlite:///path/to/turnback.db"
+        f"no store backend for {scheme!r} URLs ({url!r}); use sqlite:///path/to/turnback.db "
+        "or postgresql://user@host:port/database"
     )
 
 

@@ -93,6 +93,11 @@ Progress = Callable[[str, int, int], None]
 Problem = Callable[[Path, str], None]
 
 
+def holds_checkpoints(home: Path) -> bool:
+    """Whether ``home`` holds shadow repositories: the checkpoints of some session."""
+    return any((Path(home) / "shadow").glob("*.git"))
+
+
 class Snapshots:
     """Workspace checkpoints in shadow repositories under ``home / "shadow"``.
 
@@ -272,8 +277,8 @@ class Snapshots:
                 found[path] = state
         for top in tops:
             listing = _list_files(root, top)
-            if listing is None:
-                return f"a repository is nested inside {os.fsdecode(top)}"
+            if isinstance(listing, str):
+                return listing
             for path in listing:
                 state = self._read(os.path.join(root, path))
                 found[path] = _Other.ABSENT if state is _Other.DIRECTORY else state
@@ -289,7 +294,9 @@ class Snapshots:
         skipped = {
             path
             for path in last.skipped
-            if not any(os.fsencode(path) == p or _below(os.fsencode(path), p) for p in changed)
+            if not any(
+                os.fsencode(path.rstrip("/")) == p or _below(os.fsencode(path), p) for p in changed
+            )
         }
         edits: dict[bytes, Blob | None] = {top: None for top in tops if entries[top] is not None}
         for path, state in found.items():
@@ -396,7 +403,7 @@ class Snapshots:
                 shadow.note_tree(INDEX_TREE, behind)
                 index_tree = behind
             shadow.note_tree(INDEX_NEXT, None)
-        out = shadow.run(
+        status = shadow.run(
             "status",
             "--porcelain=v2",
             "-z",
@@ -404,8 +411,11 @@ class Snapshots:
             "--ignore-submodules=dirty",
             "--no-renames",
             deadline=deadline,
-        ).stdout
-        reported = [t for t in out.split(b"\0") if t]
+        )
+        # git skips a directory it cannot list with no more than a warning: once it has warned,
+        # find them, so the checkpoint names them as left out instead of passing over them.
+        unreadable = self._unreadable(shadow, deadline) if status.stderr else set()
+        reported = [t for t in status.stdout.split(b"\0") if t]
         if index_tree is not None and len(reported) <= SYNC_AFTER:
             root = os.fsencode(shadow.workspace)
             edits: dict[bytes, Blob | None] = {}
@@ -425,11 +435,43 @@ class Snapshots:
                 if size > SYNC_BYTES:
                     break  # cheaper to hash them once into the index than again each time
             else:
-                return _Plan(base=index_tree, edits=edits)
+                return _Plan(base=index_tree, edits=edits, skipped=unreadable)
         shadow.note_tree(INDEX_TREE, None)
         tree, skipped = self._write_tree(shadow, reported, deadline)
         shadow.note_tree(INDEX_TREE, tree)
-        return _Plan(base=tree, skipped=set(skipped), synced=True)
+        return _Plan(base=tree, skipped={*skipped, *unreadable}, synced=True)
+
+    def _unreadable(self, shadow: ShadowRepo, deadline: float) -> set[str]:
+        """The directories of the workspace that cannot be listed, named with a trailing
+        ``/``; those the ignore rules exclude, nested repositories and turnback's home are not
+        looked into. What is in them stays as the last checkpoint had it, and restores leave
+        them alone."""
+        root = os.fsencode(shadow.workspace)
+        home = os.fsencode(self.home.resolve())
+        found: list[bytes] = []
+        pending = [b""]
+        while pending:
+            directory = pending.pop()
+            full = os.path.join(root, directory) if directory else root
+            if full == home:
+                continue
+            try:
+                with os.scandir(full) as entries:
+                    children = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+            except PermissionError:
+                found.append(directory + b"/")
+                continue
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if directory and any(name == b".git" for name, _is_dir in children):
+                continue  # a nested repository: recorded as a gitlink, never entered
+            pending.extend(
+                os.path.join(directory, name)
+                for name, is_dir in children
+                if is_dir and name != b".git"
+            )
+        ignored = self._ignored(shadow, found, deadline)
+        return {os.fsdecode(path) for path in found if path not in ignored}
 
     def _read(self, full: bytes) -> Blob | _Other:
         """What a capture records at ``full`` now: its content, or why it records none."""
@@ -677,8 +719,10 @@ class Snapshots:
             )
             before = rest[0] if rest else None
             plan, present, _kept = self._restore_plan(shadow, now, goal, before, deadline)
+            left = _leave_unreadable(plan, self._skipped(shadow, [now], deadline)[0])
             point("restore.plan")
             done, refused = self._apply(shadow, plan, present, deadline)
+            refused += [(directory, "it cannot be read") for directory in left]
             for path, reason in refused:
                 shadow.report(f"restore left {path} alone: {reason}")
             point("restore.done")
@@ -743,6 +787,8 @@ class Snapshots:
             plain, present, pre_existing = self._restore_plan(
                 shadow, now, goal, rest[0] if rest else None, deadline
             )
+            skipped = self._skipped(shadow, [now], deadline)[0]
+            _leave_unreadable(plain, skipped)
             specs = [spec for pair in turns for spec in pair]
             try:
                 ends = shadow.resolve_all(specs, deadline) if specs else []
@@ -753,7 +799,7 @@ class Snapshots:
                 edited.update(change.path for change in shadow.diff(start, stop, deadline))
             why = {path: "pre-existing" for path in pre_existing}
             if keep_user_edits:
-                plan, on_disk, clashes = self._reverse_plan(shadow, now, ends, deadline)
+                plan, on_disk, clashes = self._reverse_plan(shadow, now, ends, deadline, skipped)
                 for path, entry in plain.items():
                     result = on_disk.get(path, present[path])
                     if result != entry and path not in clashes and path not in plan:
@@ -787,8 +833,8 @@ class Snapshots:
                 deadline=deadline,
             ).stdout
             why.update((os.fsdecode(raw), "ignored") for raw in ignored.split(b"\0") if raw)
-            for path in self._skipped(shadow, [now], deadline)[0]:
-                why[path] = "not captured"
+            for path in skipped:
+                why[path] = "unreadable" if path.endswith("/") else "not captured"
         kept = [since.get(path, FileChange(path, ChangeKind.MODIFIED)) for path in sorted(why)]
         return RevertPlan(
             restore=tuple(c for c in moved if c.kind is not ChangeKind.DELETED),
@@ -820,7 +866,8 @@ class Snapshots:
             now, *ends = shadow.resolve_all(
                 [current, *(spec for pair in turns for spec in pair)], deadline
             )
-            plan, present, conflicts = self._reverse_plan(shadow, now, ends, deadline)
+            skipped = self._skipped(shadow, [now], deadline)[0]
+            plan, present, conflicts = self._reverse_plan(shadow, now, ends, deadline, skipped)
             if conflicts:
                 paths = tuple(sorted(conflicts))
                 raise RevertConflict(
@@ -840,10 +887,16 @@ class Snapshots:
         return done
 
     def _reverse_plan(
-        self, shadow: ShadowRepo, now: str, ends: Sequence[str], deadline: float
+        self,
+        shadow: ShadowRepo,
+        now: str,
+        ends: Sequence[str],
+        deadline: float,
+        skipped: Collection[str] = (),
     ) -> tuple[dict[str, Entry | None], dict[str, Entry | None], set[str]]:
         """What :meth:`reverse_apply` writes, what is there now, and the conflicting paths.
-        ``ends`` holds each turn's begin and end commits, oldest turn first."""
+        ``ends`` holds each turn's begin and end commits, oldest turn first; nothing below a
+        directory ``now`` could not read (in ``skipped``) is written."""
         pairs = list(zip(ends[::2], ends[1::2], strict=True))
         result: dict[str, Entry | None] = {}
         present: dict[str, Entry | None] = {}
@@ -863,6 +916,7 @@ class Snapshots:
                     except _Conflict:
                         conflicts.add(path)
         plan = {path: entry for path, entry in result.items() if entry != present[path]}
+        _leave_unreadable(plan, skipped)
         if not conflicts:
             with WorkspaceWriter(shadow.workspace) as writer:
                 for path, entry in plan.items():
@@ -1151,9 +1205,21 @@ def _below(path: bytes, directory: bytes) -> bool:
     return path.startswith(directory + b"/")
 
 
-def _list_files(root: bytes, top: bytes) -> list[bytes] | None:
-    """Every file and symbolic link below ``top`` (relative paths), or ``None`` when a nested
-    repository is among them. A ``.git`` directory is never entered."""
+def _leave_unreadable(plan: dict[str, Entry | None], skipped: Collection[str]) -> list[str]:
+    """Take out of a restore's ``plan`` every path below a directory the capture could not read
+    (a skipped path ending in ``/``); returns those directories that held one."""
+    unreadable = tuple(path for path in skipped if path.endswith("/"))
+    left: set[str] = set()
+    for path in [p for p in plan if p.startswith(unreadable)]:
+        del plan[path]
+        left.update(d for d in unreadable if path.startswith(d))
+    return sorted(left)
+
+
+def _list_files(root: bytes, top: bytes) -> list[bytes] | str:
+    """Every file and symbolic link below ``top`` (relative paths), or why the workspace must be
+    scanned instead: a nested repository, or a directory that cannot be listed, is among them.
+    A ``.git`` directory is never entered."""
     files: list[bytes] = []
     pending = [top]
     while pending:
@@ -1163,8 +1229,10 @@ def _list_files(root: bytes, top: bytes) -> list[bytes] | None:
                 children = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
         except (FileNotFoundError, NotADirectoryError):
             continue
+        except PermissionError:
+            return f"{os.fsdecode(directory)} cannot be read"
         if any(name == b".git" for name, _is_dir in children):
-            return None
+            return f"a repository is nested inside {os.fsdecode(top)}"
         for name, is_dir in children:
             path = os.path.join(directory, name)
             (pending if is_dir else files).append(path)

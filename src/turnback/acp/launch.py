@@ -1,0 +1,294 @@
+"""``turnback acp``'s start: the agent started, and its ``initialize`` answered, before the
+proxy has loaded.
+
+An editor waits from starting ``turnback acp`` until ``initialize`` is answered. The proxy's
+own start-up (the ACP SDK's models, turnback's engine, the store, recovery) takes as long as
+many agents' start-up, and on a loaded machine much longer; done before the agent starts, or
+before the answer, it adds all of that to the wait. So:
+
+1. the command line is read with nothing imported (:func:`command_line`; anything but a plain
+   ``turnback [--home H] acp [--option VALUE]… -- AGENT…`` goes the ordinary way, through the
+   CLI, which says what is wrong with it);
+2. the agent is started at once, and the proxy imported in a thread;
+3. meanwhile the editor's first message, when it is ``initialize``, is sent to the agent as it
+   is (the proxy would send the same), and when the agent's answer is a result and comes before
+   the proxy is ready, the editor gets it at once with turnback's additions (:func:`initialized`);
+4. the proxy then takes over (:class:`Launched`): the pipes, the bytes read from each side and
+   not yet handled, and the ``initialize`` answered -- or still in flight, when anything else
+   happened (another first message, an error answer, the agent gone, the proxy ready first), in
+   which case the proxy handles the editor's ``initialize`` as though it had sent it itself.
+
+The proxy opens its store and recovers after the answer and before it serves any other
+method, so what is durable, and when, does not change.
+
+This module imports only the standard library at its top: it runs before anything else.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: The options ``turnback acp`` takes, each with a value (a test checks the CLI's are these).
+ACP_OPTIONS = frozenset(
+    {"--home", "--max-frame", "--initialize-timeout", "--restart-attempts", "--on-agent-crash"}
+)
+#: The id of the ``initialize`` sent ahead; the proxy's own requests to the agent start at 0.
+INITIALIZE_ID = "turnback-initialize"
+
+
+@dataclass(slots=True)
+class Launched:
+    """What the start hands the proxy (see the module docstring)."""
+
+    process: subprocess.Popen[bytes] | None
+    #: read from the editor and not handled: the proxy reads these first
+    editor: bytes = b""
+    #: read from the agent and not handled: the proxy's connection to it reads these first
+    agent: bytes = b""
+    #: the ``initialize`` params sent to the agent under :data:`INITIALIZE_ID`, if it was sent
+    sent: dict[str, Any] | None = None
+    #: the editor's ``initialize`` params, when its answer was given here
+    params: dict[str, Any] | None = None
+    #: the agent's answer to it (as it wrote it), when the editor has been given it
+    answer: dict[str, Any] | None = None
+    #: when it was sent (``time.monotonic()``): its ``--initialize-timeout`` runs from then
+    sent_at: float | None = None
+
+
+_launched: Launched | None = None
+
+
+def take() -> Launched | None:
+    """The start made by :func:`main`, once, for ``turnback acp`` to carry on from."""
+    global _launched
+    launched, _launched = _launched, None
+    return launched
+
+
+@dataclass(frozen=True, slots=True)
+class CommandLine:
+    """A plain ``turnback acp`` command line, as far as the start needs it."""
+
+    agent: list[str]
+    #: ``--initialize-timeout``, when given (the CLI knows its default)
+    initialize_timeout: float | None = None
+
+
+def command_line(argv: Sequence[str]) -> CommandLine | None:
+    """A plain ``[--home H] [--no-pager] acp [--option VALUE]… -- AGENT…`` command line; None
+    for anything else."""
+    args = list(argv)
+    at = 0
+    while at < len(args) and args[at] != "acp":
+        if args[at] == "--no-pager" or args[at].startswith("--home="):
+            at += 1
+        elif args[at] == "--home":
+            at += 2
+        else:
+            return None
+    at += 1
+    options: dict[str, str] = {}
+    while at < len(args) and args[at] != "--":
+        name, equals, value = args[at].partition("=")
+        if name not in ACP_OPTIONS or (not equals and at + 1 >= len(args)):
+            return None
+        options[name] = value if equals else args[at + 1]
+        at += 1 if equals else 2
+    agent = args[at + 1 :]
+    if at >= len(args) or not agent:
+        return None
+    try:
+        timeout = options.get("--initialize-timeout")
+        return CommandLine(agent, None if timeout is None else float(timeout))
+    except ValueError:
+        return None
+
+
+def initialized(agent: dict[str, Any]) -> dict[str, Any]:
+    """The editor's ``initialize`` answer: the agent's, as it wrote it, plus only turnback's
+    documented additions -- the session methods it serves from its store (``loadSession`` and
+    ``sessionCapabilities`` ``list``, ``resume``, ``close``, ``delete`` and the unstable
+    ``fork``) and its ``_meta.turnback`` key. The agent's own ``_meta.turnback`` (its
+    checkpoint and rollback extensions) is turnback's to use, not the editor's."""
+    import turnback
+    from turnback.acp.commands import NAMES
+
+    response = copy.deepcopy(agent)
+    capabilities = response.get("agentCapabilities")
+    if not isinstance(capabilities, dict):
+        capabilities = response["agentCapabilities"] = {}
+    capabilities["loadSession"] = True
+    sessions = capabilities.get("sessionCapabilities")
+    if not isinstance(sessions, dict):
+        sessions = capabilities["sessionCapabilities"] = {}
+    for feature in ("list", "resume", "close", "delete", "fork"):
+        if not isinstance(sessions.get(feature), dict):
+            sessions[feature] = {}
+    for holder in (capabilities, response):
+        meta = holder.get("_meta")
+        if isinstance(meta, dict) and "turnback" in meta:
+            del meta["turnback"]
+            if not meta:
+                del holder["_meta"]
+    meta = response.get("_meta")
+    if not isinstance(meta, dict):
+        meta = response["_meta"] = {}
+    meta["turnback"] = {"proxy": turnback.__version__, "commands": sorted(NAMES)}
+    return response
+
+
+def _import(wake: int) -> None:
+    """The proxy's modules, loaded while the agent starts (the CLI's last: it is needed last)."""
+    import importlib
+
+    try:
+        for module in ("turnback.acp.commands", "turnback.acp.proxy", "turnback.cli"):
+            importlib.import_module(module)  # the answer needs the first
+    except BaseException:  # imported again by the CLI, which reports it
+        pass
+    finally:
+        os.write(wake, b"!")
+
+
+def _read(fd: int, wake: int, deadline: float | None = None) -> bytes | None:
+    """What ``fd`` has, b"" at its end; None when ``wake`` (the proxy is ready) or the
+    ``deadline`` (of ``time.monotonic()``) comes first."""
+    wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+    ready, _, _ = select.select([fd, wake], [], [], wait)
+    if fd not in ready:
+        return None
+    return os.read(fd, 1 << 16)
+
+
+def relay(
+    launched: Launched,
+    wake: int,
+    editor: tuple[int, int] = (0, 1),
+    initialize_timeout: float | None = None,
+) -> None:
+    """Steps 3 and 4 of the module docstring, between the editor (``editor``: the descriptors
+    to read it and write to it) and the agent, until ``wake`` is readable (the proxy is
+    ready) or the agent has had ``initialize_timeout`` seconds to answer; leaves in
+    ``launched`` where it stopped."""
+    process = launched.process
+    assert process is not None and process.stdin is not None and process.stdout is not None
+    while b"\n" not in launched.editor:
+        data = _read(editor[0], wake)
+        if not data:
+            return
+        launched.editor += data
+    line, _, rest = launched.editor.partition(b"\n")
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return
+    if not isinstance(message, dict) or message.get("method") != "initialize":
+        return
+    params = message.get("params")
+    if not isinstance(params, dict) or "protocolVersion" not in params or "id" not in message:
+        return
+    from turnback.model import agent_initialize
+
+    launched.sent = agent_initialize(params, params["protocolVersion"])
+    request = {"jsonrpc": "2.0", "id": INITIALIZE_ID, "method": "initialize"}
+    try:
+        launched.sent_at = time.monotonic()
+        _write(process.stdin.fileno(), _line({**request, "params": launched.sent}))
+    except OSError:
+        return  # the agent is gone: the proxy finds out and says so
+    deadline = None if initialize_timeout is None else launched.sent_at + initialize_timeout
+    received, start = b"", 0
+    while True:
+        data = _read(process.stdout.fileno(), wake, deadline)
+        if not data:
+            launched.agent = received
+            return
+        received += data
+        while (end := received.find(b"\n", start)) >= 0:
+            answer = _answer(received[start:end])
+            if answer is not None:
+                result = answer.get("result")
+                if isinstance(result, dict):  # an error is the proxy's to give, as it would
+                    answered = {"id": message["id"], "result": initialized(result)}
+                    _write(editor[1], _line({"jsonrpc": "2.0", **answered}))
+                    launched.editor, launched.params, launched.answer = rest, params, result
+                    received = received[:start] + received[end + 1 :]
+                launched.agent = received
+                return
+            start = end + 1
+
+
+def _answer(line: bytes) -> dict[str, Any] | None:
+    try:
+        frame = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(frame, dict) and frame.get("id") == INITIALIZE_ID and "method" not in frame:
+        return frame
+    return None
+
+
+def _write(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _line(frame: dict[str, Any]) -> bytes:
+    return json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def started(command: Sequence[str]) -> Launched:
+    """The agent command started, with pipes for stdin and stdout."""
+    try:
+        process = subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    except OSError:
+        return Launched(None)  # the proxy answers initialize with why it cannot start it
+    return Launched(process)
+
+
+def start(line: CommandLine) -> Launched:
+    """Start the agent and the proxy's import; relay ``initialize`` if it comes first."""
+    launched = started(line.agent)
+    if launched.process is None:
+        return launched
+    wake_read, wake_write = os.pipe()
+    importing = threading.Thread(
+        target=_import, args=(wake_write,), name="turnback-import", daemon=True
+    )
+    importing.start()
+    try:
+        relay(launched, wake_read, initialize_timeout=line.initialize_timeout)
+    finally:
+        importing.join()
+        os.close(wake_read)
+        os.close(wake_write)
+    return launched
+
+
+def main() -> None:
+    """The ``turnback`` command: ``turnback acp -- AGENT…`` starts as above, everything else
+    (and then the proxy) runs through :mod:`turnback.cli`."""
+    global _launched
+    argv = sys.argv[1:]
+    line = command_line(argv)
+    if line is not None:
+        _launched = start(line)
+    from turnback.cli import main as cli
+
+    try:
+        cli(argv)
+    finally:
+        launched = take()  # not taken: the command line was refused
+        if launched is not None and launched.process is not None:
+            launched.process.kill()
