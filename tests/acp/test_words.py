@@ -110,6 +110,7 @@ def test_the_editor_hears_no_terminal_command(home: Path, tmp_path: Path) -> Non
     refused, talk = run(scenario())
     error = refused["error"]  # type: ignore[index]
     assert error["code"] == -32602 and error["data"]["remedy"] == "sessions"
+    assert "the editor's list of sessions shows the ones turnback keeps" in error["message"]
     said = [
         n["params"]["update"]["content"]["text"]
         for n in talk.notes
