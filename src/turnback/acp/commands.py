@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from turnback.errors import (
+    DECIDE,
     INITIALIZE_TIMEOUT,
     RECOVER,
     SESSIONS,
@@ -122,6 +123,7 @@ def worded(error: TurnbackError) -> str:
         TURNS: "; `/checkpoints` lists this session's turns",
         SHOW: "; `/checkpoints` shows what was kept",
         SESSIONS: "; the editor's list of sessions shows the ones turnback keeps",
+        DECIDE: "; such turns are applied or discarded on turnback's review page, not here",
         INITIALIZE_TIMEOUT: "; to give it longer, edit the agent's command in your editor's "
         "settings: put `--initialize-timeout SECONDS` between `acp` and `--`",
     }

@@ -29,6 +29,7 @@ from turnback.engine.turns import (
 )
 from turnback.errors import (
     ACTIVITIES,
+    DECIDE,
     SESSIONS,
     TURNS,
     AmbiguousId,
@@ -379,8 +380,12 @@ class Session:
             if aside:
                 raise TurnInProgress(
                     f"session {self.id[:12]} has {len(aside)} set-aside turn(s) (turn "
-                    f"{aside[0].number} first); apply or discard them before deleting it",
+                    f"{aside[0].number} first), kept until each is applied or discarded, so it "
+                    "cannot be deleted yet",
                     aside[0].token,
+                    turn=aside[0].number,
+                    state=TurnStatus.SET_ASIDE.value,
+                    remedy=DECIDE,
                 )
             record = tx.get_session(self.id)
             assert record is not None
