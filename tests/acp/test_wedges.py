@@ -269,3 +269,42 @@ def test_whatever_a_handler_raises_the_prompt_is_answered_and_the_next_one_works
     else:  # the agent answered, turnback could not commit: the turn ends failed, saying why
         assert stops[0] == "error -32603" and "turn.end.failed" in codes
         assert turns[0].status is TurnStatus.FAILED and "turn.end.before" in (turns[0].detail or "")
+
+
+@pytest.mark.parametrize("how", ["stdin", "sigterm"])
+def test_the_editor_going_away_while_it_is_asked_for_a_permission_ends_the_turn(
+    home: Path, workspace: Path, how: str
+) -> None:
+    """The runtime waits for the editor's answer to the agent's permission request; the editor
+    goes away instead: the turn still ends cancelled and the proxy exits 0 within 5 s."""
+    from tests.acp.test_session_methods import Talk, _permission
+
+    script = f"raw {json.dumps(json.dumps(_permission('perm-1')))}\nhang"
+
+    async def scenario() -> tuple[str, float, int]:
+        talk = Talk(await raw_proxy(home, workspace, agent=ROUGH))
+        await talk.ask("initialize", {})
+        new = {"cwd": str(workspace), "mcpServers": []}
+        session_id = (await talk.ask("session/new", new))["result"]["sessionId"]
+        prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": script}]}
+        await talk.editor.send(_request(900, "session/prompt", prompt))
+        stdout = talk.editor.process.stdout
+        assert stdout is not None
+        while (
+            "session/request_permission"
+            not in (await asyncio.wait_for(stdout.readline(), 30)).decode()
+        ):
+            pass  # the editor is being asked; it never answers
+        began = time.monotonic()
+        if how == "stdin":
+            assert talk.editor.process.stdin is not None
+            talk.editor.process.stdin.close()
+        else:
+            talk.editor.process.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(talk.editor.process.wait(), 15)
+        return session_id, time.monotonic() - began, code
+
+    session_id, took, code = run(scenario())
+    assert code == 0 and took < 5.0
+    with turnback.open(home) as tb:
+        assert tb.session(session_id).get_turn(1).status is TurnStatus.CANCELLED
