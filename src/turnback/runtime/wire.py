@@ -46,6 +46,7 @@ import contextlib
 import contextvars
 import functools
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
@@ -62,6 +63,7 @@ INTERNAL_ERROR = -32603
 #: Bytes written and not yet read past which a watch that took a frame waits for the reader.
 BACKLOG = 1 << 20
 _HEAD = 4096
+_READ = 1 << 16  # bytes asked for in one read
 _SESSION_KEY = b'"sessionId"'
 _METHOD = b'"method"'
 _YIELD_EVERY = 16
@@ -167,6 +169,13 @@ class Wire:
         self._pending: list[bytes] = []  # posted, not yet written: one write per loop pass
         self._pending_bytes = 0
         self._read = 0
+        #: read, not yet received: lines, and (first bytes, size) of each over-long one
+        self._lines: deque[bytes | tuple[bytes, int]] = deque()
+        self._partial: list[bytes] = []  # the start of the line being read
+        self._held = 0  # its size
+        self._skipped: int | None = None  # the size so far of an over-long line being skipped
+        self._head = b""  # the first bytes of that line
+        self._eof = False
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -310,41 +319,82 @@ class Wire:
         return cast(Frame, message)
 
     async def _read_line(self) -> bytes | None:
-        """One line; None at end of file. An over-long line is rejected and skipped."""
-        try:
-            return await self._reader.readuntil(b"\n")
-        except asyncio.IncompleteReadError as partial:
-            return partial.partial or None  # a last line without a newline still counts
-        except asyncio.LimitOverrunError as overrun:
-            head = await self._reader.read(min(overrun.consumed, _HEAD))
-            size = len(head) + await self._skip_line()
-            self._reject(
-                jsontext.request_id(head),
-                INVALID_REQUEST,
-                f"Invalid request: a message of {size} bytes or more is over the limit of "
-                f"{self.max_frame} bytes; it was skipped",
-                head,
-                request=_METHOD in head,
-                limit=self.max_frame,
-                size=size,
-            )
-            return b""
-        except (ConnectionError, OSError) as error:
-            log.warning("the other side's output failed (%s)", error)
-            return None
-
-    async def _skip_line(self) -> int:
-        """Discard the rest of the current line without holding it; returns its size."""
-        skipped = 0
-        while True:
+        """One line (with no newline); None at end of file. Lines are split out of large
+        reads, so a burst of lines costs one read and one wake-up, not one each. An over-long
+        line is rejected and skipped without being held."""
+        while not self._lines:
+            if self._eof:
+                return None
             try:
-                rest = await self._reader.readuntil(b"\n")
-            except asyncio.LimitOverrunError as overrun:
-                skipped += len(await self._reader.read(overrun.consumed))
-            except asyncio.IncompleteReadError as partial:
-                return skipped + len(partial.partial)
+                data = await self._reader.read(_READ)
+            except (ConnectionError, OSError) as error:
+                log.warning("the other side's output failed (%s)", error)
+                return None
+            if data:
+                self._split(data)
+                continue
+            self._eof = True
+            if self._skipped is not None:
+                self._lines.append((self._head, self._skipped))
+            elif self._partial:  # a last line without a newline still counts
+                self._lines.append(b"".join(self._partial))
+        line = self._lines.popleft()
+        if isinstance(line, tuple):  # over the limit: rejected in its turn, among the others
+            self._too_long(*line)
+            return b""
+        return line
+
+    def _split(self, data: bytes) -> None:
+        """Queue the lines ``data`` completes; keep the start of the next one (or, past the
+        limit, only its first bytes and its size)."""
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        if lines:
+            if self._skipped is not None:
+                self._lines.append((self._head, self._skipped + len(lines[0]) + 1))
+                self._skipped = None
+                del lines[0]
+            elif self._partial:
+                self._partial.append(lines[0])
+                lines[0] = b"".join(self._partial)
+                self._partial.clear()
+                self._held = 0
+            if len(data) <= self.max_frame and (not lines or len(lines[0]) <= self.max_frame):
+                self._lines.extend(lines)  # none can be over the limit
             else:
-                return skipped + len(rest)
+                for line in lines:
+                    if len(line) > self.max_frame:
+                        self._lines.append((line[:_HEAD], len(line) + 1))
+                    else:
+                        self._lines.append(line)
+        if rest:
+            self._hold(rest)
+
+    def _hold(self, data: bytes) -> None:
+        """Keep ``data``, the middle of a line, unless the line is already over the limit."""
+        if self._skipped is not None:
+            self._skipped += len(data)
+            return
+        self._partial.append(data)
+        self._held += len(data)
+        if self._held > self.max_frame:
+            self._head = b"".join(self._partial)[:_HEAD]
+            self._skipped = self._held
+            self._partial.clear()
+            self._held = 0
+
+    def _too_long(self, head: bytes, size: int) -> None:
+        """Reject the over-long line of ``size`` bytes whose first bytes are ``head``."""
+        self._reject(
+            jsontext.request_id(head),
+            INVALID_REQUEST,
+            f"Invalid request: a message of {size} bytes or more is over the limit of "
+            f"{self.max_frame} bytes; it was skipped",
+            head,
+            request=_METHOD in head,
+            limit=self.max_frame,
+            size=size,
+        )
 
     async def close(self) -> None:
         self.flush()
