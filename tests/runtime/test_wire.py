@@ -90,3 +90,37 @@ def test_messages_and_over_long_lines_come_out_in_order_however_the_reads_fall(
 def test_blank_lines_and_crlf_are_not_messages() -> None:
     stream = b"\r\n\n" + message(1, 0) + b"\r\n  \n" + message(2, 0)
     assert receive_all(stream, [1, 5]) == [1, 2]
+
+
+class Counting(Sink):
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+
+def test_what_the_watch_forwards_from_one_read_goes_out_in_one_write_before_receive_returns() -> (
+    None
+):
+    async def scenario() -> tuple[Any, list[bytes]]:
+        reader = asyncio.StreamReader()
+        editor = Counting()
+        out = Wire(asyncio.StreamReader(), editor, LIMIT, rejected=print)
+
+        def watch(frame: dict[str, Any], line: bytes) -> bool:
+            if frame["method"] != "m":
+                return False
+            out.post_line(line)
+            return True
+
+        wire = Wire(reader, Sink(), LIMIT, rejected=print, watch=watch)
+        taken = [message(index, 0) for index in range(3)]
+        other = b'{"jsonrpc":"2.0","id":9,"method":"other"}'
+        reader.feed_data(b"\n".join([*taken, other]) + b"\n")
+        frame = await wire.receive()
+        return frame, list(editor.writes)  # as receive returned, before the loop went on
+
+    frame, writes = asyncio.run(scenario())
+    assert frame is not None and frame["id"] == 9
+    assert writes == [b"".join(message(index, 0) + b"\n" for index in range(3))]
