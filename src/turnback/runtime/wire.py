@@ -17,14 +17,19 @@ SDK's own stdio transport where a durable proxy needs it to:
   among them, so the agent is not left waiting. Nothing one line holds ends the loop.
 * **Lossless, always-encodable JSON.** Lines are read and written with :mod:`turnback.jsontext`:
   an unpaired surrogate goes out as the ``\\uXXXX`` escape it came in as.
-* **A frame limit.** A line longer than ``max_frame`` bytes is skipped without being held in
-  memory and rejected with ``-32600``; its id is read from the frame's first bytes (JSON-RPC
-  writers put it before the params), so a request fails instead of hanging.
+* **Large reads.** Lines are split out of reads of up to 64 KiB, so a burst of lines costs one
+  read and one wake-up of the loop, not one each.
+* **A frame limit.** A line longer than ``max_frame`` bytes is skipped (no more than the limit of
+  it is ever held) and rejected with ``-32600``, in its place among the other lines; its id is
+  read from the frame's first bytes (JSON-RPC writers put it before the params), so a request
+  fails instead of hanging.
 * **Ordered, batched writes.** :meth:`Wire.post` writes synchronously, in call order with what the
   SDK sends through :meth:`Wire.send`; what is posted in one pass of the event loop goes out in
-  one write. While more than ``BACKLOG`` bytes wait for the reader, :meth:`Wire.backlog` says so,
-  and a watch that took frames waits on ``pace`` (asked every few frames) before the next one is
-  read: a slow reader on one side slows the writer on the other instead of filling memory.
+  one write, and what a watch posts goes out once its wire has handed out the lines it read
+  (before it waits for more, or returns a frame), without a pass of the loop of its own. While
+  more than ``BACKLOG`` bytes wait for the reader, :meth:`Wire.backlog` says so, and a watch
+  that took frames waits on ``pace`` (asked every few frames) before the next one is read: a
+  slow reader on one side slows the writer on the other instead of filling memory.
 * **Session ids replaced in the line.** :func:`with_session_id` forwards a frame as it was written
   with only its session id changed when that is safe, and re-encodes it when it is not.
 * **An update read once.** A ``session/update`` written in the SDKs' compact form (the bulk of
