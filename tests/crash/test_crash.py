@@ -111,7 +111,8 @@ def _dead_turn(home: Path, session_id: str, tmp_path: Path, *, corrupt: bool = F
     if corrupt:
         query(
             home,
-            "UPDATE events SET payload = '{not json' WHERE turn = ? AND seq = 4",
+            "UPDATE events SET payload = '{not json' "
+            "WHERE id = (SELECT id FROM turns WHERE token = ?) * 4294967296 + 4",
             (acks.begun,),
             write=True,
         )
@@ -164,7 +165,10 @@ def test_killed_while_reopening_an_interrupted_turn(
 
 def _journal_rows(home: Path, token: str) -> list[tuple[Any, ...]]:
     return query(
-        home, "SELECT seq, kind, payload FROM events WHERE turn = ? ORDER BY seq", (token,)
+        home,
+        "SELECT id % 4294967296, kind, payload FROM events "
+        "WHERE id / 4294967296 = (SELECT id FROM turns WHERE token = ?) ORDER BY id",
+        (token,),
     )
 
 

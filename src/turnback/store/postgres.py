@@ -53,8 +53,8 @@ _MANY_ENTRIES = 16
 _FENCED_FLUSH = (
     "BEGIN; SELECT s.id FROM turns t JOIN sessions s ON s.id = t.session_id "
     "WHERE t.token IN (SELECT json_array_elements_text(%s::json)) ORDER BY s.id FOR UPDATE OF s; "
-    "INSERT INTO events (turn, seq, kind, payload, at) "
-    "SELECT e->>0, (e->>1)::bigint, e->>2, e->>3, (e->>4)::float8 "
+    "INSERT INTO events (id, kind, payload, at) "
+    "SELECT t.id * 4294967296 + (e->>1)::bigint, e->>2, e->>3, (e->>4)::float8 "
     "FROM json_array_elements(%s::json) AS e JOIN turns t ON t.token = e->>0 "
     "WHERE t.status = 'running' AND (e->>5 IS NULL OR t.fence = e->>5); "
     "SELECT token, status, fence FROM turns "
@@ -65,8 +65,8 @@ _LOCK_TURNS = (
     "WHERE t.token = ANY(%s) ORDER BY s.id FOR UPDATE OF s"
 )
 _INSERT_FENCED = (
-    "INSERT INTO events (turn, seq, kind, payload, at) "
-    "SELECT v.turn, v.seq, v.kind, v.payload, v.at FROM unnest("
+    "INSERT INTO events (id, kind, payload, at) "
+    "SELECT t.id * 4294967296 + v.seq, v.kind, v.payload, v.at FROM unnest("
     "%b::text[], %b::bigint[], %b::text[], %b::text[], %b::float8[], %b::text[]"
     ") AS v (turn, seq, kind, payload, at, fence) JOIN turns t ON t.token = v.turn "
     "WHERE t.status = 'running' AND (v.fence IS NULL OR t.fence = v.fence)"
@@ -90,6 +90,7 @@ def _dialect(sql: str) -> str:
 
 class _PostgresTx(SQLTx):
     _FOR_UPDATE = " FOR UPDATE"
+    _NEW_TURN_ID = "DEFAULT"  # an identity column: the server numbers turns
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._c = conn

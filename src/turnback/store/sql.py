@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from turnback import jsontext
 from turnback.model import (
+    TEXT_RUNS,
     Activity,
     ActivityLevel,
     ChangeKind,
@@ -73,7 +75,12 @@ def _text(value: str | None) -> str | None:
 _ENDED = tuple(status.value for status in TurnStatus if status.ended)
 #: A turn's events are its journal while it runs or is set aside, its run timeline once ended.
 _KEEPS_JOURNAL = (TurnStatus.RUNNING.value, TurnStatus.SET_ASIDE.value)
-_HAS_JOURNAL = "(SELECT status FROM turns WHERE token = events.turn) IN (?, ?)"
+#: An event's key is one integer: its turn's ``id`` times 2**32 plus its seq (schema 6), so the
+#: events of turn ``t`` are one range of the primary key (``_OF_TURN``), each at its seq.
+_SPAN = 4294967296
+_OF_TURN = f"e.id BETWEEN t.id * {_SPAN} AND t.id * {_SPAN} + {_SPAN - 1}"
+_SEQ = f"(e.id - t.id * {_SPAN})"
+_CHUNK_KINDS = ("user_message_chunk", "agent_message_chunk", "agent_thought_chunk")
 _KEEPS_STEPS = (*_KEEPS_JOURNAL, TurnStatus.INTERRUPTED.value)
 
 
@@ -175,6 +182,9 @@ class SQLTx:
 
     #: what makes a SELECT take row locks ("" where every write transaction holds them all)
     _FOR_UPDATE = ""
+    #: the ``id`` a new turn takes (the database numbers them; none is reused while its
+    #: events exist, since a turn's events go with it)
+    _NEW_TURN_ID = "(SELECT coalesce(max(id), 0) + 1 FROM turns)"
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         """Execute one statement with ``?`` placeholders."""
@@ -278,7 +288,17 @@ class SQLTx:
         return [_session(row) for row in rows]
 
     def delete_session(self, session_id: str) -> None:
-        self._run("DELETE FROM sessions WHERE id = ?", (session_id,))  # rows cascade
+        ids = self._all("SELECT id FROM turns WHERE session_id = ?", (session_id,))
+        self._delete_events([row[0] for row in ids])
+        self._run("DELETE FROM sessions WHERE id = ?", (session_id,))  # other rows cascade
+
+    def _delete_events(self, turn_ids: Sequence[int | None]) -> None:
+        """Remove the events of these turns: keyed by number, not by a reference to their
+        turn, they do not go by cascade."""
+        self._run_many(
+            "DELETE FROM events WHERE id BETWEEN ? AND ?",
+            [(i * _SPAN, i * _SPAN + _SPAN - 1) for i in turn_ids if i is not None],
+        )
 
     def set_head(self, session_id: str, head: str | None, now: float) -> None:
         self._run(
@@ -303,7 +323,8 @@ class SQLTx:
 
     def insert_turn(self, turn: Turn) -> None:
         self._run(
-            f"INSERT INTO turns ({_TURN_COLUMNS}) VALUES ({_marks(range(16))})",
+            f"INSERT INTO turns ({_TURN_COLUMNS}, id) "
+            f"VALUES ({_marks(range(16))}, {self._NEW_TURN_ID})",
             (
                 turn.token,
                 turn.session_id,
@@ -395,6 +416,8 @@ class SQLTx:
         )
 
     def delete_turn(self, token: str) -> None:
+        row = self._one("SELECT id FROM turns WHERE token = ?", (token,))
+        self._delete_events([row[0]] if row else [])
         self._run("DELETE FROM turns WHERE token = ?", (token,))
 
     # a turn's events: its journal while it runs or is set aside, its run timeline once ended
@@ -404,19 +427,21 @@ class SQLTx:
     ) -> int:
         if not entries:
             return 0
-        if running is None:
-            tokens = sorted({e.turn for e in entries})
-            running = {
-                row[0]
-                for row in self._all(
-                    f"SELECT token FROM turns WHERE status = ? AND token IN ({_marks(tokens)})",
-                    (TurnStatus.RUNNING.value, *tokens),
+        tokens = {e.turn for e in entries}
+        if running is not None:
+            tokens &= set(running)
+        ids: dict[str, int] = {}
+        if tokens:
+            ids = dict(
+                self._all(  # the turns' numbers, and which of them still run
+                    f"SELECT token, id FROM turns WHERE status = ? AND token IN ({_marks(list(tokens))})",
+                    (TurnStatus.RUNNING.value, *sorted(tokens)),
                 )
-            }
-        kept = [(e.turn, e.seq, e.kind, e.payload, e.at) for e in entries if e.turn in running]
-        self._run_many(
-            "INSERT INTO events (turn, seq, kind, payload, at) VALUES (?, ?, ?, ?, ?)", kept
-        )
+            )
+        kept = [
+            (ids[e.turn] * _SPAN + e.seq, e.kind, e.payload, e.at) for e in entries if e.turn in ids
+        ]
+        self._run_many("INSERT INTO events (id, kind, payload, at) VALUES (?, ?, ?, ?)", kept)
         return len(entries) - len(kept)
 
     def append_fenced(
@@ -437,15 +462,16 @@ class SQLTx:
 
     def journal(self, token: str) -> list[JournalEntry]:
         rows = self._all(
-            "SELECT turn, seq, kind, payload, at FROM events WHERE turn = ? "
-            f"AND {_HAS_JOURNAL} ORDER BY seq",
+            f"SELECT t.token, {_SEQ}, e.kind, e.payload, e.at FROM turns t JOIN events e "
+            f"ON {_OF_TURN} WHERE t.token = ? AND t.status IN (?, ?) ORDER BY e.id",
             (token, *_KEEPS_JOURNAL),
         )
         return [JournalEntry(*row) for row in rows]
 
     def journal_size(self, token: str) -> tuple[int, int]:
         row = self._one(
-            f"SELECT count(*), coalesce(max(seq), 0) FROM events WHERE turn = ? AND {_HAS_JOURNAL}",
+            f"SELECT count(*), coalesce(max({_SEQ}), 0) FROM turns t JOIN events e "
+            f"ON {_OF_TURN} WHERE t.token = ? AND t.status IN (?, ?)",
             (token, *_KEEPS_JOURNAL),
         )
         assert row is not None
@@ -460,39 +486,61 @@ class SQLTx:
         )
 
     def messages(self, session_id: str) -> list[Message]:
+        conversation = (
+            f"t.session_id = ? AND t.status IN ({_marks(_ENDED)}) AND t.reverted_by IS NULL"
+        )
         rows = self._all(
             "SELECT m.session_id, m.turn, m.idx, m.kind, m.data FROM messages m "
-            "JOIN turns t ON t.token = m.turn "
-            f"WHERE m.session_id = ? AND t.status IN ({_marks(_ENDED)}) AND t.reverted_by IS NULL "
+            f"JOIN turns t ON t.token = m.turn WHERE {conversation} "
             "ORDER BY t.number, t.started_at, m.idx",
             (session_id, *_ENDED),
         )
-        return [_message(row) for row in rows]
+        return self._with_text(rows, conversation, (session_id, *_ENDED))
 
     def turn_messages(self, token: str) -> list[Message]:
         rows = self._all(
             "SELECT session_id, turn, idx, kind, data FROM messages WHERE turn = ? ORDER BY idx",
             (token,),
         )
-        return [_message(row) for row in rows]
+        return self._with_text(rows, "t.token = ?", (token,))
+
+    def _with_text(
+        self, rows: list[tuple[Any, ...]], turns: str, params: Sequence[Any]
+    ) -> list[Message]:
+        """Messages from their rows, each run of text chunks (``TEXT_RUNS``) read back from the
+        events it joins: those of the turns ``turns`` selects, in one query, and only if some
+        message has a run."""
+        messages = [_message(row) for row in rows]
+        if not any(TEXT_RUNS in m.data for m in messages):
+            return messages
+        texts: dict[tuple[str, int], str | None] = {}
+        for token, seq, payload in self._all(
+            f"SELECT t.token, {_SEQ}, e.payload FROM turns t JOIN events e ON {_OF_TURN} "
+            f"WHERE {turns} AND e.kind IN ({_marks(_CHUNK_KINDS)})",
+            (*params, *_CHUNK_KINDS),
+        ):
+            texts[token, seq] = _chunk_text(payload)
+        return [_joined(m, texts) if TEXT_RUNS in m.data else m for m in messages]
 
     def insert_run_events(self, events: Sequence[RunEvent]) -> None:
         self._run_many(
-            "INSERT INTO events (turn, seq, kind, payload, at) VALUES (?, ?, ?, ?, ?)",
-            [(e.turn, e.seq, e.kind, _dumps(e.event), e.at) for e in events],
+            f"INSERT INTO events (id, kind, payload, at) SELECT id * {_SPAN} + ?, ?, ?, ? "
+            "FROM turns WHERE token = ?",
+            [(e.seq, e.kind, _dumps(e.event), e.at, e.turn) for e in events],
         )
 
     def replace_run_events(self, events: Sequence[RunEvent]) -> None:
         self._run_many(
-            "UPDATE events SET kind = ?, payload = ? WHERE turn = ? AND seq = ?",
-            [(e.kind, _dumps(e.event), e.turn, e.seq) for e in events],
+            "UPDATE events SET kind = ?, payload = ? "
+            f"WHERE id = (SELECT id * {_SPAN} + ? FROM turns WHERE token = ?)",
+            [(e.kind, _dumps(e.event), e.seq, e.turn) for e in events],
         )
 
     def run_events(self, token: str) -> list[RunEvent]:
         rows = self._all(
-            "SELECT t.session_id, e.turn, e.seq, e.kind, e.payload, e.at "
-            "FROM events e JOIN turns t ON t.token = e.turn "
-            "WHERE e.turn = ? AND t.status NOT IN (?, ?) ORDER BY e.seq",
+            f"SELECT t.session_id, t.token, {_SEQ}, e.kind, e.payload, e.at "
+            f"FROM turns t JOIN events e ON {_OF_TURN} "
+            "WHERE t.token = ? AND t.status NOT IN (?, ?) ORDER BY e.id",
             (token, *_KEEPS_JOURNAL),
         )
         return [RunEvent(r[0], r[1], r[2], r[3], _loads(r[4]), r[5]) for r in rows]
@@ -756,6 +804,36 @@ class SQLTx:
 
 def _marks(values: Sequence[object]) -> str:
     return ", ".join("?" for _ in values)
+
+
+def _chunk_text(payload: str) -> str | None:
+    """The text of a message chunk whose content is one plain text block; None if it is not
+    one (a damaged row)."""
+    try:
+        content = json.loads(payload).get("content")
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    if not isinstance(content, dict) or content.get("type") != "text":
+        return None
+    text = content.get("text", "")
+    return text if isinstance(text, str) else None
+
+
+def _joined(message: Message, texts: Mapping[tuple[str, int], str | None]) -> Message:
+    """A message whose runs of text chunks are given their text, joined from ``texts`` (by
+    turn and seq); unreadable, saying which event, when one of them is missing or damaged."""
+    data = dict(message.data)
+    content = list(data.get("content") or ())
+    try:
+        for index, first, last in data.pop(TEXT_RUNS):
+            parts = [texts.get((message.turn, seq)) for seq in range(first, last + 1)]
+            if None in parts:
+                seq = first + parts.index(None)
+                raise ValueError(f"event {seq} of its turn, a text chunk, is missing or damaged")
+            content[index] = {"type": "text", "text": "".join(parts)}  # type: ignore[arg-type]
+    except (ValueError, TypeError, IndexError) as error:
+        return replace(message, kind=MessageKind.UNREADABLE, data=unreadable(message.data, error))
+    return replace(message, data={**data, "content": content})
 
 
 def _message(row: tuple[Any, ...]) -> Message:
