@@ -91,7 +91,7 @@ def set_aside(
         conn.execute(
             "UPDATE events SET payload = '{' "
             "WHERE id / 4294967296 = (SELECT id FROM turns WHERE token = ?) "
-            "AND id % 4294967296 = 2",
+            "AND id - id / 4294967296 * 4294967296 = 2",
             (turn.token,),
         )
     conn.close()

@@ -128,7 +128,7 @@ def durable_ids(home: Path, token: str) -> list[str]:
     """Ids of the stream's events that survived, from the journal or the committed timeline."""
     rows = query(
         home,
-        "SELECT id % 4294967296, payload FROM events "
+        "SELECT id - id / 4294967296 * 4294967296, payload FROM events "
         "WHERE id / 4294967296 = (SELECT id FROM turns WHERE token = ?) ORDER BY id",
         (token,),
     )

@@ -646,7 +646,7 @@ def corrupt(home: Path, token: str, seq: int) -> None:
         conn.execute(
             "UPDATE events SET payload = ? "
             "WHERE id / 4294967296 = (SELECT id FROM turns WHERE token = ?) "
-            "AND id % 4294967296 = ?",
+            "AND id - id / 4294967296 * 4294967296 = ?",
             ('{"sessionUpdate": "agent_mess', token, seq),
         )
     conn.close()

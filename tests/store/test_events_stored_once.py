@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 
 import turnback
 from turnback.model import JournalEntry, Message, MessageKind, TurnStatus
-from turnback.store import open_store, sqlite_url
+from turnback.store import Store, open_store, sqlite_url
 from turnback.store.schema import APPLICATION_ID, MIGRATIONS, postgres_migration
 
 from .test_sqlite_store import BACKENDS, new_session, new_turn
@@ -29,23 +30,22 @@ def chunk(text: str) -> str:
     )
 
 
-@pytest.fixture(params=BACKENDS)
-def schema_5(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Run]]:
-    """An empty store at schema 5, and a way to run SQL on it as a turnback of then would."""
-    if request.param == "sqlite":
-        path = tmp_path / "home" / "turnback.db"
-        path.parent.mkdir()
+@contextmanager
+def schema_5(url: str) -> Iterator[Run]:
+    """A way to run SQL on an empty store at schema 5 (made here), as a turnback of then would."""
+    if url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+        path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(path, isolation_level=None)
         for migration in MIGRATIONS[:5]:
             conn.executescript(migration)
         conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
         conn.execute("PRAGMA user_version=5")
         try:
-            yield sqlite_url(path.parent), lambda sql, params: conn.execute(sql, params)
+            yield lambda sql, params: conn.execute(sql, params)
         finally:
             conn.close()
         return
-    url: str = request.getfixturevalue("postgres_url")
     pg = psycopg.connect(url, autocommit=True)
     pg.execute("CREATE TABLE turnback_schema (application_id BIGINT NOT NULL, version INTEGER)")
     pg.execute("INSERT INTO turnback_schema VALUES (%s, 5)", (APPLICATION_ID,))
@@ -54,55 +54,86 @@ def schema_5(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[s
             if statement.strip():
                 pg.execute(statement)
     try:
-        yield url, lambda sql, params: pg.execute(sql.replace("?", "%s"), params)
+        yield lambda sql, params: pg.execute(sql.replace("?", "%s"), params)
     finally:
         pg.close()
 
 
-def test_a_schema_5_database_reads_the_same_conversation_after_the_upgrade(
-    schema_5: tuple[str, Run],
-) -> None:
-    url, run = schema_5
-    run(
-        "INSERT INTO sessions (id, workspace, created_at, updated_at) VALUES (?, '/w', 1, 1)",
-        ("s",),
-    )
-    turns = [("done", 1, None, "completed"), ("live", 2, "done", "running")]
-    for token, number, parent, status in turns:
-        run(
-            "INSERT INTO turns (token, session_id, number, parent, status, prompt, started_at) "
-            "VALUES (?, 's', ?, ?, ?, '\"hi\"', ?)",
-            (token, number, parent, status, float(number)),
-        )
-    for token, seq, text in [("done", 1, "Hel"), ("done", 2, "lo"), ("live", 1, "on")]:
-        run(
-            "INSERT INTO events (turn, seq, kind, payload, at) "
-            "VALUES (?, ?, 'agent_message_chunk', ?, 1)",
-            (token, seq, chunk(text)),
-        )
-    for index, kind, data in [
-        (0, "user", {"content": [{"type": "text", "text": "hi"}]}),
-        (1, "agent", {"content": [{"type": "text", "text": "Hello"}]}),
-    ]:
-        run(
-            "INSERT INTO messages (session_id, turn, idx, kind, data) "
-            "VALUES ('s', 'done', ?, ?, ?)",
-            (index, kind, json.dumps(data)),
-        )
-    run("UPDATE sessions SET head = 'done' WHERE id = 's'", ())
+@contextmanager
+def schema_5_version(url: str) -> Iterator[int]:
+    """The schema version a store at ``url`` records."""
+    if url.startswith("sqlite:///"):
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+        try:
+            yield int(conn.execute("PRAGMA user_version").fetchone()[0])
+        finally:
+            conn.close()
+        return
+    with psycopg.connect(url) as pg:
+        row = pg.execute("SELECT version FROM turnback_schema").fetchone()
+        assert row is not None
+        yield int(row[0])
 
+
+def fill_schema_5(url: str) -> None:
+    """A store at schema 5 holding a session with a completed turn and a running one."""
+    with schema_5(url) as run:
+        run(
+            "INSERT INTO sessions (id, workspace, created_at, updated_at) VALUES (?, '/w', 1, 1)",
+            ("s",),
+        )
+        turns = [("done", 1, None, "completed"), ("live", 2, "done", "running")]
+        for token, number, parent, status in turns:
+            run(
+                "INSERT INTO turns (token, session_id, number, parent, status, prompt, started_at) "
+                "VALUES (?, 's', ?, ?, ?, '\"hi\"', ?)",
+                (token, number, parent, status, float(number)),
+            )
+        for token, seq, text in [("done", 1, "Hel"), ("done", 2, "lo"), ("live", 1, "on")]:
+            run(
+                "INSERT INTO events (turn, seq, kind, payload, at) "
+                "VALUES (?, ?, 'agent_message_chunk', ?, 1)",
+                (token, seq, chunk(text)),
+            )
+        for index, kind, data in [
+            (0, "user", {"content": [{"type": "text", "text": "hi"}]}),
+            (1, "agent", {"content": [{"type": "text", "text": "Hello"}]}),
+        ]:
+            run(
+                "INSERT INTO messages (session_id, turn, idx, kind, data) "
+                "VALUES ('s', 'done', ?, ?, ?)",
+                (index, kind, json.dumps(data)),
+            )
+        run("UPDATE sessions SET head = 'done' WHERE id = 's'", ())
+
+
+def check_schema_5_content(store: Store) -> None:
+    """What :func:`fill_schema_5` wrote reads the same."""
+    with store.read() as tx:
+        assert [(m.kind, m.text) for m in tx.messages("s")] == [
+            (MessageKind.USER, "hi"),
+            (MessageKind.AGENT, "Hello"),
+        ]
+        assert [(e.seq, e.event["content"]["text"]) for e in tx.run_events("done")] == [
+            (1, "Hel"),
+            (2, "lo"),
+        ]
+        assert [e.payload for e in tx.journal("live")] == [chunk("on")]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_schema_5_database_reads_the_same_conversation_after_the_upgrade(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    url = (
+        request.getfixturevalue("postgres_url")
+        if backend == "postgresql"
+        else sqlite_url(tmp_path / "home")
+    )
+    fill_schema_5(url)
     store = open_store(url)
     try:
-        with store.read() as tx:
-            assert [(m.kind, m.text) for m in tx.messages("s")] == [
-                (MessageKind.USER, "hi"),
-                (MessageKind.AGENT, "Hello"),
-            ]
-            assert [(e.seq, e.event["content"]["text"]) for e in tx.run_events("done")] == [
-                (1, "Hel"),
-                (2, "lo"),
-            ]
-            assert [e.seq for e in tx.journal("live")] == [1]
+        check_schema_5_content(store)
         # the running turn goes on where it was, and a new turn is numbered after the old ones
         with store.atomic() as tx:
             tx.append_journal([JournalEntry("live", 2, "agent_message_chunk", chunk("!"), 2.0)])

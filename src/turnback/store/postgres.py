@@ -27,6 +27,7 @@ from typing import Any
 
 import psycopg
 
+from turnback import faults
 from turnback.errors import (
     SchemaTooNew,
     StoreCorrupt,
@@ -212,6 +213,7 @@ class PostgresStore:
                     if statement.strip():
                         self._conn.execute(statement)
             self._conn.execute("UPDATE turnback_schema SET version = %s", (SCHEMA_VERSION,))
+            faults.point("store.migrate.inside")  # a migration commits whole or not at all
 
     # -- transactions --------------------------------------------------------------------------
 

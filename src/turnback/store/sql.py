@@ -432,10 +432,12 @@ class SQLTx:
             tokens &= set(running)
         ids: dict[str, int] = {}
         if tokens:
-            ids = dict(
-                self._all(  # the turns' numbers, and which of them still run
-                    f"SELECT token, id FROM turns WHERE status = ? AND token IN ({_marks(list(tokens))})",
-                    (TurnStatus.RUNNING.value, *sorted(tokens)),
+            ordered = sorted(tokens)
+            ids = dict(  # the turns' numbers, and which of them still run
+                self._all(
+                    "SELECT token, id FROM turns WHERE status = ? "
+                    f"AND token IN ({_marks(ordered)})",
+                    (TurnStatus.RUNNING.value, *ordered),
                 )
             )
         kept = [

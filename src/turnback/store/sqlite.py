@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from turnback import faults
 from turnback.errors import SchemaTooNew, StoreCorrupt, StoreError, StoreLocked, StoreUnavailable
 from turnback.model import JournalEntry, TurnStatus
 from turnback.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
@@ -173,6 +174,7 @@ class SQLiteStore:
                         self._conn.execute(statement)
             self._conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
             self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            faults.point("store.migrate.inside")  # a migration commits whole or not at all
             self._conn.execute("COMMIT")
         except BaseException:
             self._rollback()
