@@ -36,7 +36,7 @@ from typing import Any
 import acp
 from acp.connection import Connection
 
-from turnback.errors import AgentDied, AgentUnavailable
+from turnback.errors import INITIALIZE_TIMEOUT, AgentDied, AgentUnavailable
 from turnback.model import agent_initialize
 from turnback.runtime.wire import Frame, Pace, Rejected, Watch, Wire
 
@@ -250,8 +250,8 @@ class Sidecar:
             raise AgentUnavailable(
                 f"agent {self.described!r} did not answer initialize within "
                 f"{initialize_timeout:g} s; check that it speaks ACP on stdin/stdout, or give "
-                "it longer (turnback acp --initialize-timeout, ResumePolicy.initialize_timeout)"
-            ) from None
+                "it longer"
+            ).settled_by(INITIALIZE_TIMEOUT) from None
         except (ConnectionError, OSError, AgentDied) as error:
             await self.close()
             raise AgentUnavailable(
