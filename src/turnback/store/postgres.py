@@ -38,7 +38,7 @@ from turnback.errors import (
 )
 from turnback.model import JournalEntry, TurnStatus
 from turnback.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, postgres_migration
-from turnback.store.sql import Cursor, SQLTx
+from turnback.store.sql import Cursor, SQLStore, SQLTx
 
 #: SQLSTATE classes and codes, and what they mean to turnback.
 _LOCKED = {"40001", "40P01", "55P03", "57014"}  # serialization, deadlock, lock/statement timeout
@@ -122,7 +122,10 @@ class _PostgresTx(SQLTx):
         return []
 
 
-class PostgresStore:
+class PostgresStore(SQLStore):
+    _ERROR = psycopg.Error
+    _conn: psycopg.Connection[Any]
+
     def __init__(self, url: str, *, busy_timeout: float = 5.0, create: bool = True) -> None:
         self._dsn = url
         #: the URL without its password, for messages and ``doctor``
@@ -276,10 +279,6 @@ class PostgresStore:
             except psycopg.Error:
                 self._conn.close()  # reconnected at the next transaction
 
-    def integrity_problems(self) -> list[str]:
-        with self.read() as tx:
-            return tx.integrity_problems()
-
     def append_fenced(
         self, entries: Sequence[JournalEntry], fences: Mapping[str, str | None]
     ) -> dict[str, tuple[TurnStatus, str | None]]:
@@ -341,18 +340,7 @@ class PostgresStore:
         its write-ahead log is the server's to recycle."""
         return 0
 
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
     # -- errors --------------------------------------------------------------------------------
-
-    @contextmanager
-    def _translated(self) -> Iterator[None]:
-        try:
-            yield
-        except psycopg.Error as error:
-            raise self._translate_error(error) from error
 
     def _translate_error(self, error: psycopg.Error) -> StoreError:
         code = error.sqlstate or ""

@@ -26,12 +26,15 @@ The concurrency contract (what the engine needs from ``Store.atomic()``, and bot
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+import threading
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from json.decoder import scanstring  # type: ignore[attr-defined]
 from typing import Any, Protocol
 
 from turnback import jsontext
+from turnback.errors import StoreError
 from turnback.model import (
     TEXT_RUNS,
     Activity,
@@ -113,55 +116,60 @@ _SESSION_COLUMNS = (
     "id, workspace, title, agent, head, status, pending_requests, created_at, updated_at, "
     "agent_state"
 )
-_TURN_COLUMNS = (
-    "token, session_id, number, parent, owner_id, status, prompt, started_at, ended_at, detail, "
-    "event_count, begin_checkpoint, end_checkpoint, reverted_by, fence, host"
+#: The columns of a turn's and a revert's rows, named once: each is the record's field of the
+#: same name, so a row maps onto its record by name, not by position.
+_TURN_FIELDS = (
+    "token",
+    "session_id",
+    "number",
+    "parent",
+    "owner_id",
+    "status",
+    "prompt",
+    "started_at",
+    "ended_at",
+    "detail",
+    "event_count",
+    "begin_checkpoint",
+    "end_checkpoint",
+    "reverted_by",
+    "fence",
+    "host",
 )
+_TURN_COLUMNS = ", ".join(_TURN_FIELDS)
 _OWNER_COLUMNS = "id, host, boot_id, pid, start_time, created_at, lease_expires"
-_REVERT_COLUMNS = (
-    "id, session_id, to_turn, from_head, target, undo_checkpoint, files, conversation, "
-    "keep_user_edits, state, created_at, detail, ended_at, owner_id"
+_REVERT_FIELDS = (
+    "id",
+    "session_id",
+    "to_turn",
+    "from_head",
+    "target",
+    "undo_checkpoint",
+    "files",
+    "conversation",
+    "keep_user_edits",
+    "state",
+    "created_at",
+    "detail",
+    "ended_at",
+    "owner_id",
 )
+_REVERT_COLUMNS = ", ".join(_REVERT_FIELDS)
 
 
 def _turn(row: tuple[Any, ...]) -> Turn:
-    return Turn(
-        token=row[0],
-        session_id=row[1],
-        number=row[2],
-        parent=row[3],
-        owner_id=row[4],
-        status=TurnStatus(row[5]),
-        prompt=_loads(row[6]),
-        started_at=row[7],
-        ended_at=row[8],
-        detail=row[9],
-        event_count=row[10],
-        begin_checkpoint=row[11],
-        end_checkpoint=row[12],
-        reverted_by=row[13],
-        fence=row[14],
-        host=row[15],
-    )
+    fields = dict(zip(_TURN_FIELDS, row, strict=True))
+    fields["status"] = TurnStatus(fields["status"])
+    fields["prompt"] = _loads(fields["prompt"])
+    return Turn(**fields)
 
 
 def _revert(row: tuple[Any, ...]) -> Revert:
-    return Revert(
-        id=row[0],
-        session_id=row[1],
-        to_turn=row[2],
-        from_head=row[3],
-        target=row[4],
-        undo_checkpoint=row[5],
-        files=bool(row[6]),
-        conversation=bool(row[7]),
-        keep_user_edits=bool(row[8]),
-        state=RevertState(row[9]),
-        created_at=row[10],
-        detail=row[11],
-        ended_at=row[12],
-        owner_id=row[13],
-    )
+    fields = dict(zip(_REVERT_FIELDS, row, strict=True))
+    for flag in ("files", "conversation", "keep_user_edits"):
+        fields[flag] = bool(fields[flag])
+    fields["state"] = RevertState(fields["state"])
+    return Revert(**fields)
 
 
 def _owner(row: tuple[Any, ...]) -> Owner:
@@ -323,27 +331,12 @@ class SQLTx:
     # turns
 
     def insert_turn(self, turn: Turn) -> None:
+        values = {field: getattr(turn, field) for field in _TURN_FIELDS}
+        values.update(status=turn.status.value, prompt=_dumps(turn.prompt))
         self._run(
             f"INSERT INTO turns ({_TURN_COLUMNS}, id) "
-            f"VALUES ({_marks(range(16))}, {self._NEW_TURN_ID})",
-            (
-                turn.token,
-                turn.session_id,
-                turn.number,
-                turn.parent,
-                turn.owner_id,
-                turn.status.value,
-                _dumps(turn.prompt),
-                turn.started_at,
-                turn.ended_at,
-                turn.detail,
-                turn.event_count,
-                turn.begin_checkpoint,
-                turn.end_checkpoint,
-                turn.reverted_by,
-                turn.fence,
-                turn.host,
-            ),
+            f"VALUES ({_marks(_TURN_FIELDS)}, {self._NEW_TURN_ID})",
+            [values[field] for field in _TURN_FIELDS],
         )
 
     def get_turn(self, token: str) -> Turn | None:
@@ -732,24 +725,17 @@ class SQLTx:
     # reverts
 
     def insert_revert(self, revert: Revert) -> int:
+        fields = _REVERT_FIELDS[1:]  # the database numbers reverts
+        values = {field: getattr(revert, field) for field in fields}
+        values.update(
+            files=int(revert.files),
+            conversation=int(revert.conversation),
+            keep_user_edits=int(revert.keep_user_edits),
+            state=revert.state.value,
+        )
         row = self._one(
-            f"INSERT INTO reverts ({_REVERT_COLUMNS.removeprefix('id, ')}) "
-            f"VALUES ({_marks(range(13))}) RETURNING id",
-            (
-                revert.session_id,
-                revert.to_turn,
-                revert.from_head,
-                revert.target,
-                revert.undo_checkpoint,
-                int(revert.files),
-                int(revert.conversation),
-                int(revert.keep_user_edits),
-                revert.state.value,
-                revert.created_at,
-                revert.detail,
-                revert.ended_at,
-                revert.owner_id,
-            ),
+            f"INSERT INTO reverts ({', '.join(fields)}) VALUES ({_marks(fields)}) RETURNING id",
+            [values[field] for field in fields],
         )
         assert row is not None
         return int(row[0])
@@ -799,12 +785,43 @@ class SQLTx:
 
     def running_turns_in_workspace(self, workspace: str) -> list[Turn]:
         rows = self._all(
-            f"SELECT {', '.join('t.' + c for c in _TURN_COLUMNS.split(', '))} FROM turns t "
+            f"SELECT {', '.join('t.' + c for c in _TURN_FIELDS)} FROM turns t "
             "JOIN sessions s ON s.id = t.session_id "
             "WHERE s.workspace = ? AND t.status = 'running'",
             (workspace,),
         )
         return [_turn(row) for row in rows]
+
+
+class SQLStore:
+    """What the two stores share besides their queries: a connection used under one lock, the
+    driver's errors translated into turnback's at every use, and how it is closed. A backend
+    sets ``_ERROR`` (its driver's base exception) and says what each error means."""
+
+    _ERROR: type[Exception]
+    _lock: threading.RLock
+    _conn: Any
+
+    def _translate_error(self, error: Any) -> StoreError:
+        raise NotImplementedError
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except self._ERROR as error:
+            raise self._translate_error(error) from error
+
+    def read(self) -> AbstractContextManager[SQLTx]:
+        raise NotImplementedError
+
+    def integrity_problems(self) -> list[str]:
+        with self.read() as tx:
+            return tx.integrity_problems()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
 
 
 def _marks(values: Sequence[object]) -> str:
