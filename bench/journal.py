@@ -35,6 +35,11 @@ interleaved rounds, so a slow stretch of the machine hits both sides alike.
       the pages of ``events`` and ``messages`` and their indexes from SQLite's ``dbstat``
                                                                 goal: <= 1.25x (d0) + 40 bytes
 (D0), (D) the same for chunks of 4,000 characters                 goal: <= 1.25x (D0) + 40 bytes
+(lg)  LangGraph's SQLite checkpointer (``SqliteSaver.put_writes``, langgraph-checkpoint-sqlite in
+      a virtualenv of its own, ``bench/.langgraph``, which ``make`` makes) storing chunk events
+      of 4,000 characters, 100 to a call (a committed transaction each), in a process of its own
+(b4)  ``batched``: ``turn.record()`` of the same events, a tool_call boundary every 100,
+      including the final flush, interleaved with (lg) in rounds      goal: >= 1.0x (lg)
 
 With ``--database-url postgresql://…`` the same run also measures a fleet's store, each in a
 scratch schema of that database (dropped at the end):
@@ -431,6 +436,90 @@ def bench_storage(scratch: Path, workspace: Path, text: int, events: int, ids: s
     ]
 
 
+LANGGRAPH = Path(__file__).resolve().parent / ".langgraph"
+LANGGRAPH_GOAL = 1.0  # 4 KB batched appends >= this x LangGraph's put_writes
+
+
+def bench_langgraph(scratch: Path, workspace: Path, events: int, rounds: int) -> list[Row]:
+    """(lg), (b4): 4 KB events through LangGraph's SqliteSaver.put_writes and turnback's batched
+    mode, interleaved."""
+    python = LANGGRAPH / "bin" / "python"
+    if not (LANGGRAPH / ".installed").exists():
+        raise BenchError(
+            f"the (lg) row needs LangGraph's checkpointer in {LANGGRAPH}; run "
+            "`make bench/.langgraph/.installed` (pip install from PyPI) first"
+        )
+    text = 4000
+    words = "Looking at the failing test, the fixture opens the database twice. "
+    event = {
+        "sessionUpdate": "agent_message_chunk",
+        "content": {"type": "text", "text": (words * (text // len(words) + 1))[:text]},
+    }
+    peer_script = Path(__file__).with_name("langgraph_peer.py")
+    peer = subprocess.Popen(
+        [python, peer_script, scratch / "langgraph.db", str(BOUNDARY_EVERY), str(text)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert peer.stdin is not None and peer.stdout is not None
+    tb = turnback.open(scratch / "batched-4k", **journal_only())
+    try:
+        if peer.stdout.readline().strip() != "ready":
+            raise BenchError("LangGraph's peer process did not start (its error is above)")
+        turn = tb.create_session(workspace, title="batched 4 KB").turn("bench 4 KB")
+        spent = {"turnback": 0.0, "langgraph": 0.0}
+        done = 0
+        for i, n in enumerate(split(events, rounds)):
+            for side in ("turnback", "langgraph") if i % 2 == 0 else ("langgraph", "turnback"):
+                if side == "langgraph":
+                    peer.stdin.write(f"{n}\n")
+                    peer.stdin.flush()
+                    spent[side] += float(peer.stdout.readline())
+                    continue
+                started = time.perf_counter()
+                for seq in range(done, done + n):
+                    if seq % BOUNDARY_EVERY == BOUNDARY_EVERY - 1:
+                        turn.record(
+                            {
+                                "sessionUpdate": "tool_call",
+                                "toolCallId": f"call-{seq}",
+                                "title": "Read src/app.py",
+                                "kind": "read",
+                                "status": "pending",
+                            }
+                        )
+                    else:
+                        turn.record(event)
+                tb.journal.flush()
+                spent[side] += time.perf_counter() - started
+            done += n
+        turn.complete()
+    finally:
+        tb.close()
+        peer.stdin.close()
+        peer.wait(timeout=60)
+    langgraph_rate, turnback_rate = events / spent["langgraph"], events / spent["turnback"]
+    return [
+        Row(
+            "lg",
+            f"LangGraph SqliteSaver.put_writes of 4,000-character chunks, {BOUNDARY_EVERY} a call",
+            langgraph_rate,
+            "/s",
+        ),
+        Row(
+            "b4",
+            f"batched: turn.record() of the same chunks, boundary every {BOUNDARY_EVERY}",
+            turnback_rate,
+            "/s",
+            "lg",
+            turnback_rate / langgraph_rate,
+            f">= {LANGGRAPH_GOAL:.1f}x (lg)",
+            turnback_rate >= LANGGRAPH_GOAL * langgraph_rate,
+        ),
+    ]
+
+
 def crash_child(
     home: Path,
     workspace: Path,
@@ -802,6 +891,8 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"storage: {sizes.storage_events:,} events of 120 and 4,000 characters ...")
         rows += bench_storage(scratch, workspace, 120, sizes.storage_events, "d")
         rows += bench_storage(scratch, workspace, 4000, sizes.storage_events // 4, "D")
+        progress(f"4 KB: {sizes.batched_events // 25:,} events against LangGraph's put_writes ...")
+        rows += bench_langgraph(scratch, workspace, sizes.batched_events // 25, sizes.rounds)
         progress(f"recover: {sizes.turns:,} turns left by a killed process ...")
         rows += recover_rows(scratch, workspace, sizes.turns, sizes.events_per_turn, floor)
         if args.database_url:

@@ -31,7 +31,7 @@ ROWS = (
     "r",
     "r'",
 )
-GOALS = {"s", "b", "m", "d", "D", "r", "r'"}
+GOALS = {"s", "b", "m", "d", "D", "b4", "r", "r'"}
 GOAL_LINES = tuple(f"| ({row}) |" for row in GOALS)
 
 
