@@ -6,8 +6,8 @@ new entry at the end.
 
 Both backends run these same migrations. They are written in the SQL the two share; the few type
 names that differ are rewritten for PostgreSQL by :func:`postgres_migration` (``REAL`` is a
-4-byte float there, ``INTEGER`` 4 bytes, a row id is an identity column, and a column named
-``binary`` must be quoted), so a migration
+4-byte float there, ``INTEGER`` 4 bytes, a row id is an identity column, and so is the ``id``
+schema 6 adds to ``turns``, and a column named ``binary`` must be quoted), so a migration
 added here reaches a fleet's database too. The constraints that carry invariants (one running
 turn per session, events owned by their turn) are declared once, for both.
 """
