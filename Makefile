@@ -9,6 +9,10 @@ TS_STAMP := $(TS_AGENT)/node_modules/.installed
 # The browser tests of `turnback ui` drive Debian's Chromium; CI runs as root where apt works.
 CHROMIUM := /usr/bin/chromium
 BROWSER_STAMP := $(VENV)/.chromium
+# The peer of bench/journal.py's (lg) row, in a virtualenv of its own: LangGraph's SQLite
+# checkpointer (and its dependencies) stay out of turnback's environment.
+LANGGRAPH := bench/.langgraph
+LANGGRAPH_STAMP := $(LANGGRAPH)/.installed
 
 PG_BIN ?= /usr/lib/postgresql/15/bin
 
@@ -24,6 +28,11 @@ $(TS_STAMP): $(TS_AGENT)/package.json $(TS_AGENT)/package-lock.json
 	command -v npm >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
 	npm ci --prefix $(TS_AGENT) --no-audit --no-fund --loglevel=error >/dev/null
 	touch $(TS_STAMP)
+
+$(LANGGRAPH_STAMP):
+	test -x $(LANGGRAPH)/bin/python || $(PYTHON) -m venv $(LANGGRAPH)
+	$(LANGGRAPH)/bin/python -m pip install --quiet 'langgraph-checkpoint-sqlite==3.1.2'
+	touch $(LANGGRAPH_STAMP)
 
 $(BROWSER_STAMP): $(STAMP)
 	test -x $(CHROMIUM) || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
@@ -48,12 +57,12 @@ postgres:
 		postgresql-15 >/dev/null; } || { echo "make test needs PostgreSQL 15's server \
 		($(PG_BIN)/postgres): apt-get install postgresql-15" >&2; exit 1; }
 
-pytest: $(STAMP) $(TS_STAMP) $(BROWSER_STAMP) postgres
+pytest: $(STAMP) $(TS_STAMP) $(BROWSER_STAMP) $(LANGGRAPH_STAMP) postgres
 	TURNBACK_PG_BIN=$(PG_BIN) $(BIN)/pytest
 
 test: lint typecheck pytest
 
-bench: $(STAMP) $(TS_STAMP) $(BROWSER_STAMP)
+bench: $(STAMP) $(TS_STAMP) $(BROWSER_STAMP) $(LANGGRAPH_STAMP)
 	$(BIN)/python bench/journal.py
 	$(BIN)/python bench/snapshots.py
 	$(BIN)/python bench/runtime.py
@@ -66,4 +75,4 @@ fuzz: $(STAMP)
 	TURNBACK_FUZZ_EXAMPLES=$${TURNBACK_FUZZ_EXAMPLES:-2000} $(BIN)/pytest tests/acp/test_fuzz.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache $(TS_AGENT)/node_modules
+	rm -rf $(VENV) $(LANGGRAPH) .mypy_cache .pytest_cache .ruff_cache $(TS_AGENT)/node_modules

@@ -17,6 +17,8 @@ import signal
 #: fails if the source names a point missing here, so a new step cannot escape it unnoticed.
 POINTS: frozenset[str] = frozenset(
     {
+        # schema migrations (store/sqlite.py, store/postgres.py)
+        "store.migrate.inside",
         # turn lifecycle (engine/turns.py)
         "turn.begin.before",
         "turn.begin.inside",

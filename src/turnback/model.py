@@ -88,6 +88,13 @@ class MessageKind(enum.StrEnum):
 UNREADABLE = "_turnback/unreadable"
 
 
+#: The key of a stored message's data that lists its runs of text chunks, each as ``[index,
+#: first, last]``: the content block at ``index`` is the text of the turn's events ``first`` to
+#: ``last`` joined, read back from them (the block is stored as null). The text of a message is
+#: so stored once, in its events. Only the store sees this key: it gives messages back whole.
+TEXT_RUNS = "_turnback/runs"
+
+
 def unreadable(text: object, error: Exception) -> dict[str, Any]:
     return {UNREADABLE: str(text)[:200], "error": f"{type(error).__name__}: {error}"[:200]}
 

@@ -21,7 +21,11 @@ def recorded(home: Path) -> tuple[str, int]:
     conn = sqlite3.connect(f"file:{home / 'turnback.db'}?mode=ro", uri=True)
     try:
         [(token, status)] = conn.execute("SELECT token, status FROM turns").fetchall()
-        [(count,)] = conn.execute("SELECT count(*) FROM events WHERE turn = ?", (token,))
+        [(count,)] = conn.execute(
+            "SELECT count(*) FROM events "
+            "WHERE id / 4294967296 = (SELECT id FROM turns WHERE token = ?)",
+            (token,),
+        )
         return str(status), int(count)
     finally:
         conn.close()

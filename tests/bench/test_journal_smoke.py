@@ -10,8 +10,30 @@ import psycopg
 from ..postgres_server import Server
 from .smoke import run_bench
 
-ROWS = ("s0", "s0'", "s", "s'", "c", "e4", "e", "b0", "b", "w50", "wmax", "m0", "m", "r", "r'")
-GOALS = {"s", "b", "m", "r", "r'"}
+ROWS = (
+    "s0",
+    "s0'",
+    "s",
+    "s'",
+    "c",
+    "e4",
+    "e",
+    "b0",
+    "b",
+    "w50",
+    "wmax",
+    "m0",
+    "m",
+    "d0",
+    "d",
+    "D0",
+    "D",
+    "lg",
+    "b4",
+    "r",
+    "r'",
+)
+GOALS = {"s", "b", "m", "d", "D", "b4", "r", "r'"}
 GOAL_LINES = tuple(f"| ({row}) |" for row in GOALS)
 
 

@@ -88,7 +88,12 @@ def set_aside(
     turn = abandoned_turn(session, [chunk("half"), chunk(" done")], prompt="crashed")
     conn = sqlite3.connect(home / "turnback.db")
     with conn:
-        conn.execute("UPDATE events SET payload = '{' WHERE turn = ? AND seq = 2", (turn.token,))
+        conn.execute(
+            "UPDATE events SET payload = '{' "
+            "WHERE id / 4294967296 = (SELECT id FROM turns WHERE token = ?) "
+            "AND id - id / 4294967296 * 4294967296 = 2",
+            (turn.token,),
+        )
     conn.close()
     [aside] = tb.recover().set_aside
     return aside.turn

@@ -30,7 +30,11 @@ def test_unreadable_rows_are_shown_as_such_and_reported_by_doctor(
         db.execute(
             "UPDATE messages SET data = 'nope' WHERE turn = ? AND kind = 'agent'", (first.token,)
         )
-        db.execute("UPDATE events SET payload = '[' WHERE turn = ?", (first.token,))
+        db.execute(
+            "UPDATE events SET payload = '[' "
+            "WHERE id / 4294967296 = (SELECT id FROM turns WHERE token = ?)",
+            (first.token,),
+        )
 
     log = ok(home, "log", session.id)
     assert "[unreadable prompt]" in log and "second" in log

@@ -126,7 +126,12 @@ def event_id(event: dict[str, Any]) -> str | None:
 
 def durable_ids(home: Path, token: str) -> list[str]:
     """Ids of the stream's events that survived, from the journal or the committed timeline."""
-    rows = query(home, "SELECT seq, payload FROM events WHERE turn = ? ORDER BY seq", (token,))
+    rows = query(
+        home,
+        "SELECT id - id / 4294967296 * 4294967296, payload FROM events "
+        "WHERE id / 4294967296 = (SELECT id FROM turns WHERE token = ?) ORDER BY id",
+        (token,),
+    )
     ids = []
     for _seq, payload in rows:
         try:

@@ -5,6 +5,7 @@ compared with what was acknowledged (DESIGN.md invariants 1-3 and 5-8)."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import signal
@@ -18,7 +19,9 @@ import pytest
 
 import turnback
 from turnback import faults
+from turnback.store import open_store, sqlite_url
 
+from ..store.test_events_stored_once import check_schema_5_content, fill_schema_5, schema_5_version
 from .harness import (
     CHILD,
     Acks,
@@ -111,7 +114,8 @@ def _dead_turn(home: Path, session_id: str, tmp_path: Path, *, corrupt: bool = F
     if corrupt:
         query(
             home,
-            "UPDATE events SET payload = '{not json' WHERE turn = ? AND seq = 4",
+            "UPDATE events SET payload = '{not json' "
+            "WHERE id = (SELECT id FROM turns WHERE token = ?) * 4294967296 + 4",
             (acks.begun,),
             write=True,
         )
@@ -164,7 +168,10 @@ def test_killed_while_reopening_an_interrupted_turn(
 
 def _journal_rows(home: Path, token: str) -> list[tuple[Any, ...]]:
     return query(
-        home, "SELECT seq, kind, payload FROM events WHERE turn = ? ORDER BY seq", (token,)
+        home,
+        "SELECT id - id / 4294967296 * 4294967296, kind, payload FROM events "
+        "WHERE id / 4294967296 = (SELECT id FROM turns WHERE token = ?) ORDER BY id",
+        (token,),
     )
 
 
@@ -268,6 +275,26 @@ def _named_in_source() -> set[str]:
     return names
 
 
+def test_killed_while_upgrading_a_schema_5_store(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Schema 6 rewrites every event: a process killed inside the upgrade leaves the store at
+    schema 5 with its data, and the next open upgrades it with nothing lost."""
+    url = os.environ.get("TURNBACK_DATABASE_URL") or sqlite_url(home)
+    fill_schema_5(url)
+    opening = "import sys; from turnback.store import open_store; open_store(sys.argv[1])"
+    env = {**os.environ, "TURNBACK_FAULT": "store.migrate.inside"}
+    died = subprocess.run([sys.executable, "-c", opening, url], env=env, timeout=60, check=False)
+    assert died.returncode == -signal.SIGKILL
+    with schema_5_version(url) as version:
+        assert version == 5
+    store = open_store(url)
+    try:
+        check_schema_5_content(store)
+    finally:
+        store.close()
+
+
 def test_every_fault_point_in_the_source_is_declared() -> None:
     assert _named_in_source() <= faults.POINTS
 
@@ -283,6 +310,7 @@ def test_every_declared_fault_point_is_killed_at() -> None:
         | {"turn.reopen.before", "turn.reopen.inside", "turn.reopen.after"}
         | {"recover.set_aside.inside"}
         | {f"{a}.{s}" for a in ("apply", "discard") for s in ("before", "inside", "after")}
+        | {"store.migrate.inside"}
         | WORKSPACE_PLANNED
     )
     assert planned == set(faults.POINTS), f"points without a crash test: {faults.POINTS - planned}"

@@ -368,8 +368,11 @@ def test_gc_reports_the_space_a_killed_process_left_in_the_database_log(home: Pa
     subprocess.run([sys.executable, "-c", script, str(home)], check=False, timeout=120)
     wal = home / "turnback.db-wal"
     left = wal.stat().st_size
+    database = home / "turnback.db"
+    before = database.stat().st_size
     assert left > 2**20, "the killed process left no log to give back"
     with turnback.open(home) as tb:
         report = tb.gc()
-    assert report.bytes_freed >= left * 0.9
     assert not wal.exists() or wal.stat().st_size == 0
+    # the log is given back, less what of it the database file took in
+    assert report.bytes_freed == left - (database.stat().st_size - before) > left // 2

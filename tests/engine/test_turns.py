@@ -276,7 +276,15 @@ def other_home_reader(home: Path) -> Iterator[Callable[[str], int]]:
     def count(token: str) -> int:
         if not conns:
             conns.append(sqlite3.connect(home / "turnback.db"))
-        row = conns[0].execute("SELECT count(*) FROM events WHERE turn = ?", (token,)).fetchone()
+        row = (
+            conns[0]
+            .execute(
+                "SELECT count(*) FROM events "
+                "WHERE id / 4294967296 = (SELECT id FROM turns WHERE token = ?)",
+                (token,),
+            )
+            .fetchone()
+        )
         return int(row[0])
 
     yield count
@@ -636,7 +644,9 @@ def corrupt(home: Path, token: str, seq: int) -> None:
     conn = sqlite3.connect(home / "turnback.db")
     with conn:
         conn.execute(
-            "UPDATE events SET payload = ? WHERE turn = ? AND seq = ?",
+            "UPDATE events SET payload = ? "
+            "WHERE id / 4294967296 = (SELECT id FROM turns WHERE token = ?) "
+            "AND id - id / 4294967296 * 4294967296 = ?",
             ('{"sessionUpdate": "agent_mess', token, seq),
         )
     conn.close()

@@ -19,7 +19,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from turnback.model import JSON, EventKind, JournalEntry, MessageKind
+from turnback.model import JSON, TEXT_RUNS, EventKind, JournalEntry, MessageKind
 
 _CHUNKS = {
     EventKind.USER_MESSAGE_CHUNK.value: MessageKind.USER,
@@ -88,23 +88,29 @@ def prompt_blocks(prompt: Any) -> list[JSON]:
 
 class Folder:
     """Folds a turn's events one at a time. A running turn folds as it records, so completing
-    it need not read its journal back; recovery folds a journal in one go (:func:`fold`)."""
+    it need not read its journal back; recovery folds a journal in one go (:func:`fold`).
 
-    def __init__(self, prompt: Any) -> None:
+    With ``refer``, the messages are what the store keeps: a run of text chunks is the range of
+    seqs it joins (``TEXT_RUNS``), not a copy of their text, which the events already hold; the
+    folder then keeps no text at all. Each event is given with its seq."""
+
+    def __init__(self, prompt: Any, *, refer: bool = False) -> None:
         self._messages: list[tuple[MessageKind, JSON]] = [
             (MessageKind.USER, {"content": prompt_blocks(prompt)})
         ]
         self._open: MessageKind | None = None
         self._tools: dict[str, int] = {}
         self._plan: int | None = None
+        self._refer = refer
 
-    def add(self, event: JSON) -> None:
-        """Fold one event. The folder keeps references into ``event``: pass one nobody else
-        will change (a freshly parsed one)."""
+    def add(self, event: JSON, seq: int = 0) -> None:
+        """Fold one event (``seq``: its position in the journal, needed with ``refer``). The
+        folder keeps references into ``event``: pass one nobody else will change (a freshly
+        parsed one)."""
         kind = str(event.get("sessionUpdate", ""))
         chunk = _CHUNKS.get(kind)
         if chunk is not None:
-            self._chunk(chunk, event.get("content"), event.get("messageId"))
+            self._chunk(chunk, event.get("content"), event.get("messageId"), seq)
             return
         self._open = None
         if kind in _TIMELINE_ONLY:
@@ -132,16 +138,28 @@ class Folder:
         else:
             messages.append((MessageKind.OTHER, dict(event)))
 
-    def add_text(self, kind: str, text: str, message_id: Any = None) -> None:
+    def add_text(self, kind: str, text: str, message_id: Any = None, seq: int = 0) -> None:
         """Fold a chunk event whose content is one plain text block, from its text alone."""
-        _add_text(self._content(_CHUNKS[kind], message_id), text)
+        self._add_text(self._content(_CHUNKS[kind], message_id), text, seq)
 
-    def _chunk(self, chunk: MessageKind, block: Any, message_id: Any) -> None:
+    def _chunk(self, chunk: MessageKind, block: Any, message_id: Any, seq: int) -> None:
         content = self._content(chunk, message_id)
         if _plain_text(block):
-            _add_text(content, str(block.get("text", "")))
+            self._add_text(content, block.get("text", ""), seq)
         elif block is not None:
             content.append(block)
+
+    def _add_text(self, content: list[Any], text: str, seq: int) -> None:
+        last = content[-1] if content else None
+        if not self._refer:
+            if isinstance(last, _TextRun):
+                last.add(text)
+            else:
+                content.append(_TextRun(text))
+        elif isinstance(last, _SeqRun) and last.last == seq - 1:
+            last.last = seq
+        else:
+            content.append(_SeqRun(seq))
 
     def _content(self, chunk: MessageKind, message_id: Any) -> list[Any]:
         """The content of the open message of ``chunk``'s kind, opening one when needed."""
@@ -158,13 +176,35 @@ class Folder:
         return content
 
     def messages(self) -> list[tuple[MessageKind, JSON]]:
-        """The turn's messages so far; each run of plain text as one text block."""
+        """The turn's messages so far; each run of plain text as one text block (with
+        ``refer``: as a null block and its seqs in ``TEXT_RUNS``)."""
         return [
-            (kind, {**data, "content": [_block(b) for b in data["content"]]})
-            if kind in _CHUNK_KINDS
-            else (kind, data)
+            (kind, _chunk_message(data)) if kind in _CHUNK_KINDS else (kind, data)
             for kind, data in self._messages
         ]
+
+
+def _chunk_message(data: JSON) -> JSON:
+    content: list[Any] = []
+    runs: list[list[int]] = []
+    for block in data["content"]:
+        if isinstance(block, _SeqRun):
+            runs.append([len(content), block.first, block.last])
+            content.append(None)
+        elif isinstance(block, _TextRun):
+            content.append({"type": "text", "text": block.text()})
+        else:
+            content.append(block)
+    return {**data, "content": content, TEXT_RUNS: runs} if runs else {**data, "content": content}
+
+
+class _SeqRun:
+    """Consecutive plain text chunks of one message, as the seqs of their events."""
+
+    __slots__ = ("first", "last")
+
+    def __init__(self, seq: int) -> None:
+        self.first = self.last = seq
 
 
 class _TextRun:
@@ -192,17 +232,6 @@ class _TextRun:
 _JOIN_EVERY = 64
 
 
-def _add_text(content: list[Any], text: str) -> None:
-    if content and isinstance(content[-1], _TextRun):
-        content[-1].add(text)
-    else:
-        content.append(_TextRun(text))
-
-
-def _block(block: Any) -> Any:
-    return {"type": "text", "text": block.text()} if isinstance(block, _TextRun) else block
-
-
 def is_text_chunk(kind: str, event: JSON) -> bool:
     """A message chunk whose content is one plain text block (most of any turn's events)."""
     return kind in _CHUNKS and _plain_text(event.get("content"))
@@ -217,10 +246,11 @@ def fold(prompt: Any, events: Iterable[JSON]) -> list[tuple[MessageKind, JSON]]:
 
 
 def _plain_text(block: Any) -> bool:
-    """Whether ``block`` is a text block with no key but ``type`` and ``text``."""
+    """Whether ``block`` is a text block with no key but ``type`` and a string ``text``."""
     return (
         isinstance(block, dict)
         and block.get("type") == "text"
+        and isinstance(block.get("text", ""), str)
         and (len(block) == 1 or (len(block) == 2 and "text" in block))
     )
 

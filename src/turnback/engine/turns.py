@@ -11,7 +11,10 @@ turn's status and moves the session's head inside one transaction. The journal's
 they are and, the turn having ended, are its run timeline from then on: the turn's status alone
 says which they are. A crash before its COMMIT leaves the turn running with its journal (recovery
 applies it); a crash after leaves it committed, with a timeline and no journal. There is no state
-in between, so no event is replayed twice and none is lost. ``commit_turn`` only commits a turn
+in between, so no event is replayed twice and none is lost. The folded messages store no text
+of their own: a run of text chunks is the range of seqs it joins, read back from the turn's
+events, which are durable before the commit that writes the messages naming them (the journal is
+flushed first, and ``commit_turn`` folds only what it finds). ``commit_turn`` only commits a turn
 that is still ``running`` (or ``set_aside``, for an explicit apply): whoever commits first wins,
 the other sees it has gone.
 """
@@ -446,7 +449,11 @@ def commit_turn(
         for i, e in enumerate(extra, start=1)
     ]
     void = superseded((event.seq, event.event) for event in timeline)
-    folded = fold(current.prompt, [event.event for event in timeline if event.seq not in void])
+    folder = Folder(current.prompt, refer=True)  # text chunks stored as the seqs they join
+    for event in timeline:
+        if event.seq not in void:
+            folder.add(event.event, event.seq)
+    folded = folder.messages()
     tx.insert_messages(
         [
             Message(turn.session_id, turn.token, i, kind, data)
@@ -546,7 +553,7 @@ class RunningTurn:
         self.turn = turn
         # Folds as it records; dropped (the commit folds the journal instead) after a rewind or
         # when recording resumed a journal this object did not see from the start.
-        self._folder: Folder | None = Folder(turn.prompt) if next_seq == 1 else None
+        self._folder: Folder | None = Folder(turn.prompt, refer=True) if next_seq == 1 else None
         self._seq = next_seq - 1
         self._ended = False
         journal.hold(turn.token, turn.fence)
@@ -585,17 +592,17 @@ class RunningTurn:
         if kind == _STEP:
             _validate_step(update)
         payload = text if text is not None else encode(update, f"the {kind} event")
+        seq = self._seq + 1
         folder = self._folder
         if folder is not None:
             if is_text_chunk(kind, update):
-                said = str(update["content"].get("text", ""))
-                folder.add_text(kind, said, update.get("messageId"))
+                folder.add_text(kind, "", update.get("messageId"), seq)  # seqs, no text
             elif kind == _REWIND:
                 self._folder = None
             else:
-                folder.add(json.loads(payload))  # a copy the caller cannot change
-        self._seq += 1
-        entry = JournalEntry(self.turn.token, self._seq, kind, payload, time.time())
+                folder.add(json.loads(payload), seq)  # a copy the caller cannot change
+        self._seq = seq
+        entry = JournalEntry(self.turn.token, seq, kind, payload, time.time())
         faults.point("turn.record.before")
         self._journal.append(
             entry,

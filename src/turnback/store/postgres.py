@@ -27,6 +27,7 @@ from typing import Any
 
 import psycopg
 
+from turnback import faults
 from turnback.errors import (
     SchemaTooNew,
     StoreCorrupt,
@@ -37,7 +38,7 @@ from turnback.errors import (
 )
 from turnback.model import JournalEntry, TurnStatus
 from turnback.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, postgres_migration
-from turnback.store.sql import Cursor, SQLTx
+from turnback.store.sql import Cursor, SQLStore, SQLTx
 
 #: SQLSTATE classes and codes, and what they mean to turnback.
 _LOCKED = {"40001", "40P01", "55P03", "57014"}  # serialization, deadlock, lock/statement timeout
@@ -53,8 +54,8 @@ _MANY_ENTRIES = 16
 _FENCED_FLUSH = (
     "BEGIN; SELECT s.id FROM turns t JOIN sessions s ON s.id = t.session_id "
     "WHERE t.token IN (SELECT json_array_elements_text(%s::json)) ORDER BY s.id FOR UPDATE OF s; "
-    "INSERT INTO events (turn, seq, kind, payload, at) "
-    "SELECT e->>0, (e->>1)::bigint, e->>2, e->>3, (e->>4)::float8 "
+    "INSERT INTO events (id, kind, payload, at) "
+    "SELECT t.id * 4294967296 + (e->>1)::bigint, e->>2, e->>3, (e->>4)::float8 "
     "FROM json_array_elements(%s::json) AS e JOIN turns t ON t.token = e->>0 "
     "WHERE t.status = 'running' AND (e->>5 IS NULL OR t.fence = e->>5); "
     "SELECT token, status, fence FROM turns "
@@ -65,8 +66,8 @@ _LOCK_TURNS = (
     "WHERE t.token = ANY(%s) ORDER BY s.id FOR UPDATE OF s"
 )
 _INSERT_FENCED = (
-    "INSERT INTO events (turn, seq, kind, payload, at) "
-    "SELECT v.turn, v.seq, v.kind, v.payload, v.at FROM unnest("
+    "INSERT INTO events (id, kind, payload, at) "
+    "SELECT t.id * 4294967296 + v.seq, v.kind, v.payload, v.at FROM unnest("
     "%b::text[], %b::bigint[], %b::text[], %b::text[], %b::float8[], %b::text[]"
     ") AS v (turn, seq, kind, payload, at, fence) JOIN turns t ON t.token = v.turn "
     "WHERE t.status = 'running' AND (v.fence IS NULL OR t.fence = v.fence)"
@@ -90,6 +91,7 @@ def _dialect(sql: str) -> str:
 
 class _PostgresTx(SQLTx):
     _FOR_UPDATE = " FOR UPDATE"
+    _NEW_TURN_ID = "DEFAULT"  # an identity column: the server numbers turns
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._c = conn
@@ -120,7 +122,10 @@ class _PostgresTx(SQLTx):
         return []
 
 
-class PostgresStore:
+class PostgresStore(SQLStore):
+    _ERROR = psycopg.Error
+    _conn: psycopg.Connection[Any]
+
     def __init__(self, url: str, *, busy_timeout: float = 5.0, create: bool = True) -> None:
         self._dsn = url
         #: the URL without its password, for messages and ``doctor``
@@ -211,6 +216,7 @@ class PostgresStore:
                     if statement.strip():
                         self._conn.execute(statement)
             self._conn.execute("UPDATE turnback_schema SET version = %s", (SCHEMA_VERSION,))
+            faults.point("store.migrate.inside")  # a migration commits whole or not at all
 
     # -- transactions --------------------------------------------------------------------------
 
@@ -273,10 +279,6 @@ class PostgresStore:
             except psycopg.Error:
                 self._conn.close()  # reconnected at the next transaction
 
-    def integrity_problems(self) -> list[str]:
-        with self.read() as tx:
-            return tx.integrity_problems()
-
     def append_fenced(
         self, entries: Sequence[JournalEntry], fences: Mapping[str, str | None]
     ) -> dict[str, tuple[TurnStatus, str | None]]:
@@ -338,18 +340,7 @@ class PostgresStore:
         its write-ahead log is the server's to recycle."""
         return 0
 
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
     # -- errors --------------------------------------------------------------------------------
-
-    @contextmanager
-    def _translated(self) -> Iterator[None]:
-        try:
-            yield
-        except psycopg.Error as error:
-            raise self._translate_error(error) from error
 
     def _translate_error(self, error: psycopg.Error) -> StoreError:
         code = error.sqlstate or ""

@@ -26,11 +26,17 @@ The concurrency contract (what the engine needs from ``Store.atomic()``, and bot
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+import threading
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import replace
+from json.decoder import scanstring  # type: ignore[attr-defined]
 from typing import Any, Protocol
 
 from turnback import jsontext
+from turnback.errors import StoreError
 from turnback.model import (
+    TEXT_RUNS,
     Activity,
     ActivityLevel,
     ChangeKind,
@@ -73,7 +79,12 @@ def _text(value: str | None) -> str | None:
 _ENDED = tuple(status.value for status in TurnStatus if status.ended)
 #: A turn's events are its journal while it runs or is set aside, its run timeline once ended.
 _KEEPS_JOURNAL = (TurnStatus.RUNNING.value, TurnStatus.SET_ASIDE.value)
-_HAS_JOURNAL = "(SELECT status FROM turns WHERE token = events.turn) IN (?, ?)"
+#: An event's key is one integer: its turn's ``id`` times 2**32 plus its seq (schema 6), so the
+#: events of turn ``t`` are one range of the primary key (``_OF_TURN``), each at its seq.
+_SPAN = 4294967296
+_OF_TURN = f"e.id BETWEEN t.id * {_SPAN} AND t.id * {_SPAN} + {_SPAN - 1}"
+_SEQ = f"(e.id - t.id * {_SPAN})"
+_CHUNK_KINDS = ("user_message_chunk", "agent_message_chunk", "agent_thought_chunk")
 _KEEPS_STEPS = (*_KEEPS_JOURNAL, TurnStatus.INTERRUPTED.value)
 
 
@@ -105,55 +116,60 @@ _SESSION_COLUMNS = (
     "id, workspace, title, agent, head, status, pending_requests, created_at, updated_at, "
     "agent_state"
 )
-_TURN_COLUMNS = (
-    "token, session_id, number, parent, owner_id, status, prompt, started_at, ended_at, detail, "
-    "event_count, begin_checkpoint, end_checkpoint, reverted_by, fence, host"
+#: The columns of a turn's and a revert's rows, named once: each is the record's field of the
+#: same name, so a row maps onto its record by name, not by position.
+_TURN_FIELDS = (
+    "token",
+    "session_id",
+    "number",
+    "parent",
+    "owner_id",
+    "status",
+    "prompt",
+    "started_at",
+    "ended_at",
+    "detail",
+    "event_count",
+    "begin_checkpoint",
+    "end_checkpoint",
+    "reverted_by",
+    "fence",
+    "host",
 )
+_TURN_COLUMNS = ", ".join(_TURN_FIELDS)
 _OWNER_COLUMNS = "id, host, boot_id, pid, start_time, created_at, lease_expires"
-_REVERT_COLUMNS = (
-    "id, session_id, to_turn, from_head, target, undo_checkpoint, files, conversation, "
-    "keep_user_edits, state, created_at, detail, ended_at, owner_id"
+_REVERT_FIELDS = (
+    "id",
+    "session_id",
+    "to_turn",
+    "from_head",
+    "target",
+    "undo_checkpoint",
+    "files",
+    "conversation",
+    "keep_user_edits",
+    "state",
+    "created_at",
+    "detail",
+    "ended_at",
+    "owner_id",
 )
+_REVERT_COLUMNS = ", ".join(_REVERT_FIELDS)
 
 
 def _turn(row: tuple[Any, ...]) -> Turn:
-    return Turn(
-        token=row[0],
-        session_id=row[1],
-        number=row[2],
-        parent=row[3],
-        owner_id=row[4],
-        status=TurnStatus(row[5]),
-        prompt=_loads(row[6]),
-        started_at=row[7],
-        ended_at=row[8],
-        detail=row[9],
-        event_count=row[10],
-        begin_checkpoint=row[11],
-        end_checkpoint=row[12],
-        reverted_by=row[13],
-        fence=row[14],
-        host=row[15],
-    )
+    fields = dict(zip(_TURN_FIELDS, row, strict=True))
+    fields["status"] = TurnStatus(fields["status"])
+    fields["prompt"] = _loads(fields["prompt"])
+    return Turn(**fields)
 
 
 def _revert(row: tuple[Any, ...]) -> Revert:
-    return Revert(
-        id=row[0],
-        session_id=row[1],
-        to_turn=row[2],
-        from_head=row[3],
-        target=row[4],
-        undo_checkpoint=row[5],
-        files=bool(row[6]),
-        conversation=bool(row[7]),
-        keep_user_edits=bool(row[8]),
-        state=RevertState(row[9]),
-        created_at=row[10],
-        detail=row[11],
-        ended_at=row[12],
-        owner_id=row[13],
-    )
+    fields = dict(zip(_REVERT_FIELDS, row, strict=True))
+    for flag in ("files", "conversation", "keep_user_edits"):
+        fields[flag] = bool(fields[flag])
+    fields["state"] = RevertState(fields["state"])
+    return Revert(**fields)
 
 
 def _owner(row: tuple[Any, ...]) -> Owner:
@@ -175,6 +191,9 @@ class SQLTx:
 
     #: what makes a SELECT take row locks ("" where every write transaction holds them all)
     _FOR_UPDATE = ""
+    #: the ``id`` a new turn takes (the database numbers them; none is reused while its
+    #: events exist, since a turn's events go with it)
+    _NEW_TURN_ID = "(SELECT coalesce(max(id), 0) + 1 FROM turns)"
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         """Execute one statement with ``?`` placeholders."""
@@ -278,7 +297,17 @@ class SQLTx:
         return [_session(row) for row in rows]
 
     def delete_session(self, session_id: str) -> None:
-        self._run("DELETE FROM sessions WHERE id = ?", (session_id,))  # rows cascade
+        ids = self._all("SELECT id FROM turns WHERE session_id = ?", (session_id,))
+        self._delete_events([row[0] for row in ids])
+        self._run("DELETE FROM sessions WHERE id = ?", (session_id,))  # other rows cascade
+
+    def _delete_events(self, turn_ids: Sequence[int | None]) -> None:
+        """Remove the events of these turns: keyed by number, not by a reference to their
+        turn, they do not go by cascade."""
+        self._run_many(
+            "DELETE FROM events WHERE id BETWEEN ? AND ?",
+            [(i * _SPAN, i * _SPAN + _SPAN - 1) for i in turn_ids if i is not None],
+        )
 
     def set_head(self, session_id: str, head: str | None, now: float) -> None:
         self._run(
@@ -302,26 +331,12 @@ class SQLTx:
     # turns
 
     def insert_turn(self, turn: Turn) -> None:
+        values = {field: getattr(turn, field) for field in _TURN_FIELDS}
+        values.update(status=turn.status.value, prompt=_dumps(turn.prompt))
         self._run(
-            f"INSERT INTO turns ({_TURN_COLUMNS}) VALUES ({_marks(range(16))})",
-            (
-                turn.token,
-                turn.session_id,
-                turn.number,
-                turn.parent,
-                turn.owner_id,
-                turn.status.value,
-                _dumps(turn.prompt),
-                turn.started_at,
-                turn.ended_at,
-                turn.detail,
-                turn.event_count,
-                turn.begin_checkpoint,
-                turn.end_checkpoint,
-                turn.reverted_by,
-                turn.fence,
-                turn.host,
-            ),
+            f"INSERT INTO turns ({_TURN_COLUMNS}, id) "
+            f"VALUES ({_marks(_TURN_FIELDS)}, {self._NEW_TURN_ID})",
+            [values[field] for field in _TURN_FIELDS],
         )
 
     def get_turn(self, token: str) -> Turn | None:
@@ -395,6 +410,8 @@ class SQLTx:
         )
 
     def delete_turn(self, token: str) -> None:
+        row = self._one("SELECT id FROM turns WHERE token = ?", (token,))
+        self._delete_events([row[0]] if row else [])
         self._run("DELETE FROM turns WHERE token = ?", (token,))
 
     # a turn's events: its journal while it runs or is set aside, its run timeline once ended
@@ -404,19 +421,23 @@ class SQLTx:
     ) -> int:
         if not entries:
             return 0
-        if running is None:
-            tokens = sorted({e.turn for e in entries})
-            running = {
-                row[0]
-                for row in self._all(
-                    f"SELECT token FROM turns WHERE status = ? AND token IN ({_marks(tokens)})",
-                    (TurnStatus.RUNNING.value, *tokens),
+        tokens = {e.turn for e in entries}
+        if running is not None:
+            tokens &= set(running)
+        ids: dict[str, int] = {}
+        if tokens:
+            ordered = sorted(tokens)
+            ids = dict(  # the turns' numbers, and which of them still run
+                self._all(
+                    "SELECT token, id FROM turns WHERE status = ? "
+                    f"AND token IN ({_marks(ordered)})",
+                    (TurnStatus.RUNNING.value, *ordered),
                 )
-            }
-        kept = [(e.turn, e.seq, e.kind, e.payload, e.at) for e in entries if e.turn in running]
-        self._run_many(
-            "INSERT INTO events (turn, seq, kind, payload, at) VALUES (?, ?, ?, ?, ?)", kept
-        )
+            )
+        kept = [
+            (ids[e.turn] * _SPAN + e.seq, e.kind, e.payload, e.at) for e in entries if e.turn in ids
+        ]
+        self._run_many("INSERT INTO events (id, kind, payload, at) VALUES (?, ?, ?, ?)", kept)
         return len(entries) - len(kept)
 
     def append_fenced(
@@ -437,15 +458,16 @@ class SQLTx:
 
     def journal(self, token: str) -> list[JournalEntry]:
         rows = self._all(
-            "SELECT turn, seq, kind, payload, at FROM events WHERE turn = ? "
-            f"AND {_HAS_JOURNAL} ORDER BY seq",
+            f"SELECT t.token, {_SEQ}, e.kind, e.payload, e.at FROM turns t JOIN events e "
+            f"ON {_OF_TURN} WHERE t.token = ? AND t.status IN (?, ?) ORDER BY e.id",
             (token, *_KEEPS_JOURNAL),
         )
         return [JournalEntry(*row) for row in rows]
 
     def journal_size(self, token: str) -> tuple[int, int]:
         row = self._one(
-            f"SELECT count(*), coalesce(max(seq), 0) FROM events WHERE turn = ? AND {_HAS_JOURNAL}",
+            f"SELECT count(*), coalesce(max({_SEQ}), 0) FROM turns t JOIN events e "
+            f"ON {_OF_TURN} WHERE t.token = ? AND t.status IN (?, ?)",
             (token, *_KEEPS_JOURNAL),
         )
         assert row is not None
@@ -460,39 +482,63 @@ class SQLTx:
         )
 
     def messages(self, session_id: str) -> list[Message]:
+        conversation = (
+            f"t.session_id = ? AND t.status IN ({_marks(_ENDED)}) AND t.reverted_by IS NULL"
+        )
         rows = self._all(
             "SELECT m.session_id, m.turn, m.idx, m.kind, m.data FROM messages m "
-            "JOIN turns t ON t.token = m.turn "
-            f"WHERE m.session_id = ? AND t.status IN ({_marks(_ENDED)}) AND t.reverted_by IS NULL "
+            f"JOIN turns t ON t.token = m.turn WHERE {conversation} "
             "ORDER BY t.number, t.started_at, m.idx",
             (session_id, *_ENDED),
         )
-        return [_message(row) for row in rows]
+        return self._with_text(rows, conversation, (session_id, *_ENDED))
 
     def turn_messages(self, token: str) -> list[Message]:
         rows = self._all(
             "SELECT session_id, turn, idx, kind, data FROM messages WHERE turn = ? ORDER BY idx",
             (token,),
         )
-        return [_message(row) for row in rows]
+        return self._with_text(rows, "t.token = ?", (token,))
+
+    def _with_text(
+        self, rows: list[tuple[Any, ...]], turns: str, params: Sequence[Any]
+    ) -> list[Message]:
+        """Messages from their rows, each run of text chunks (``TEXT_RUNS``) read back from the
+        events it joins: those of the turns ``turns`` selects, in one query, and only if some
+        message has a run."""
+        messages = [_message(row) for row in rows]
+        if not any(TEXT_RUNS in m.data for m in messages):
+            return messages
+        numbers = dict(self._all(f"SELECT t.token, t.id FROM turns t WHERE {turns}", params))
+        rows = self._all(
+            f"SELECT e.id, e.payload FROM turns t JOIN events e ON {_OF_TURN} "
+            f"WHERE {turns} AND e.kind IN ({_marks(_CHUNK_KINDS)})",
+            (*params, *_CHUNK_KINDS),
+        )
+        texts = {key: _chunk_text(payload) for key, payload in rows}
+        return [
+            _joined(m, numbers.get(m.turn), texts) if TEXT_RUNS in m.data else m for m in messages
+        ]
 
     def insert_run_events(self, events: Sequence[RunEvent]) -> None:
         self._run_many(
-            "INSERT INTO events (turn, seq, kind, payload, at) VALUES (?, ?, ?, ?, ?)",
-            [(e.turn, e.seq, e.kind, _dumps(e.event), e.at) for e in events],
+            f"INSERT INTO events (id, kind, payload, at) SELECT id * {_SPAN} + ?, ?, ?, ? "
+            "FROM turns WHERE token = ?",
+            [(e.seq, e.kind, _dumps(e.event), e.at, e.turn) for e in events],
         )
 
     def replace_run_events(self, events: Sequence[RunEvent]) -> None:
         self._run_many(
-            "UPDATE events SET kind = ?, payload = ? WHERE turn = ? AND seq = ?",
-            [(e.kind, _dumps(e.event), e.turn, e.seq) for e in events],
+            "UPDATE events SET kind = ?, payload = ? "
+            f"WHERE id = (SELECT id * {_SPAN} + ? FROM turns WHERE token = ?)",
+            [(e.kind, _dumps(e.event), e.seq, e.turn) for e in events],
         )
 
     def run_events(self, token: str) -> list[RunEvent]:
         rows = self._all(
-            "SELECT t.session_id, e.turn, e.seq, e.kind, e.payload, e.at "
-            "FROM events e JOIN turns t ON t.token = e.turn "
-            "WHERE e.turn = ? AND t.status NOT IN (?, ?) ORDER BY e.seq",
+            f"SELECT t.session_id, t.token, {_SEQ}, e.kind, e.payload, e.at "
+            f"FROM turns t JOIN events e ON {_OF_TURN} "
+            "WHERE t.token = ? AND t.status NOT IN (?, ?) ORDER BY e.id",
             (token, *_KEEPS_JOURNAL),
         )
         return [RunEvent(r[0], r[1], r[2], r[3], _loads(r[4]), r[5]) for r in rows]
@@ -679,24 +725,17 @@ class SQLTx:
     # reverts
 
     def insert_revert(self, revert: Revert) -> int:
+        fields = _REVERT_FIELDS[1:]  # the database numbers reverts
+        values = {field: getattr(revert, field) for field in fields}
+        values.update(
+            files=int(revert.files),
+            conversation=int(revert.conversation),
+            keep_user_edits=int(revert.keep_user_edits),
+            state=revert.state.value,
+        )
         row = self._one(
-            f"INSERT INTO reverts ({_REVERT_COLUMNS.removeprefix('id, ')}) "
-            f"VALUES ({_marks(range(13))}) RETURNING id",
-            (
-                revert.session_id,
-                revert.to_turn,
-                revert.from_head,
-                revert.target,
-                revert.undo_checkpoint,
-                int(revert.files),
-                int(revert.conversation),
-                int(revert.keep_user_edits),
-                revert.state.value,
-                revert.created_at,
-                revert.detail,
-                revert.ended_at,
-                revert.owner_id,
-            ),
+            f"INSERT INTO reverts ({', '.join(fields)}) VALUES ({_marks(fields)}) RETURNING id",
+            [values[field] for field in fields],
         )
         assert row is not None
         return int(row[0])
@@ -746,7 +785,7 @@ class SQLTx:
 
     def running_turns_in_workspace(self, workspace: str) -> list[Turn]:
         rows = self._all(
-            f"SELECT {', '.join('t.' + c for c in _TURN_COLUMNS.split(', '))} FROM turns t "
+            f"SELECT {', '.join('t.' + c for c in _TURN_FIELDS)} FROM turns t "
             "JOIN sessions s ON s.id = t.session_id "
             "WHERE s.workspace = ? AND t.status = 'running'",
             (workspace,),
@@ -754,8 +793,88 @@ class SQLTx:
         return [_turn(row) for row in rows]
 
 
+class SQLStore:
+    """What the two stores share besides their queries: a connection used under one lock, the
+    driver's errors translated into turnback's at every use, and how it is closed. A backend
+    sets ``_ERROR`` (its driver's base exception) and says what each error means."""
+
+    _ERROR: type[Exception]
+    _lock: threading.RLock
+    _conn: Any
+
+    def _translate_error(self, error: Any) -> StoreError:
+        raise NotImplementedError
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except self._ERROR as error:
+            raise self._translate_error(error) from error
+
+    def read(self) -> AbstractContextManager[SQLTx]:
+        raise NotImplementedError
+
+    def integrity_problems(self) -> list[str]:
+        with self.read() as tx:
+            return tx.integrity_problems()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
 def _marks(values: Sequence[object]) -> str:
     return ", ".join("?" for _ in values)
+
+
+#: How turnback encodes a plain text chunk, up to its text: most payloads, whose text is then
+#: read with the JSON decoder's string scanner alone (a tenth of the cost of parsing them).
+_CHUNK_PREFIXES = tuple(
+    f'{{"sessionUpdate":"{kind}","content":{{"type":"text","text":"' for kind in _CHUNK_KINDS
+)
+
+
+def _chunk_text(payload: str) -> str | None:
+    """The text of a message chunk whose content is one plain text block; None if it is not
+    one (a damaged row)."""
+    if payload.endswith('"}}'):
+        for prefix in _CHUNK_PREFIXES:
+            if payload.startswith(prefix):
+                try:
+                    text, end = scanstring(payload, len(prefix))
+                except ValueError:
+                    return None
+                if end == len(payload) - 2:
+                    return str(text)
+                break
+    try:
+        content = json.loads(payload).get("content")
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    if not isinstance(content, dict) or content.get("type") != "text":
+        return None
+    text = content.get("text", "")
+    return text if isinstance(text, str) else None
+
+
+def _joined(message: Message, number: int | None, texts: Mapping[int, str | None]) -> Message:
+    """A message whose runs of text chunks are given their text, joined from ``texts`` (by
+    event key; ``number`` is the turn's); unreadable, saying which event, when one of them is
+    missing or damaged."""
+    data = dict(message.data)
+    content = list(data.get("content") or ())
+    base = (number or 0) * _SPAN
+    try:
+        for index, first, last in data.pop(TEXT_RUNS):
+            parts = [texts.get(base + seq) for seq in range(first, last + 1)]
+            if None in parts:
+                seq = first + parts.index(None)
+                raise ValueError(f"event {seq} of its turn, a text chunk, is missing or damaged")
+            content[index] = {"type": "text", "text": "".join(parts)}  # type: ignore[arg-type]
+    except (ValueError, TypeError, IndexError) as error:
+        return replace(message, kind=MessageKind.UNREADABLE, data=unreadable(message.data, error))
+    return replace(message, data={**data, "content": content})
 
 
 def _message(row: tuple[Any, ...]) -> Message:

@@ -28,13 +28,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from turnback import faults
 from turnback.errors import SchemaTooNew, StoreCorrupt, StoreError, StoreLocked, StoreUnavailable
 from turnback.model import JournalEntry, TurnStatus
 from turnback.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
-from turnback.store.sql import Cursor, SQLTx
+from turnback.store.sql import Cursor, SQLStore, SQLTx
 
 
-class SQLiteStore:
+class SQLiteStore(SQLStore):
+    _ERROR = sqlite3.Error
+    _conn: sqlite3.Connection
+
     def __init__(self, path: Path, *, busy_timeout: float = 5.0) -> None:
         self.path = path
         self.url = f"sqlite:///{path}"
@@ -173,6 +177,7 @@ class SQLiteStore:
                         self._conn.execute(statement)
             self._conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
             self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            faults.point("store.migrate.inside")  # a migration commits whole or not at all
             self._conn.execute("COMMIT")
         except BaseException:
             self._rollback()
@@ -206,10 +211,6 @@ class SQLiteStore:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.execute("ROLLBACK")
 
-    def integrity_problems(self) -> list[str]:
-        with self.read() as tx:
-            return tx.integrity_problems()
-
     def append_fenced(
         self, entries: Sequence[JournalEntry], fences: Mapping[str, str | None]
     ) -> dict[str, tuple[TurnStatus, str | None]]:
@@ -232,18 +233,7 @@ class SQLiteStore:
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         return max(0, before - size())
 
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
     # -- errors --------------------------------------------------------------------------------
-
-    @contextmanager
-    def _translated(self) -> Iterator[None]:
-        try:
-            yield
-        except sqlite3.Error as error:
-            raise self._translate_error(error) from error
 
     def _translate_error(self, error: sqlite3.Error) -> StoreError:
         text = str(error)
