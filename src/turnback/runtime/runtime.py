@@ -32,8 +32,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
-import acp
-
 from turnback.engine.handle import Session, Turnback
 from turnback.engine.turns import RunningTurn
 from turnback.errors import (
@@ -75,6 +73,7 @@ from turnback.runtime.requests import (
     PermissionRequest,
 )
 from turnback.runtime.rollback import AgentRollback, render_transcript, transcript_json
+from turnback.runtime.rpc import RequestError
 from turnback.runtime.sidecar import AgentFeatures
 from turnback.runtime.wire import Frame, Rejected
 
@@ -208,7 +207,7 @@ class AgentRuntime:
         #: the agent's answer when its session was last opened (new, loaded or resumed)
         self.session_response: dict[str, Any] | None = None
         #: how the agent answered the last prompt sent to it: its response, or its error
-        self.last_response: dict[str, Any] | acp.RequestError | None = None
+        self.last_response: dict[str, Any] | RequestError | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -300,7 +299,7 @@ class AgentRuntime:
     async def request(self, method: str, params: Any) -> Any:
         """Send any request to the agent as it is (a relay forwarding its client's methods);
         starts the agent if it had exited. Returns the raw result; an error answer raises
-        ``acp.RequestError``."""
+        ``RequestError``."""
         await self._ensure_agent()
         result = await self._agent.request(method, params)
         if method in _SETTINGS and isinstance(params, dict):
@@ -478,9 +477,9 @@ class AgentRuntime:
                         resume = then
                     await asyncio.sleep(self.policy.delay(attempt))
                     continue
-                except acp.RequestError as error:
+                except RequestError as error:
                     self.last_response = error
-                    detail = f"the agent failed the prompt: {_describe(error)}"
+                    detail = f"the agent failed the prompt: {error.described}"
                     return await self._end(turn, TurnStatus.FAILED, detail)
                 if attempt:
                     await self._notice(
@@ -547,7 +546,7 @@ class AgentRuntime:
             done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if request not in done:
                 # It exited: what it wrote before dying is still draining from the pipe, and
-                # the request fails once the SDK reads EOF.
+                # the request fails once the connection reads EOF.
                 try:
                     await asyncio.wait_for(asyncio.shield(request), self.policy.exit_grace)
                 except TimeoutError:
@@ -708,11 +707,11 @@ class AgentRuntime:
         try:
             await self._open_session()
             await self._restore_settings()
-        except (AgentDied, acp.RequestError) as error:
+        except (AgentDied, RequestError) as error:
             raise AgentUnavailable(
                 f"agent {self._agent.described!r} could not open a session "
                 f"(status {self._agent.returncode}): "
-                f"{_describe(error) if isinstance(error, acp.RequestError) else error}"
+                f"{error.described if isinstance(error, RequestError) else error}"
             ) from error
         self._opened_in = generation
 
@@ -738,12 +737,12 @@ class AgentRuntime:
                 opened = await self._agent.request(
                     method, {"cwd": cwd, "sessionId": previous, "mcpServers": servers}
                 )
-            except acp.RequestError as error:
+            except RequestError as error:
                 self._agent.detach(previous, self)
                 await self._notice(
                     ActivityLevel.WARNING,
                     "agent.session.load.failed",
-                    f"agent session {previous} could not be reopened ({_describe(error)}); "
+                    f"agent session {previous} could not be reopened ({error.described}); "
                     "opening a new one with the conversation so far",
                     {"agentSessionId": previous},
                 )
@@ -768,7 +767,7 @@ class AgentRuntime:
         response = response if isinstance(response, dict) else {}
         session_id = response.get("sessionId")
         if not isinstance(session_id, str):
-            raise acp.RequestError.internal_error(
+            raise RequestError.internal_error(
                 {"details": f"the agent answered session/new without a sessionId: {response}"}
             )
         self.session_response = response
@@ -794,12 +793,12 @@ class AgentRuntime:
                 await self._agent.request(
                     method, {**params, "sessionId": self._state.agent_session_id}
                 )
-            except acp.RequestError as error:
+            except RequestError as error:
                 await self._notice(
                     ActivityLevel.WARNING,
                     "agent.setting.lost",
                     f"the agent, started again, refused {method} {params} "
-                    f"({_describe(error)}); choose that setting again",
+                    f"({error.described}); choose that setting again",
                     {"method": method, "params": params},
                 )
 
@@ -889,12 +888,12 @@ class AgentRuntime:
                 await self._agent.request(
                     ROLLBACK_METHOD, {"sessionId": agent_session, "turns": turns}
                 )
-            except acp.RequestError as error:
+            except RequestError as error:
                 self._reactor.post(
                     Notice(
                         ActivityLevel.WARNING,
                         "agent.rollback.failed",
-                        f"the agent refused to roll back {turns} turns ({_describe(error)}); "
+                        f"the agent refused to roll back {turns} turns ({error.described}); "
                         "starting a fresh agent session with the transcript instead",
                         {"turns": turns},
                     )
@@ -991,8 +990,8 @@ class AgentRuntime:
     # -- the connection's host: this session's frames, in wire order -------------------------
 
     def agent_frame(self, frame: Frame, line: bytes) -> bool:
-        """Called for every frame naming this session, in wire order, before the SDK handles
-        it. Returns whether it was taken (the SDK then never sees it)."""
+        """Called for every frame naming this session, in wire order, before the connection
+        handles it. Returns whether it was taken (the connection then never sees it)."""
         if self._recorder.frame(frame):
             return True
         if self._relay is None or frame.get("method") is None:
@@ -1002,7 +1001,7 @@ class AgentRuntime:
     async def agent_request(self, method: str, params: dict[str, Any]) -> Any:
         if method in ("session/request_permission", "elicitation/create"):
             return await self._requests.answer(method, params)
-        raise acp.RequestError.method_not_found(method)
+        raise RequestError.method_not_found(method)
 
     def agent_rejected(self, rejected: Rejected) -> None:
         self._recorder.rejected(rejected)
@@ -1060,13 +1059,6 @@ def _resume_meta(checkpoint: StepCheckpoint) -> dict[str, Any]:
     if checkpoint.state is not None:
         meta["state"] = checkpoint.state
     return meta
-
-
-def _describe(error: acp.RequestError) -> str:
-    data = error.data
-    if isinstance(data, dict) and data.get("details"):
-        return f"{error} ({data['details']})"
-    return str(error)
 
 
 __all__ = [
