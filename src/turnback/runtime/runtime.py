@@ -187,7 +187,8 @@ class AgentRuntime:
         self._reactor = Reactor(
             session, self._engine, on_notice=relay.activity if relay is not None else None
         )
-        self._watched: str | None = None  # the workspace start() set a watcher on
+        #: the workspace start() set a watcher on, once it has (on the engine thread)
+        self._watched: asyncio.Future[str | None] | None = None
         self._requests = PendingRequests(self._engine, self._reactor, on_permission, on_input)
         self._recorder = Recorder(self._reactor, self._requests, relayed=relay is not None)
         self._recorder.on_lost = self._ownership_lost
@@ -245,16 +246,18 @@ class AgentRuntime:
         )
         runtime._loop = asyncio.get_running_loop()
         runtime._reactor.start()
-        checkpoints = tb.checkpoints
-        if checkpoints is not None:  # a file watcher spares each capture the scan
-            runtime._watched = await runtime._engine.run(
-                lambda: checkpoints.watch(session.workspace)
-            )
         try:
             await runtime._ensure_agent()
         except BaseException:
             await runtime.close()
             raise
+        checkpoints = tb.checkpoints
+        if checkpoints is not None:
+            # A file watcher spares each capture the scan. Nobody waits for it to be set up:
+            # it runs on the engine thread, so it is in place before any capture runs there.
+            runtime._watched = asyncio.ensure_future(
+                runtime._engine.run(checkpoints.watch, session.workspace)
+            )
         return runtime
 
     async def close(self) -> None:
@@ -266,9 +269,11 @@ class AgentRuntime:
         if self._owns_connection:
             await self._agent.close()
         await self._reactor.close()
-        if self._watched is not None and self.tb.checkpoints is not None:
-            await self._engine.run(self.tb.checkpoints.unwatch, self._watched)
-            self._watched = None
+        watched, self._watched = self._watched, None
+        if watched is not None and self.tb.checkpoints is not None:
+            workspace = await watched
+            if workspace is not None:
+                await self._engine.run(self.tb.checkpoints.unwatch, workspace)
         await asyncio.get_running_loop().run_in_executor(None, self._engine.close)
 
     async def __aenter__(self) -> AgentRuntime:
@@ -810,7 +815,8 @@ class AgentRuntime:
 
     async def _remember_session(self, how: str, *, context_pending: bool) -> None:
         await self._save_state(context_pending=context_pending)
-        await self._reactor.submit(self._session_notice(how, context_pending))
+        # a line for people, recorded in order with what follows; the opener does not wait
+        self._reactor.post(self._session_notice(how, context_pending))
 
     async def _save_state(
         self, *, context_pending: bool | None = None, settings: dict[str, Any] | None = None
