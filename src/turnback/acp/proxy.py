@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import turnback
-from turnback.acp import commands, transcript
+from turnback.acp import commands, offered, transcript
 from turnback.acp.launch import INITIALIZE_ID, Launched, initialized
 from turnback.acp.wire import REQUEST_ID, EditorWire, open_stdio
 from turnback.engine.handle import Session, Turnback
@@ -799,11 +799,11 @@ class Proxy:
         return confirm
 
     def _commands(self, editor: _EditorSession) -> list[Any]:
-        ours = [dict(command) for command in commands.COMMANDS]
+        ours = [dict(command) for command in offered.COMMANDS]
         theirs = [
             c
             for c in editor.agent_commands
-            if not (isinstance(c, dict) and c.get("name") in commands.NAMES)
+            if not (isinstance(c, dict) and c.get("name") in offered.NAMES)
         ]
         return ours + theirs
 
