@@ -669,7 +669,8 @@ def activities(state: Context, session: str, as_json: bool) -> None:
     colours = {"info": None, "warning": "yellow", "error": "red"}
     for a in items:
         level = _colour(a.level.value, fg=colours[a.level.value])
-        click.echo(f"{_when(a.at)}  {level:<7}  {a.code}  {a.message}")
+        hint = remedy_hint(a.data.get("remedy"), a.session_id)
+        click.echo(f"{_when(a.at)}  {level:<7}  {a.code}  {a.message}{hint}")
     if not items:
         click.echo("No activities.")
 
@@ -920,13 +921,18 @@ def doctor(state: Context, as_json: bool) -> None:
         home = Path(state.home).expanduser() if state.home else default_home()
         checks = doctor_unopened(home.absolute(), error)
     if as_json:
-        _emit_json([{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix} for c in checks])
+        _emit_json(
+            [
+                {"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix, "remedy": c.remedy}
+                for c in checks
+            ]
+        )
     else:
         for check in checks:
             mark = _colour("ok  ", fg="green") if check.ok else _colour("FAIL", fg="red")
             click.echo(f"{mark}  {check.name}: {check.detail}")
             if check.fix:
-                click.echo(f"      → {check.fix}")
+                click.echo(f"      → {check.fix}{remedy_hint(check.remedy, check.session)}")
     if not all(c.ok for c in checks):
         sys.exit(1)
 
@@ -1069,14 +1075,40 @@ def _errors_to_exit_codes() -> Iterator[None]:
 
 def _hint(error: Exception) -> str:
     """The CLI's words for what settles an error (its structured ``remedy``)."""
-    from turnback.errors import RECOVER, WAIT
+    return remedy_hint(
+        getattr(error, "remedy", None),
+        getattr(error, "session", None),
+        getattr(error, "turn", None),
+    )
 
-    remedy = getattr(error, "remedy", None)
-    if remedy == WAIT:
-        return "; if the process running it died, `turnback recover` settles it"
-    if remedy == RECOVER:
-        return "; run `turnback recover`"
-    return ""
+
+def remedy_hint(remedy: object, session: str | None, turn: int | None = None) -> str:
+    """The CLI's words for a ``remedy`` (see :mod:`turnback.errors`) of ``session``."""
+    from turnback.errors import (
+        ACTIVITIES,
+        DECIDE,
+        GC,
+        INITIALIZE_TIMEOUT,
+        RECOVER,
+        SESSIONS,
+        SHOW,
+        TURNS,
+        WAIT,
+    )
+
+    name = session[:12] if session else "SESSION"
+    hints = {
+        WAIT: "; if the process running it died, `turnback recover` settles it",
+        RECOVER: "; run `turnback recover`",
+        SESSIONS: "; `turnback sessions` lists the sessions",
+        TURNS: f"; `turnback log {name}` lists its turns",
+        ACTIVITIES: f"; `turnback activities {name}` says why",
+        DECIDE: f"; `turnback unrecovered {name}` lists them",
+        SHOW: f"; `turnback show {name} {turn or 'TURN'}` shows what was kept",
+        INITIALIZE_TIMEOUT: "; `turnback acp --initialize-timeout SECONDS` gives it longer",
+        GC: "; `turnback gc --keep 0` does it",
+    }
+    return hints.get(str(remedy), "")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

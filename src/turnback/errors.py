@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
-#: What settles an error, for each surface to word in its own terms (the library names no CLI
-#: command, the proxy no terminal): wait for the running turn to end or cancel it (and, should
-#: its process have died, recover it); or recover what a dead process left half done.
+#: What settles an error (or an activity, as ``data["remedy"]``), for each surface to word in its
+#: own terms: the library names no CLI command, the proxy no terminal. Wait for the running turn
+#: to end or cancel it (and, should its process have died, recover it); recover what a dead
+#: process left half done; list the sessions; list the session's turns; read the session's
+#: activities for why; decide (apply or discard) the session's set-aside turns; look at what a
+#: turn kept; give the agent longer to answer ``initialize``; prune a workspace's checkpoints.
 WAIT = "wait"
 RECOVER = "recover"
+SESSIONS = "sessions"
+TURNS = "turns"
+ACTIVITIES = "activities"
+DECIDE = "decide"
+SHOW = "show"
+INITIALIZE_TIMEOUT = "initialize_timeout"
+GC = "gc"
 
 
 class TurnbackError(Exception):
-    """Base of every error turnback raises on purpose. Besides its message it may carry
-    structured fields: the ``turn`` number concerned, that turn's ``state``, and a ``remedy``
-    (``WAIT``, ``RECOVER``) from which the CLI and the proxy each word their own hint."""
+    """Base of every error turnback raises on purpose. Its message says what happened, to what,
+    in no surface's terms. Besides it, it may carry structured fields: the ``session`` id and
+    ``turn`` number concerned, that turn's ``state``, and a ``remedy`` (``WAIT``, ``RECOVER``,
+    ...) from which the CLI and the proxy each word their own hint."""
 
     #: Exit code the CLI uses for this error: 1 error, 3 conflict.
     exit_code = 1
+    session: str | None = None
     turn: int | None = None
     state: str | None = None
     remedy: str | None = None
@@ -24,6 +36,22 @@ class TurnbackError(Exception):
         super().__init__(*args)
         if remedy is not None:
             self.remedy = remedy
+
+    def settled_by(
+        self,
+        remedy: str,
+        *,
+        session: str | None = None,
+        turn: int | None = None,
+        state: str | None = None,
+    ) -> TurnbackError:
+        """Name what settles this error (and the session, turn and state it concerns);
+        returns it, to raise."""
+        self.remedy = remedy
+        self.session = session if session is not None else self.session
+        self.turn = turn if turn is not None else self.turn
+        self.state = state if state is not None else self.state
+        return self
 
 
 class InvalidId(TurnbackError, ValueError):

@@ -390,12 +390,15 @@ class GcReport:
 
 @dataclass(frozen=True, slots=True)
 class HealthCheck:
-    """One finding of ``turnback doctor``: what was checked, whether it is healthy, what to do."""
+    """One finding of ``turnback doctor``: what was checked, whether it is healthy, what to do
+    (``fix``, in words; ``remedy``, as :mod:`turnback.errors` names it, of ``session``)."""
 
     name: str
     ok: bool
     detail: str
     fix: str | None = None
+    remedy: str | None = None
+    session: str | None = None
 
 
 def agent_initialize(params: Mapping[str, Any], protocol_version: int) -> dict[str, Any]:

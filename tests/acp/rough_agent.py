@@ -9,7 +9,9 @@ of it, each ``session/prompt``'s id and each ``$/cancel_request`` to the file
     say TEXT      an agent_message_chunk with TEXT (JSON escapes such as \\ud800 are decoded)
     deep N        a session/update line whose params nest N arrays deep, written raw
     raw STRING    STRING, a JSON string literal of characters U+0000 to U+00FF, written raw
-                  as one line of bytes, one byte a character (any bytes, invalid UTF-8 too)
+                  as one line of bytes, one byte a character (any bytes, invalid UTF-8 too);
+                  ``$SESSION`` in it becomes the prompt's session id
+    sleep SECONDS wait that long
     hang          never answer this prompt, and ignore session/cancel and SIGTERM
 """
 
@@ -106,7 +108,9 @@ class Rough:
                 line = f'{{"jsonrpc":"2.0","method":"session/update","params":{params}}}'
                 await _raw(line.encode())
             elif word == "raw":
-                await _raw(json.loads(rest).encode("latin-1"))
+                await _raw(json.loads(rest).replace("$SESSION", session_id).encode("latin-1"))
+            elif word == "sleep":
+                await asyncio.sleep(float(rest))
             elif word == "hang":
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
                 await asyncio.Event().wait()

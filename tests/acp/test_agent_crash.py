@@ -112,5 +112,9 @@ def test_an_agent_slower_than_the_initialize_timeout_is_refused_and_a_longer_one
     with pytest.raises(acp.RequestError) as refused:
         run(scenario("0.5"))
     assert "did not answer initialize within 0.5 s" in str(refused.value.data)
-    assert "--initialize-timeout" in str(refused.value.data)
+    assert (
+        "--initialize-timeout SECONDS` in the agent's command of the editor's settings"
+        in (refused.value.data["details"])
+    )
+    assert "`turnback" not in str(refused.value.data)  # no terminal command for the editor
     assert run(scenario("20")) == "end_turn"

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 import turnback
-from tests.acp.harness import run
+from tests.acp.harness import run, ts_agent
 from tests.acp.test_wedges import ROUGH, _initialize, _request
 from tests.acp.test_wire_errors import RawEditor, finish, raw_proxy
 from turnback.errors import SessionNotFound
+from turnback.model import EventKind
 
 
 class Talk:
@@ -179,3 +180,94 @@ def test_cancel_request_is_forwarded_hop_by_hop(
     prompts = [line.split()[1] for line in log.splitlines() if line.startswith("session/prompt")]
     cancelled = [line.split()[1] for line in log.splitlines() if line.startswith("$/cancel")]
     assert cancelled == [prompts[1]] and prompts[1] != "700"  # the agent's id for the prompt
+
+
+def _permission(rpc_id: str) -> dict[str, Any]:
+    option = {"optionId": "ok", "name": "OK", "kind": "allow_once"}
+    call = {"toolCallId": f"call-{rpc_id}", "title": "edit", "status": "pending"}
+    params = {"sessionId": "$SESSION", "toolCall": call, "options": [option]}
+    return {
+        "jsonrpc": "2.0",
+        "id": rpc_id,
+        "method": "session/request_permission",
+        "params": params,
+    }
+
+
+@pytest.mark.parametrize("how", ["the agent cancels it", "the turn ends"])
+def test_a_permission_the_runtime_asks_is_cancelled_at_the_editor(
+    home: Path, workspace: Path, how: str
+) -> None:
+    """The runtime asks the editor the agent's permission requests itself; when the agent
+    cancels one, or its turn ends while the editor has not answered, the editor's request is
+    cancelled too, by the id the editor saw, once."""
+    lines = [f"raw {json.dumps(json.dumps(_permission('perm-1')))}", "sleep 0.5"]
+    if how == "the agent cancels it":
+        cancel = {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "perm-1"}}
+        lines += [f"raw {json.dumps(json.dumps(cancel))}", "sleep 0.5"]
+
+    async def scenario() -> tuple[Talk, dict[str, Any], dict[str, Any]]:
+        talk = Talk(await raw_proxy(home, workspace, agent=ROUGH))
+        await talk.ask("initialize", {})
+        new = {"cwd": str(workspace), "mcpServers": []}
+        session_id = (await talk.ask("session/new", new))["result"]["sessionId"]
+        prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": "\n".join(lines)}]}
+        answered = await talk.ask("session/prompt", prompt)
+        said = {"sessionId": session_id, "prompt": [{"type": "text", "text": "say next"}]}
+        after = await talk.ask("session/prompt", said)
+        await finish(talk.editor)
+        return talk, answered, after
+
+    talk, answered, after = run(scenario())
+    assert answered["result"]["stopReason"] == "end_turn"
+    assert after["result"]["stopReason"] == "end_turn"  # the session goes on
+    asked = [n for n in talk.notes if n.get("method") == "session/request_permission"]
+    cancels = [n for n in talk.notes if n.get("method") == "$/cancel_request"]
+    assert len(asked) == 1 and asked[0]["id"] != "perm-1"
+    assert cancels == [
+        {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": asked[0]["id"]}}
+    ]
+    with turnback.open(home) as tb:
+        (session,) = tb.sessions()
+        events = tb.session(session.id).run_events(1)
+    answers = [e.event for e in events if e.kind == EventKind.PERMISSION_ANSWERED]
+    assert [a["outcome"] for a in answers] == ["cancelled"]
+
+
+@pytest.mark.parametrize("supported", [True, False])
+def test_session_delete_reaches_an_agent_that_supports_it(
+    home: Path, workspace: Path, supported: bool
+) -> None:
+    """Against the TypeScript SDK's agent: session/delete is forwarded (with the agent's own
+    session id) when the agent advertises it, and not sent when it does not; either way the
+    editor's answer is ``{}`` and the session has left turnback's store."""
+    saved = workspace / ".ts-agent"
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any], list[str], list[str]]:
+        os.environ["TS_AGENT_DELETE"] = "1" if supported else "0"
+        try:
+            talk = Talk(await raw_proxy(home, workspace, agent=ts_agent()))
+        finally:
+            del os.environ["TS_AGENT_DELETE"]
+        initialized = await talk.ask("initialize", {})
+        new = {"cwd": str(workspace), "mcpServers": []}
+        session_id = (await talk.ask("session/new", new))["result"]["sessionId"]
+        prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": "say hi"}]}
+        assert "result" in await talk.ask("session/prompt", prompt)
+        before = sorted(p.name for p in saved.glob("ts-*.json"))
+        deleted = await talk.ask("session/delete", {"sessionId": session_id})
+        after = sorted(p.name for p in saved.glob("ts-*.json"))
+        again = await talk.ask("session/delete", {"sessionId": session_id})
+        await finish(talk.editor)
+        assert again["error"]["code"] == -32602  # gone: an unknown session now
+        return initialized, deleted, before, after
+
+    initialized, deleted, before, after = run(scenario())
+    capabilities = initialized["result"]["agentCapabilities"]["sessionCapabilities"]
+    assert capabilities["delete"] == {}  # turnback deletes from its store either way
+    assert deleted == {"jsonrpc": "2.0", "id": deleted["id"], "result": {}}
+    assert len(before) == 1
+    # the agent deleted its own session; not asked to (it would have), it kept it
+    assert after == ([] if supported else before)
+    with turnback.open(home) as tb:
+        assert tb.sessions() == []

@@ -69,6 +69,8 @@ def test_the_proxy_words_a_refused_prompt_for_the_editor(home: Path, tmp_path: P
         refused = await talk.ask("session/prompt", {"sessionId": session_id, "prompt": again})
         rewind = [{"type": "text", "text": "/rewind 0"}]
         answered = await talk.ask("session/prompt", {"sessionId": session_id, "prompt": rewind})
+        undo = [{"type": "text", "text": "/undo-rewind"}]
+        await talk.ask("session/prompt", {"sessionId": session_id, "prompt": undo})
         await asyncio.wait_for(finish(talk.editor), 15)
         return {"refused": refused, "rewind": answered, "notes": talk.notes}
 
@@ -81,6 +83,44 @@ def test_the_proxy_words_a_refused_prompt_for_the_editor(home: Path, tmp_path: P
     assert "`turnback" not in error["message"]
     said = json.dumps(got["notes"])
     assert "could not do `/rewind`" in said and "turnback recover" not in said
+    assert (
+        "could not do `/undo-rewind`: turn 1 is running, so the conversation cannot be rolled "
+        "forward now; send it again once the turn has ended, or cancel the turn"
+    ) in said
+
+
+def test_the_editor_hears_no_terminal_command(home: Path, tmp_path: Path) -> None:
+    """Each way turnback speaks to the editor -- an error answered to a request, a slash
+    command's answer, a notice, a replay -- words what settles it in the editor's terms."""
+
+    async def scenario() -> tuple[dict[str, object], Talk]:
+        talk = Talk(await raw_proxy(home, tmp_path, agent=SCRIPTED))
+        await talk.ask("initialize", {})
+        unknown = {"sessionId": "feedface" * 4, "cwd": str(tmp_path), "mcpServers": []}
+        refused = await talk.ask("session/load", unknown)
+        new = {"cwd": str(tmp_path), "mcpServers": []}
+        session_id = (await talk.ask("session/new", new))["result"]["sessionId"]
+        for text in ("say hi", "/diff 7", "/checkpoints"):
+            prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}
+            assert "result" in await talk.ask("session/prompt", prompt)
+        await talk.ask("session/load", {**unknown, "sessionId": session_id})
+        await asyncio.wait_for(finish(talk.editor), 15)
+        return refused, talk
+
+    refused, talk = run(scenario())
+    error = refused["error"]  # type: ignore[index]
+    assert error["code"] == -32602 and error["data"]["remedy"] == "sessions"
+    said = [
+        n["params"]["update"]["content"]["text"]
+        for n in talk.notes
+        if n["method"] == "session/update" and "_meta" in n["params"]["update"]
+    ]
+    assert any(
+        "has no turn 7 (it has 1); `/checkpoints` lists this session's turns" in s for s in said
+    )
+    assert sum("has no turn 7" in s for s in said) == 2  # said, then replayed by the load
+    for text in [error["message"], *said]:
+        assert "`turnback" not in text and "turnback recover" not in text, text
 
 
 def test_a_revert_left_for_recovery_is_worded_by_each_surface() -> None:

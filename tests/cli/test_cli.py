@@ -522,3 +522,31 @@ def test_a_mistyped_home_is_reported_and_not_created(tmp_path: Path) -> None:
     assert "no turnback database" in result.stderr and str(missing) in result.stderr
     assert run(missing, "recover").returncode == 1
     assert not missing.exists(), "a read-only command created the home"
+
+
+def test_the_engine_names_no_command_and_the_cli_words_each_remedy(
+    home: Path,
+    tb: turnback.Turnback,
+    session: turnback.Session,
+    completed: turnback.Turn,
+    set_aside: turnback.Turn,
+) -> None:
+    """The engine says what happened, with the remedy as a field; the CLI names commands."""
+    with pytest.raises(turnback.SessionNotFound) as missing:
+        tb.session("feedface")
+    with pytest.raises(turnback.TurnNotFound) as no_turn:
+        session.get_turn(9)
+    assert (missing.value.remedy, no_turn.value.remedy) == ("sessions", "turns")
+    assert no_turn.value.session == session.id
+    for error in (missing.value, no_turn.value):
+        assert "`" not in str(error) and "turnback " not in str(error)
+    [notice] = [a for a in session.activities() if a.code == "turn.set_aside"]
+    assert "`" not in notice.message and notice.data["remedy"] == "decide"
+
+    assert "`turnback sessions` lists the sessions" in run(home, "log", "feedface").stderr
+    short = session.id[:12]
+    assert f"`turnback log {short}` lists its turns" in run(home, "diff", session.id, "9").stderr
+    shown = ok(home, "activities", session.id)
+    assert f"it is kept until it is applied or discarded; `turnback unrecovered {short}`" in shown
+    doctor = run(home, "doctor").stdout
+    assert f"apply or discard each; `turnback unrecovered {short}` lists them" in doctor

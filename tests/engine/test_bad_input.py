@@ -30,6 +30,7 @@ from turnback import (
     StoreUnavailable,
     TurnStatus,
 )
+from turnback.errors import SESSIONS
 
 
 def chunk(text: str) -> dict[str, Any]:
@@ -92,7 +93,8 @@ def test_an_unknown_session_id(tb: turnback.Turnback, session: turnback.Session,
     with pytest.raises(SessionNotFound) as raised:
         tb.session(ref)
     assert repr(ref) in str(raised.value)
-    assert "turnback sessions" in str(raised.value)
+    assert str(tb.home) in str(raised.value)  # where it looked
+    assert raised.value.remedy == SESSIONS  # listing the sessions helps, in each surface's words
 
 
 def test_ids_are_case_and_space_insensitive(

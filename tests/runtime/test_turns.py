@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 
+import pytest
+
 import turnback
 from tests.runtime.harness import SCRIPTED, run, text_of, tool_titles
+from turnback import faults
 from turnback.model import EventKind, MessageKind, TurnStatus
 from turnback.runtime import AgentRuntime, PermissionRequest
 
@@ -101,11 +105,20 @@ def test_a_session_update_outside_a_turn_is_not_recorded(
 
 
 def test_the_event_loop_is_not_blocked_while_a_turn_records_and_commits(
-    tb: turnback.Turnback, session: turnback.Session
+    tb: turnback.Turnback, session: turnback.Session, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Many boundary events (tool calls, checkpoints) each wait for a commit: none on the loop.
     script = "\n".join(f"write f{i}.txt {i}\nstream 40" for i in range(40))
     gaps: list[float] = []
+    # Every durable write passes a fault point; note the thread each one is reached on.
+    reached: list[tuple[str, int]] = []
+    point = faults.point
+
+    def noted(name: str) -> None:
+        reached.append((name, threading.get_ident()))
+        point(name)
+
+    monkeypatch.setattr(faults, "point", noted)
 
     async def ticker(stop: asyncio.Event) -> None:
         last = time.perf_counter()
@@ -115,7 +128,10 @@ def test_the_event_loop_is_not_blocked_while_a_turn_records_and_commits(
             gaps.append(now - last)
             last = now
 
+    loop_thread: list[int] = []
+
     async def scenario() -> turnback.Turn:
+        loop_thread.append(threading.get_ident())
         async with await AgentRuntime.start(tb, session, SCRIPTED) as rt:
             stop = asyncio.Event()
             tick = asyncio.create_task(ticker(stop))
@@ -127,11 +143,23 @@ def test_the_event_loop_is_not_blocked_while_a_turn_records_and_commits(
     turn = run(scenario())
     assert turn.status is TurnStatus.COMPLETED
     assert len(session.turn_messages(turn.number)) > 40
+    # The proof: no commit or flush of the turn ran on the loop's thread (recording an event
+    # only queues it for the journal's flusher, so it may).
+    writes = {name for name, _ in reached}
+    assert {"journal.flush.after", "turn.end.inside"} <= writes, sorted(writes)
+    on_loop = sorted(
+        {
+            name
+            for name, thread in reached
+            if thread == loop_thread[0] and not name.startswith("turn.record.")
+        }
+    )
+    assert not on_loop, f"durable writes on the event loop's thread: {on_loop}"
+    # And what it feels like: the loop parses every frame, so scheduling noise on a busy shared
+    # machine reaches a few tens of milliseconds, but not a blocked loop's hundreds.
     gaps.sort()
-    # The loop also parses every frame, so allow for scheduling noise on a busy machine, but a
-    # commit (or fsync, or git capture) on the loop would show as tens of milliseconds.
-    assert gaps[len(gaps) * 99 // 100] < 0.015, f"p99 loop lag {gaps[len(gaps) * 99 // 100]:.4f}s"
-    assert gaps[-1] < 0.1, f"worst loop lag {gaps[-1]:.3f}s"
+    assert gaps[len(gaps) * 99 // 100] < 0.05, f"p99 loop lag {gaps[len(gaps) * 99 // 100]:.4f}s"
+    assert gaps[-1] < 0.25, f"worst loop lag {gaps[-1]:.3f}s"
 
 
 def test_a_running_session_watches_its_workspace_and_its_diffs_stay_exact(

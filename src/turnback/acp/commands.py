@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from turnback.acp.offered import NAMES
-from turnback.errors import RECOVER, WAIT, TurnbackError
+from turnback.errors import INITIALIZE_TIMEOUT, RECOVER, SHOW, TURNS, WAIT, TurnbackError
 from turnback.model import FileChange, Turn
 
 if TYPE_CHECKING:
@@ -87,11 +87,15 @@ async def run(
 def worded(error: TurnbackError) -> str:
     """An engine error in the editor's terms: its message, and what settles it said as the
     editor's user can do it (its structured ``remedy``), never as a terminal command."""
-    if error.remedy == WAIT:
-        return f"{error}; send it again once the turn has ended, or cancel the turn"
-    if error.remedy == RECOVER:
-        return f"{error}; restarting the agent (turnback acp) settles it"
-    return str(error)
+    hints = {
+        WAIT: "; send it again once the turn has ended, or cancel the turn",
+        RECOVER: "; restarting the agent settles it",
+        TURNS: "; `/checkpoints` lists this session's turns",
+        SHOW: "; `/checkpoints` shows what was kept",
+        INITIALIZE_TIMEOUT: "; give it longer with `--initialize-timeout SECONDS` in the "
+        "agent's command of the editor's settings",
+    }
+    return f"{error}{hints.get(error.remedy or '', '')}"
 
 
 def _conversation(runtime: AgentRuntime) -> list[Turn]:

@@ -106,6 +106,8 @@ _SHOWN_ACTIVITIES = frozenset(
     {"turn.resuming", "turn.interrupted", "turn.resume.failed", "turn.resume.unavailable"}
 )
 _SESSION_METHODS = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
+#: Cancels kept for requests of the agent's that its runtime has not asked the editor yet.
+_ASKING_LIMIT = 100
 #: Sessions per session/list page.
 LIST_PAGE = 50
 _COMMANDS = "available_commands_update"
@@ -308,6 +310,9 @@ class Proxy:
         self._serving: dict[Any, SentRequests] = {}
         #: the agents' requests passed to the editor, by (the agent process's reply, its id)
         self.from_agent: dict[tuple[Reply, Any], _Forwarded] = {}
+        #: the agents' permission and input requests the runtimes ask the editor, by the
+        #: runtime's request id ("process generation.agent's id")
+        self._asking: dict[str, _Forwarded] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
     @property
@@ -342,7 +347,7 @@ class Proxy:
         except AgentError as error:
             if isinstance(error.__cause__, RequestError):
                 raise error.__cause__ from None  # the agent's own answer, unchanged
-            raise _error(str(error), error=type(error).__name__) from error
+            raise _error(commands.worded(error), error=type(error).__name__) from error
         except TurnbackError as error:
             data: dict[str, Any] = {"error": type(error).__name__}
             if isinstance(error, InvalidEvent) and error.field is not None:
@@ -432,9 +437,9 @@ class Proxy:
         except AgentError as error:
             if isinstance(error.__cause__, RequestError):
                 raise error.__cause__ from None  # the agent refused initialize: its answer
-            raise _error(
-                f"turnback acp could not start the agent: {error}", command=list(self.command)
-            ) from error
+            said = f"turnback could not start the agent: {commands.worded(error)}"
+            extra: dict[str, Any] = {"remedy": error.remedy} if error.remedy else {}
+            raise _error(said, command=list(self.command), **extra) from error
         return self.agent
 
     def _list(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -727,25 +732,47 @@ class Proxy:
             forwarded = self.from_agent.get((reply, request))
         except TypeError:  # an id no request can have
             return
+        if forwarded is None and isinstance(request, (str, int)):
+            # One the runtime asks the editor itself (a permission, an input), maybe not yet.
+            forwarded = self._asking.setdefault(f"{self.agent.generation}.{request}", _Forwarded())
+            while len(self._asking) > _ASKING_LIMIT:  # cancels of requests long answered
+                del self._asking[next(iter(self._asking))]
         if forwarded is not None:
             forwarded.cancelled = True
             for _, rpc_id in forwarded.notes.sent:
                 self.wire.post(_cancel(rpc_id))
 
+    async def _ask_editor(self, request_id: str, method: str, params: dict[str, Any]) -> Any:
+        """Ask the editor for the runtime; None if it did not answer. The editor's request is
+        cancelled (``$/cancel_request``) when the agent cancels its own, or the turn ends."""
+        asking = self._asking.setdefault(request_id, _Forwarded())
+        noting = SENT_REQUESTS.set(asking.notes)
+        try:
+            if asking.cancelled or self.conn is None:
+                return None
+            return await self.conn.send_request(method, params)
+        except (RequestError, ConnectionError, OSError) as error:
+            log.warning("the editor did not answer %s: %s", method, error)
+            return None
+        except asyncio.CancelledError:
+            if not asking.cancelled:  # else the editor was told when the agent cancelled it
+                for _, rpc_id in asking.notes.sent:
+                    self.wire.post(_cancel(rpc_id))
+            raise
+        finally:
+            SENT_REQUESTS.reset(noting)
+            asking.notes.open = False
+            if self._asking.get(request_id) is asking:
+                del self._asking[request_id]
+
     async def ask_permission(self, session_id: str, request: PermissionRequest) -> str | None:
         """The runtime's permission callback: the request is journaled; ask the editor."""
-        if self.conn is None:
-            return None
         params = {
             "sessionId": session_id,
             "toolCall": request.tool_call,
             "options": request.options,
         }
-        try:
-            result = await self.conn.send_request("session/request_permission", params)
-        except (RequestError, ConnectionError, OSError) as error:
-            log.warning("the editor did not answer a permission request: %s", error)
-            return None
+        result = await self._ask_editor(request.request_id, "session/request_permission", params)
         outcome = result.get("outcome") if isinstance(result, dict) else None
         if isinstance(outcome, dict) and outcome.get("outcome") == "selected":
             choice = outcome.get("optionId")
@@ -755,17 +782,11 @@ class Proxy:
     async def ask_input(self, session_id: str, request: InputRequest) -> dict[str, Any] | None:
         """The runtime's input callback: the request is journaled; ask the editor (ACP
         elicitation), in the editor's session. Declined unless the editor accepts."""
-        if self.conn is None:
-            return None
         params = {**request.mode, "message": request.message}
         params.setdefault("mode", "url" if "url" in params else "form")
         if "sessionId" in params:
             params["sessionId"] = session_id
-        try:
-            result = await self.conn.send_request("elicitation/create", params)
-        except (RequestError, ConnectionError, OSError) as error:
-            log.warning("the editor did not answer an input request: %s", error)
-            return None
+        result = await self._ask_editor(request.request_id, "elicitation/create", params)
         if isinstance(result, dict) and result.get("action") == "accept":
             content = result.get("content")
             return content if isinstance(content, dict) else {}

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from turnback.engine.owners import is_alive
-from turnback.errors import TurnbackError
+from turnback.errors import DECIDE, GC, RECOVER, TurnbackError
 from turnback.model import HealthCheck, MessageKind, RevertState, TurnStatus, is_unreadable
 from turnback.store.schema import SCHEMA_VERSION
 
@@ -178,7 +178,8 @@ def _turns(tb: Turnback) -> list[HealthCheck]:
                 False,
                 f"{len(dead)} turn(s) and {len(unfinished)} revert(s) were left half done by "
                 "processes that died",
-                "run `turnback recover`",
+                "recovery settles them",
+                RECOVER,
             )
         )
     else:
@@ -190,7 +191,9 @@ def _turns(tb: Turnback) -> list[HealthCheck]:
                 "set-aside turns",
                 False,
                 f"{len(aside)} turn(s) could not be recovered and wait for a decision",
-                f"`turnback unrecovered {sessions[0]}` shows them; apply or discard each",
+                "apply or discard each",
+                DECIDE,
+                sessions[0],
             )
         )
     return checks
@@ -209,7 +212,8 @@ def _shadows(tb: Turnback, workspaces: list[str]) -> list[HealthCheck]:
                     name,
                     False,
                     "the workspace no longer exists",
-                    "its checkpoints can be pruned with `turnback gc --keep 0`",
+                    "its checkpoints can be pruned",
+                    GC,
                 )
             )
             continue

@@ -28,6 +28,9 @@ from turnback.engine.turns import (
     validate_prompt,
 )
 from turnback.errors import (
+    ACTIVITIES,
+    SESSIONS,
+    TURNS,
     AmbiguousId,
     CheckpointUnavailable,
     InvalidId,
@@ -177,9 +180,7 @@ class Turnback:
             exact = tx.get_session(prefix)
             matches = [exact] if exact else tx.find_sessions(prefix, limit=6)
         if not matches:
-            raise SessionNotFound(
-                f"no session matches {ref!r}; `turnback sessions` lists the sessions in {self.home}"
-            )
+            raise SessionNotFound(f"no session matches {ref!r} in {self.home}").settled_by(SESSIONS)
         if len(matches) > 1:
             names = ", ".join(m.id[:12] for m in matches[:5])
             raise AmbiguousId(
@@ -527,8 +528,8 @@ class Session:
                     return by_token[0]
             raise TurnNotFound(
                 f"session {self.id[:12]} has no turn {number} "
-                f"(it has {sum(t.in_conversation for t in turns)}); `turnback log` lists them"
-            )
+                f"(it has {sum(t.in_conversation for t in turns)})"
+            ).settled_by(TURNS, session=self.id)
         prefix = normalise_id(str(ref), "turn")
         found = [t for t in turns if t.token.startswith(prefix)]
         if len(found) > 1:
@@ -583,9 +584,9 @@ class Session:
                 moment = "begin" if not turn.begin_checkpoint else "end"
                 raise CheckpointUnavailable(
                     f"turn {turn.number} has no workspace checkpoint at its {moment} (the capture "
-                    "failed, was skipped or pruned, or the turn is still running; "
-                    f"`turnback activities {self.id[:12]}` says why), so its diff is unavailable"
-                )
+                    "failed, was skipped or pruned, or the turn is still running), so its diff "
+                    "is unavailable"
+                ).settled_by(ACTIVITIES, session=self.id)
             assert turn.begin_checkpoint and turn.end_checkpoint
             text = self._tb.checkpoints.snapshots.patch(
                 Path(self.record.workspace), turn.begin_checkpoint, turn.end_checkpoint, paths

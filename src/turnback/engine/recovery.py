@@ -23,7 +23,7 @@ from turnback import faults
 from turnback.engine.fold import UnreadableEntry, notice
 from turnback.engine.owners import current_owner, host_identity, is_alive
 from turnback.engine.turns import clear_requests, commit_turn, require_idle
-from turnback.errors import NotSetAside
+from turnback.errors import DECIDE, NotSetAside
 from turnback.model import (
     ActivityLevel,
     Owner,
@@ -170,9 +170,9 @@ def _set_aside(tx: Tx, turn: Turn, reason: str, count: int) -> None:
         turn.token,
         ActivityLevel.WARNING,
         "turn.set_aside",
-        f"turn {turn.number} could not be recovered and was set aside: {reason}. "
-        f"`turnback unrecovered {turn.session_id[:12]}` lists it; apply or discard it there",
-        {"events": count, "number": turn.number, "reason": reason},
+        f"turn {turn.number} could not be recovered and was set aside: {reason}; it is kept "
+        "until it is applied or discarded",
+        {"events": count, "number": turn.number, "reason": reason, "remedy": DECIDE},
         time.time(),
     )
 

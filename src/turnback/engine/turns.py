@@ -38,6 +38,7 @@ from turnback.engine.fold import (
     unfinished_tool_calls,
 )
 from turnback.errors import (
+    TURNS,
     InvalidEvent,
     OwnershipLost,
     ResumeUnavailable,
@@ -306,8 +307,7 @@ def require_no_revert(tx: Tx, workspace: str) -> None:
         if session is not None and session.workspace == workspace:
             raise RevertInProgress(
                 f"revert {record.id} of session {record.session_id[:12]} is moving the files "
-                f"of {workspace}; begin once it has finished (or run `turnback recover` if its "
-                "process died)",
+                f"of {workspace}; begin once it has finished",
                 record.id,
                 record.owner_id,
             )
@@ -337,7 +337,7 @@ def reopen(store: Store, token: str, *, lease: Lease) -> tuple[Turn, int]:
         turn = tx.get_turn(token)
         session = tx.get_session(turn.session_id) if turn else None
         if turn is None or session is None:
-            raise TurnNotFound(f"no turn {token}; `turnback log SESSION` lists a session's turns")
+            raise TurnNotFound(f"no turn {token}").settled_by(TURNS)
         if turn.status is not TurnStatus.INTERRUPTED or session.head != token or turn.reverted_by:
             raise ResumeUnavailable(
                 f"turn {turn.number} ({turn.token}) cannot be continued: only an interrupted "

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from turnback.engine.handle import Session
 from turnback.engine.turns import RunningTurn
-from turnback.errors import OwnershipLost, TurnbackError
+from turnback.errors import RECOVER, OwnershipLost, TurnbackError
 from turnback.model import ActivityLevel, Revert, Turn, TurnStatus
 
 T = TypeVar("T")
@@ -265,7 +265,7 @@ class Reactor:
             code, message, turn = (
                 "turn.end.failed",
                 f"turn {event.turn.number} could not be ended as {event.status.value}: {error}; "
-                "`turnback recover` settles it once this process has gone",
+                "recovery settles it once this process has gone",
                 event.turn.token,
             )
         elif isinstance(event, RevertRequested):
@@ -279,9 +279,10 @@ class Reactor:
             return
         else:
             return
-        await self.activity(
-            ActivityLevel.ERROR, code, message, {"error": f"{type(error).__name__}: {error}"}, turn
-        )
+        data = {"error": f"{type(error).__name__}: {error}"}
+        if code == "turn.end.failed":
+            data["remedy"] = RECOVER
+        await self.activity(ActivityLevel.ERROR, code, message, data, turn)
 
     async def activity(
         self,

@@ -6,11 +6,14 @@ is recorded into the running turn as its frame comes off the pipe (:meth:`Pendin
 in wire order); when the connection dispatches it, the journal is synced -- so the request is in the
 session's pending requests -- before the embedding application is asked; the answer is recorded
 and synced before the agent hears it. A request that arrives outside a turn, or whose turn has
-gone, is answered ``cancelled``/``cancel``: no turn can take it.
+gone, is answered ``cancelled``/``cancel``: no turn can take it. A request still being asked
+when its turn ends is withdrawn from the embedding application (its callback is cancelled, so a
+proxy cancels the editor's request in turn) and answered ``cancelled``/``decline``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -65,6 +68,13 @@ class PendingRequests:
         self._on_input = on_input
         self._permissions: dict[str, deque[tuple[str, RunningTurn]]] = {}
         self._inputs: deque[tuple[str, RunningTurn]] = deque()
+        #: the callbacks being awaited, by the token of the turn that asked
+        self._asking: dict[str, set[asyncio.Future[Any]]] = {}
+
+    def withdraw(self, token: str) -> None:
+        """The turn ``token`` has ended: stop asking what it asked (answered as cancelled)."""
+        for asking in self._asking.pop(token, ()):
+            asking.cancel()
 
     def clear(self) -> None:
         """Forget every request (the agent process that asked them is gone)."""
@@ -125,7 +135,8 @@ class PendingRequests:
         choice: str | None = None
         if self._on_permission is not None:
             try:
-                choice = await _call(
+                choice = await self._ask(
+                    turn.token,
                     self._on_permission,
                     PermissionRequest(request_id, turn.token, tool_call, options),
                 )
@@ -159,7 +170,8 @@ class PendingRequests:
         content: dict[str, Any] | None = None
         if self._on_input is not None:
             try:
-                content = await _call(
+                content = await self._ask(
+                    turn.token,
                     self._on_input,
                     InputRequest(request_id, turn.token, str(message or ""), mode),
                 )
@@ -179,6 +191,24 @@ class PendingRequests:
         if content is None:
             return {"action": "decline"}
         return {"action": "accept", "content": content}
+
+    async def _ask(self, token: str, callback: Callable[[Any], Any], request: Any) -> Any:
+        """``callback(request)``; None if the turn ends first (see :meth:`withdraw`)."""
+        asking = asyncio.ensure_future(_call(callback, request))
+        self._asking.setdefault(token, set()).add(asking)
+        try:
+            return await asking
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this handler itself is being cancelled, not only the question
+            return None
+        finally:
+            waiting = self._asking.get(token)
+            if waiting is not None:
+                waiting.discard(asking)
+                if not waiting:
+                    del self._asking[token]
 
     async def _synced(self, turn: RunningTurn) -> bool:
         """Make the turn's journal durable; False when another process took the turn over

@@ -35,6 +35,7 @@ from typing import Any, Literal
 from turnback.engine.handle import Session, Turnback
 from turnback.engine.turns import RunningTurn
 from turnback.errors import (
+    WAIT,
     AgentDied,
     AgentError,
     AgentUnavailable,
@@ -648,6 +649,7 @@ class AgentRuntime:
 
     async def _end(self, turn: RunningTurn, status: TurnStatus, detail: str | None) -> Turn:
         self._recorder.live = None
+        self._requests.withdraw(turn.token)  # what it still asks its user is asked no more
         paths = frozenset(self._recorder.store_paths)
         ended: Turn = await self._reactor.submit(TurnEnded(turn, status, detail, paths))
         return ended
@@ -861,10 +863,10 @@ class AgentRuntime:
         if turns == 0:
             return
         if self._current is not None:
+            number = self._current.number
             raise RollbackUnavailable(
-                f"turn {self._current.number} is running; wait for it to end or cancel it "
-                "before reverting"
-            )
+                f"turn {number} is running, so the conversation cannot be rolled back now"
+            ).settled_by(WAIT, turn=number, state="running")
         if not self._agent.alive:
             raise RollbackUnavailable(
                 f"agent {self._agent.described!r} is not running, so its conversation cannot "
@@ -932,10 +934,10 @@ class AgentRuntime:
         conversation forward again, so when the revert had rolled the conversation back, a
         fresh agent session is given the whole restored transcript ahead of the next prompt."""
         if self._current is not None:
+            number = self._current.number
             raise RollbackUnavailable(
-                f"turn {self._current.number} is running; wait for it to end or cancel it "
-                "before undoing a revert"
-            )
+                f"turn {number} is running, so the conversation cannot be rolled forward now"
+            ).settled_by(WAIT, turn=number, state="running")
         undone: Revert = await self._engine.run(self.session.undo_revert)
         if undone.conversation:
             await self._ensure_agent()

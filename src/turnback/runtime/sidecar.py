@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from turnback.errors import AgentDied, AgentUnavailable
+from turnback.errors import INITIALIZE_TIMEOUT, AgentDied, AgentUnavailable
 from turnback.model import agent_initialize
 from turnback.runtime.rpc import PROTOCOL_VERSION, Connection, Handler, RequestError
 from turnback.runtime.wire import Frame, Pace, Rejected, Watch, Wire
@@ -268,8 +268,8 @@ class Sidecar:
             raise AgentUnavailable(
                 f"agent {self.described!r} did not answer initialize within "
                 f"{initialize_timeout:g} s; check that it speaks ACP on stdin/stdout, or give "
-                "it longer (turnback acp --initialize-timeout, ResumePolicy.initialize_timeout)"
-            ) from None
+                "it longer"
+            ).settled_by(INITIALIZE_TIMEOUT) from None
         except (ConnectionError, OSError, AgentDied) as error:
             await self.close()
             raise AgentUnavailable(

@@ -44,7 +44,9 @@
 // {session: {turns, notes, promptMeta}} for that session (promptMeta: the _meta of its last
 // prompt, or null). _ts/echo answers {echo: params}.
 //
-// TS_AGENT_INITIALIZE_DELAY_MS makes initialize answer that much later.
+// TS_AGENT_INITIALIZE_DELAY_MS makes initialize answer that much later. session/delete removes
+// the session and its saved file; only TS_AGENT_DELETE=1 makes the agent advertise it, so a
+// test sees whether a client sends it to an agent that does not.
 
 import * as acp from "@agentclientprotocol/sdk";
 import { randomUUID } from "node:crypto";
@@ -280,7 +282,10 @@ const app = acp
     if (delay > 0) await new Promise((resolve) => setTimeout(resolve, delay));
     return {
       protocolVersion: Math.min(params.protocolVersion, acp.PROTOCOL_VERSION),
-      agentCapabilities: { loadSession: true },
+      agentCapabilities: {
+        loadSession: true,
+        ...(process.env.TS_AGENT_DELETE === "1" ? { sessionCapabilities: { delete: {} } } : {}),
+      },
       agentInfo: { name: "ts-scripted-agent", title: "TypeScript scripted agent", version: "1.0.0" },
       authMethods: [],
       _meta: { tsAgent: { sdk: "@agentclientprotocol/sdk" } },
@@ -314,6 +319,13 @@ const app = acp
     })();
   })
   .onRequest(acp.methods.agent.session.prompt, prompt)
+  .onRequest(acp.methods.agent.session.delete, ({ params }) => {
+    const session = sessions.get(params.sessionId);
+    if (!session) throw acp.RequestError.resourceNotFound(params.sessionId);
+    sessions.delete(params.sessionId);
+    fs.rmSync(path.join(stateDir(session.cwd), `${session.id}.json`), { force: true });
+    return {};
+  })
   .onNotification(acp.methods.agent.session.cancel, ({ params }) => {
     sessions.get(params.sessionId)?.abort?.abort();
   })
