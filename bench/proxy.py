@@ -25,6 +25,10 @@ Rows:
 (cpu) CPU time per chunk of (s), from the processes' own counters (``/proc/PID/stat``: user and
      system, every thread): the proxy process's next to the SDK client's in the same stream;
      proxy / client.  goal: at most 0.5 x
+(cpu-c), (cpu-a)  the same for the byte-copying process of (c), and for one that copies on an
+     asyncio event loop as the proxy reads and writes (``copier.py --asyncio``), each against the
+     client of its own run (no goal): the CPU any process between client and agent costs per
+     chunk, and any on asyncio, on this machine.
 (r)  one prompt round trip (a prompt with one short reply): medians of (d) and (p), and the
      difference -- for the proxy, a whole durable turn with its two workspace captures.
 
@@ -291,12 +295,14 @@ async def bench(sizes: dict[str, int], rounds: int, startups: int, scratch: Path
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
     best: dict[str, dict[str, float]] = {}
     for round_ in range(rounds):
-        for side in ("d", "p", "c"):
+        for side in ("d", "p", "c", "a"):
             work = scratch / f"{side}{round_}"
             work.mkdir()
             command = list(AGENT)
             if side == "c":
                 command = [*COPIER, *AGENT]
+            if side == "a":
+                command = [*COPIER, "--asyncio", *AGENT]
             if side == "p":
                 command = through_proxy(scratch / f"home{round_}", AGENT)
             result = await measure(command, work, env, sizes)
@@ -310,8 +316,8 @@ async def bench(sizes: dict[str, int], rounds: int, startups: int, scratch: Path
 
 
 def stream_rows(best: dict[str, dict[str, float]], sizes: dict[str, int]) -> list[dict[str, Any]]:
-    """Rows (n), (s), (c), (cpu) and (r) from the best of each side's rounds."""
-    d, p, c = best["d"], best["p"], best["c"]
+    """The stream rows, (n) to (r), from the best of each side's rounds."""
+    d, p, c, a = best["d"], best["p"], best["c"], best["a"]
     added = p["notification"] - d["notification"]
     ratio = p["stream"] / d["stream"]
     cpu = p["served_cpu"] / p["client_cpu"]
@@ -353,6 +359,24 @@ def stream_rows(best: dict[str, dict[str, float]], sizes: dict[str, int]) -> lis
             "ok": cpu <= CPU_GOAL,
         },
         {
+            "id": "cpu-c",
+            "what": "CPU per streamed chunk (us): the SDK client's, the byte copier's",
+            "direct": c["client_cpu"],
+            "proxy": c["served_cpu"],
+            "value": c["served_cpu"] / c["client_cpu"],
+            "goal": "-",
+            "ok": True,
+        },
+        {
+            "id": "cpu-a",
+            "what": "CPU per streamed chunk (us): the SDK client's, an asyncio byte copier's",
+            "direct": a["client_cpu"],
+            "proxy": a["served_cpu"],
+            "value": a["served_cpu"] / a["client_cpu"],
+            "goal": "-",
+            "ok": True,
+        },
+        {
             "id": "r",
             "what": "prompt round trip, median (ms)",
             "direct": d["trip"],
@@ -371,7 +395,9 @@ def table(report: dict[str, Any]) -> str:
     ]
     for row in report["rows"]:
         value = (
-            f"{row['value']:.2f} x" if row["id"] in ("s", "c", "cpu") else f"{row['value']:+.3f} ms"
+            f"{row['value']:.2f} x"
+            if row["id"] in ("s", "c", "cpu", "cpu-c", "cpu-a")
+            else f"{row['value']:+.3f} ms"
         )
         if row["id"] == "r":
             value = f"{row['value']:+.1f} ms"

@@ -16,7 +16,7 @@ def test_smoke_run_prints_the_table_and_cleans_up(tmp_path: Path) -> None:
     done = run_bench("proxy", tmp_path)
 
     assert done.returncode == 0, done.stderr
-    for row in ("(n)", "(s)", "(c)", "(cpu)", "(r)", *STARTUP, *FLOOR):
+    for row in ("(n)", "(s)", "(c)", "(cpu)", "(cpu-c)", "(cpu-a)", "(r)", *STARTUP, *FLOOR):
         assert f"| {row} |" in done.stdout, f"row {row} missing from:\n{done.stdout}"
     for row in ("(n)", "(s)", "(cpu)", *STARTUP):
         line = next(line for line in done.stdout.splitlines() if line.startswith(f"| {row} |"))
@@ -32,8 +32,8 @@ def test_smoke_run_as_json(tmp_path: Path) -> None:
 
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert [row["id"] for row in report["rows"]] == ["n", "s", "c", "cpu", "r"]
+    assert [row["id"] for row in report["rows"]] == ["n", "s", "c", "cpu", "cpu-c", "cpu-a", "r"]
     assert report["chunks"] == 500
     # CPU is counted in clock ticks: 500 chunks may take fewer than one of the proxy's
     assert all(row["direct"] > 0 and row["proxy"] >= 0 for row in report["rows"])
-    assert all(row["proxy"] > 0 for row in report["rows"] if row["id"] != "cpu")
+    assert all(row["proxy"] > 0 for row in report["rows"] if not row["id"].startswith("cpu"))

@@ -94,10 +94,17 @@ _SIDE_EFFECTS = frozenset(
 )
 
 
+# Plain strings for the kinds every record compares with: an enum member costs an attribute
+# look-up each time, on the path of every streamed chunk.
+_STEP = EventKind.STEP_CHECKPOINT.value
+_REWIND = EventKind.REWIND.value
+_TOOL_CALL_UPDATE = EventKind.TOOL_CALL_UPDATE.value
+
+
 def is_boundary(kind: str, event: JSON) -> bool:
     if kind in _BOUNDARY:
         return True
-    return kind == EventKind.TOOL_CALL_UPDATE and event.get("status") in ("completed", "failed")
+    return kind == _TOOL_CALL_UPDATE and event.get("status") in ("completed", "failed")
 
 
 #: Built once: json.dumps with options builds an encoder per call, a third of its cost.
@@ -575,17 +582,18 @@ class RunningTurn:
                 "an event needs a non-empty string 'sessionUpdate' naming its kind, such as "
                 "'agent_message_chunk'; nothing was written"
             )
-        if kind == EventKind.STEP_CHECKPOINT:
+        if kind == _STEP:
             _validate_step(update)
         payload = text if text is not None else encode(update, f"the {kind} event")
-        if self._folder is not None:
-            if kind == EventKind.REWIND:
-                self._folder = None
-            elif is_text_chunk(kind, update):
+        folder = self._folder
+        if folder is not None:
+            if is_text_chunk(kind, update):
                 said = str(update["content"].get("text", ""))
-                self._folder.add_text(kind, said, update.get("messageId"))
+                folder.add_text(kind, said, update.get("messageId"))
+            elif kind == _REWIND:
+                self._folder = None
             else:
-                self._folder.add(json.loads(payload))  # a copy the caller cannot change
+                folder.add(json.loads(payload))  # a copy the caller cannot change
         self._seq += 1
         entry = JournalEntry(self.turn.token, self._seq, kind, payload, time.time())
         faults.point("turn.record.before")

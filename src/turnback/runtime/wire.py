@@ -17,15 +17,20 @@ durable proxy needs it to:
   among them, so the agent is not left waiting. Nothing one line holds ends the loop.
 * **Lossless, always-encodable JSON.** Lines are read and written with :mod:`turnback.jsontext`:
   an unpaired surrogate goes out as the ``\\uXXXX`` escape it came in as.
-* **A frame limit.** A line longer than ``max_frame`` bytes is skipped without being held in
-  memory and rejected with ``-32600``; its id is read from the frame's first bytes (JSON-RPC
-  writers put it before the params), so a request fails instead of hanging.
+* **Large reads.** Lines are split out of reads of up to 64 KiB, so a burst of lines costs one
+  read and one wake-up of the loop, not one each.
+* **A frame limit.** A line longer than ``max_frame`` bytes is skipped (no more than the limit of
+  it is ever held) and rejected with ``-32600``, in its place among the other lines; its id is
+  read from the frame's first bytes (JSON-RPC writers put it before the params), so a request
+  fails instead of hanging.
 * **Ordered, batched writes.** :meth:`Wire.post` writes synchronously, in call order with what
   the connection sends through :meth:`Wire.send`; what is posted in one pass of the event loop
-  goes out in one write. While more than ``BACKLOG`` bytes wait for the reader,
-  :meth:`Wire.backlog` says so, and a watch that took frames waits on ``pace`` (asked every few
-  frames) before the next one is read: a slow reader on one side slows the writer on the other
-  instead of filling memory.
+  goes out in one write, and what a watch posts goes out once its wire has handed out the lines
+  it read (before it waits for more, or returns a frame), without a pass of the loop of its own.
+  While
+  more than ``BACKLOG`` bytes wait for the reader, :meth:`Wire.backlog` says so, and a watch
+  that took frames waits on ``pace`` (asked every few frames) before the next one is read: a
+  slow reader on one side slows the writer on the other instead of filling memory.
 * **Session ids replaced in the line.** :func:`with_session_id` forwards a frame as it was written
   with only its session id changed when that is safe, and re-encodes it when it is not.
 * **An update read once.** A ``session/update`` written in the SDKs' compact form (the bulk of
@@ -47,6 +52,8 @@ import contextlib
 import contextvars
 import functools
 import logging
+import threading
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
@@ -63,6 +70,7 @@ INTERNAL_ERROR = -32603
 #: Bytes written and not yet read past which a watch that took a frame waits for the reader.
 BACKLOG = 1 << 20
 _HEAD = 4096
+_READ = 1 << 16  # bytes asked for in one read
 _SESSION_KEY = b'"sessionId"'
 _METHOD = b'"method"'
 _YIELD_EVERY = 16
@@ -72,6 +80,11 @@ _PACE_EVERY = 8
 _UPDATE_HEAD = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
 _UPDATE_HEAD_BYTES = _UPDATE_HEAD.encode()
 _UPDATE_KEY = ',"update":'
+
+
+#: While a wire's watch runs: the list of wires it posted to that the watching wire writes
+#: before it next waits (see :meth:`Wire.post_line`).
+_WATCHING = threading.local()
 
 
 class UpdateFrame(dict[str, Any]):
@@ -168,6 +181,14 @@ class Wire:
         self._pending: list[bytes] = []  # posted, not yet written: one write per loop pass
         self._pending_bytes = 0
         self._read = 0
+        #: read, not yet received: lines, and (first bytes, size) of each over-long one
+        self._lines: deque[bytes | tuple[bytes, int]] = deque()
+        self._partial: list[bytes] = []  # the start of the line being read
+        self._held = 0  # its size
+        self._skipped: int | None = None  # the size so far of an over-long line being skipped
+        self._head = b""  # the first bytes of that line
+        self._eof = False
+        self._posted: list[Wire] = []  # wires its watch posted to, written before it waits
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -178,9 +199,16 @@ class Wire:
     def post_line(self, line: bytes) -> None:
         """Write one message that is already JSON text (no newline), after everything posted
         before it. Messages posted in one pass of the event loop go out in one write: a burst
-        of updates costs one system call (and one wake-up of the reader), not one each."""
+        of updates costs one system call (and one wake-up of the reader), not one each. What
+        a wire's watch posts goes out when that wire has handed it all the lines it has read,
+        just before it waits for more, rather than at the loop's next pass: a chunk that comes
+        alone costs one pass of the loop less."""
         if not self._pending:
-            asyncio.get_running_loop().call_soon(self.flush)
+            watching: list[Wire] | None = getattr(_WATCHING, "posted", None)
+            if watching is not None:
+                watching.append(self)
+            else:
+                asyncio.get_running_loop().call_soon(self.flush)
         self._pending.append(line)
         self._pending.append(b"\n")
         self._pending_bytes += len(line) + 1
@@ -228,12 +256,28 @@ class Wire:
     # -- reading -----------------------------------------------------------------------------
 
     async def receive(self) -> Frame | None:
+        try:
+            return await self._receive()
+        finally:
+            self._write_posted()
+
+    def _write_posted(self) -> None:
+        """Write what the watch posted (before waiting, or returning)."""
+        if self._posted:
+            for wire in self._posted:
+                wire.flush()
+            self._posted.clear()
+
+    async def _receive(self) -> Frame | None:
         while True:
             self._read += 1
             if not self._read % _YIELD_EVERY:
                 # A reader with lines buffered returns them without suspending: let the loop
                 # run other work now and then, however fast the far side writes.
+                self._write_posted()
                 await asyncio.sleep(0)
+            if not self._lines:
+                self._write_posted()  # about to wait for the far side
             line = await self._read_line()
             if line is None:
                 self.gone.set()
@@ -254,7 +298,7 @@ class Wire:
                 continue
             if message is None:
                 continue
-            if self._watch is not None and self._watch(message, line):
+            if self._watch is not None and self._watched(message, line):
                 # Taken by the watch: read no more while the far side has a backlog (asked
                 # every few lines: a backlog is a megabyte, a line is usually a few hundred
                 # bytes, and asking costs as much as forwarding one).
@@ -263,9 +307,19 @@ class Wire:
                     and not self._read % _PACE_EVERY
                     and (backlog := self._pace()) is not None
                 ):
+                    self._write_posted()
                     await backlog
                 continue
             return message
+
+    def _watched(self, message: Frame, line: bytes) -> bool:
+        """The watch's verdict on ``message``; what it posts waits in ``_posted``."""
+        assert self._watch is not None
+        _WATCHING.posted = self._posted
+        try:
+            return self._watch(message, line)
+        finally:
+            _WATCHING.posted = None
 
     def _reject(
         self,
@@ -311,41 +365,82 @@ class Wire:
         return cast(Frame, message)
 
     async def _read_line(self) -> bytes | None:
-        """One line; None at end of file. An over-long line is rejected and skipped."""
-        try:
-            return await self._reader.readuntil(b"\n")
-        except asyncio.IncompleteReadError as partial:
-            return partial.partial or None  # a last line without a newline still counts
-        except asyncio.LimitOverrunError as overrun:
-            head = await self._reader.read(min(overrun.consumed, _HEAD))
-            size = len(head) + await self._skip_line()
-            self._reject(
-                jsontext.request_id(head),
-                INVALID_REQUEST,
-                f"Invalid request: a message of {size} bytes or more is over the limit of "
-                f"{self.max_frame} bytes; it was skipped",
-                head,
-                request=_METHOD in head,
-                limit=self.max_frame,
-                size=size,
-            )
-            return b""
-        except (ConnectionError, OSError) as error:
-            log.warning("the other side's output failed (%s)", error)
-            return None
-
-    async def _skip_line(self) -> int:
-        """Discard the rest of the current line without holding it; returns its size."""
-        skipped = 0
-        while True:
+        """One line (with no newline); None at end of file. Lines are split out of large
+        reads, so a burst of lines costs one read and one wake-up, not one each. An over-long
+        line is rejected and skipped without being held."""
+        while not self._lines:
+            if self._eof:
+                return None
             try:
-                rest = await self._reader.readuntil(b"\n")
-            except asyncio.LimitOverrunError as overrun:
-                skipped += len(await self._reader.read(overrun.consumed))
-            except asyncio.IncompleteReadError as partial:
-                return skipped + len(partial.partial)
+                data = await self._reader.read(_READ)
+            except (ConnectionError, OSError) as error:
+                log.warning("the other side's output failed (%s)", error)
+                return None
+            if data:
+                self._split(data)
+                continue
+            self._eof = True
+            if self._skipped is not None:
+                self._lines.append((self._head, self._skipped))
+            elif self._partial:  # a last line without a newline still counts
+                self._lines.append(b"".join(self._partial))
+        line = self._lines.popleft()
+        if isinstance(line, tuple):  # over the limit: rejected in its turn, among the others
+            self._too_long(*line)
+            return b""
+        return line
+
+    def _split(self, data: bytes) -> None:
+        """Queue the lines ``data`` completes; keep the start of the next one (or, past the
+        limit, only its first bytes and its size)."""
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        if lines:
+            if self._skipped is not None:
+                self._lines.append((self._head, self._skipped + len(lines[0]) + 1))
+                self._skipped = None
+                del lines[0]
+            elif self._partial:
+                self._partial.append(lines[0])
+                lines[0] = b"".join(self._partial)
+                self._partial.clear()
+                self._held = 0
+            if len(data) <= self.max_frame and (not lines or len(lines[0]) <= self.max_frame):
+                self._lines.extend(lines)  # none can be over the limit
             else:
-                return skipped + len(rest)
+                for line in lines:
+                    if len(line) > self.max_frame:
+                        self._lines.append((line[:_HEAD], len(line) + 1))
+                    else:
+                        self._lines.append(line)
+        if rest:
+            self._hold(rest)
+
+    def _hold(self, data: bytes) -> None:
+        """Keep ``data``, the middle of a line, unless the line is already over the limit."""
+        if self._skipped is not None:
+            self._skipped += len(data)
+            return
+        self._partial.append(data)
+        self._held += len(data)
+        if self._held > self.max_frame:
+            self._head = b"".join(self._partial)[:_HEAD]
+            self._skipped = self._held
+            self._partial.clear()
+            self._held = 0
+
+    def _too_long(self, head: bytes, size: int) -> None:
+        """Reject the over-long line of ``size`` bytes whose first bytes are ``head``."""
+        self._reject(
+            jsontext.request_id(head),
+            INVALID_REQUEST,
+            f"Invalid request: a message of {size} bytes or more is over the limit of "
+            f"{self.max_frame} bytes; it was skipped",
+            head,
+            request=_METHOD in head,
+            limit=self.max_frame,
+            size=size,
+        )
 
     async def close(self) -> None:
         self.flush()
