@@ -27,10 +27,9 @@ durable proxy needs it to:
   the connection sends through :meth:`Wire.send`; what is posted in one pass of the event loop
   goes out in one write, and what a watch posts goes out once its wire has handed out the lines
   it read (before it waits for more, or returns a frame), without a pass of the loop of its own.
-  While
-  more than ``BACKLOG`` bytes wait for the reader, :meth:`Wire.backlog` says so, and a watch
-  that took frames waits on ``pace`` (asked every few frames) before the next one is read: a
-  slow reader on one side slows the writer on the other instead of filling memory.
+  While more than ``BACKLOG`` bytes wait for the reader, :meth:`Wire.backlog` says so, and a
+  watch that took frames waits on ``pace`` (asked every few frames) before the next one is read:
+  a slow reader on one side slows the writer on the other instead of filling memory.
 * **Session ids replaced in the line.** :func:`with_session_id` forwards a frame as it was written
   with only its session id changed when that is safe, and re-encodes it when it is not.
 * **An update read once.** A ``session/update`` written in the SDKs' compact form (the bulk of
