@@ -340,6 +340,18 @@ class Revert:
 
 
 @dataclass(frozen=True, slots=True)
+class RevertRequest:
+    """What a revert (or its plan) is asked to do: rewind to turn ``to_turn`` (0: before the
+    first) the files, the conversation or both; ``keep_user_edits`` undoes only the agent's own
+    changes to the files."""
+
+    to_turn: int
+    files: bool = True
+    conversation: bool = True
+    keep_user_edits: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class RevertPlan:
     """What a revert would do to the files, computed while writing nothing.
 

@@ -113,8 +113,8 @@ def test_an_agent_slower_than_the_initialize_timeout_is_refused_and_a_longer_one
         run(scenario("0.5"))
     assert "did not answer initialize within 0.5 s" in str(refused.value.data)
     assert (
-        "--initialize-timeout SECONDS` in the agent's command of the editor's settings"
-        in (refused.value.data["details"])
+        "edit the agent's command in your editor's settings: put `--initialize-timeout "
+        "SECONDS` between `acp` and `--`" in refused.value.data["details"]
     )
     assert "`turnback" not in str(refused.value.data)  # no terminal command for the editor
     assert run(scenario("20")) == "end_turn"

@@ -67,9 +67,15 @@ def test_close_info_and_delete(home: Path, workspace: Path, tmp_path: Path) -> N
         got["prompt"] = await talk.ask("session/prompt", prompt)
         got["listed"] = await talk.ask("session/list", {})
         got["close"] = await talk.ask("session/close", {"sessionId": session_id})
+        got["close again"] = await talk.ask("session/close", {"sessionId": session_id})
         got["closed prompt"] = await talk.ask("session/prompt", prompt)
         got["listed after close"] = await talk.ask("session/list", {})
         load = {"sessionId": session_id, **new}
+        other = (await talk.ask("session/new", new))["result"]["sessionId"]
+        got["other"] = other
+        # an ACP session id is opaque: a prefix of one names no session
+        got["load prefix"] = await talk.ask("session/load", {**load, "sessionId": other[:8]})
+        got["delete prefix"] = await talk.ask("session/delete", {"sessionId": other[:8]})
         got["load"] = await talk.ask("session/load", load)
         got["prompt after load"] = await talk.ask("session/prompt", prompt)
         got["delete"] = await talk.ask("session/delete", {"sessionId": session_id})
@@ -88,16 +94,20 @@ def test_close_info_and_delete(home: Path, workspace: Path, tmp_path: Path) -> N
     assert infos[0]["updatedAt"].endswith("Z")
     assert got["listed"]["result"]["sessions"][0]["title"] == "say hello"
     # close: forwarded to the agent under its own session id; turnback's record is kept
-    assert got["close"]["result"] == {}
+    assert got["close"]["result"] == {} and got["close again"]["result"] == {}
     closes = [line.split() for line in agent_log.read_text().splitlines() if "close" in line]
     assert len(closes) == 1 and closes[0][1].startswith("rough-")  # the agent's own session id
     assert got["closed prompt"]["error"]["code"] == -32602
     assert [s["sessionId"] for s in got["listed after close"]["result"]["sessions"]] == [session_id]
     assert "result" in got["load"] and "result" in got["prompt after load"]
-    # delete: gone from the store, a second delete and a load are -32602
+    assert got["load prefix"]["error"]["code"] == -32602
+    assert got["delete prefix"]["result"] == {}  # as for any session that does not exist
+    # delete: gone from the store; deleting it again succeeds silently (as ACP says); a load
+    # of it is -32602
     assert got["delete"]["result"] == {}
-    assert got["listed after delete"]["result"]["sessions"] == []
-    assert got["delete again"]["error"]["code"] == -32602
+    listed = [s["sessionId"] for s in got["listed after delete"]["result"]["sessions"]]
+    assert listed == [got["other"]]  # the prefix deleted nothing
+    assert got["delete again"]["result"] == {}
     assert got["load deleted"]["error"]["code"] == -32602
     with turnback.open(home) as tb:
         with pytest.raises(SessionNotFound):
@@ -259,7 +269,7 @@ def test_session_delete_reaches_an_agent_that_supports_it(
         after = sorted(p.name for p in saved.glob("ts-*.json"))
         again = await talk.ask("session/delete", {"sessionId": session_id})
         await finish(talk.editor)
-        assert again["error"]["code"] == -32602  # gone: an unknown session now
+        assert again["result"] == {}  # gone: deleting it again succeeds silently, as ACP says
         return initialized, deleted, before, after
 
     initialized, deleted, before, after = run(scenario())

@@ -228,3 +228,83 @@ def test_a_surrogate_written_raw_in_utf8_reads_as_that_surrogate() -> None:
 
     assert jsontext.loads(b'{"id":"\xed\xa0\x80"}') == {"id": "\ud800"}
     assert jsontext.loads(jsontext.dumps({"id": "\ud800"}).encode()) == {"id": "\ud800"}
+
+
+@pytest.mark.parametrize("point", ["turn.begin.inside", "turn.record.before", "turn.end.before"])
+def test_whatever_a_handler_raises_the_prompt_is_answered_and_the_next_one_works(
+    home: Path, workspace: Path, point: str
+) -> None:
+    """An exception turnback does not expect (here a fault point armed to raise, once) is an
+    error answer to the request in hand: the proxy goes on serving and the turn ends."""
+    editor = Editor()
+    env = {"TURNBACK_FAULT": f"{point}:raise"}
+
+    async def scenario() -> tuple[str, list[str], int]:
+        command = proxy_command(home, ROUGH)
+        async with connect(editor, command, workspace, env=env) as (conn, process):
+            session_id = await start(conn, workspace)
+            try:
+                first = await prompt(conn, session_id, "say one")
+            except acp.RequestError as error:
+                first = f"error {error.code}"
+            stops = [first, await prompt(conn, session_id, "say two")]
+            assert process.stdin is not None
+            process.stdin.close()
+            return session_id, stops, await asyncio.wait_for(process.wait(), 15)
+
+    session_id, stops, code = run(scenario())
+    assert code == 0
+    assert stops[1] == "end_turn"
+    with turnback.open(home) as tb:
+        turns = tb.session(session_id).turns()
+        codes = [a.code for a in tb.session(session_id).activities()]
+    assert TurnStatus.RUNNING not in [t.status for t in turns]
+    assert turns[-1].status is TurnStatus.COMPLETED and turns[-1].prompt_text == "say two"
+    assert "agent.crashed" not in codes  # turnback's failure is not blamed on the agent
+    if point == "turn.begin.inside":  # refused before anything was written
+        assert stops[0] == "error -32603" and len(turns) == 1
+    elif point == "turn.record.before":  # not journaled, but the editor still got it
+        assert stops[0] == "end_turn" and "turn.record.failed" in codes
+        assert editor.text(session_id) == "onetwo"
+    else:  # the agent answered, turnback could not commit: the turn ends failed, saying why
+        assert stops[0] == "error -32603" and "turn.end.failed" in codes
+        assert turns[0].status is TurnStatus.FAILED and "turn.end.before" in (turns[0].detail or "")
+
+
+@pytest.mark.parametrize("how", ["stdin", "sigterm"])
+def test_the_editor_going_away_while_it_is_asked_for_a_permission_ends_the_turn(
+    home: Path, workspace: Path, how: str
+) -> None:
+    """The runtime waits for the editor's answer to the agent's permission request; the editor
+    goes away instead: the turn still ends cancelled and the proxy exits 0 within 5 s."""
+    from tests.acp.test_session_methods import Talk, _permission
+
+    script = f"raw {json.dumps(json.dumps(_permission('perm-1')))}\nhang"
+
+    async def scenario() -> tuple[str, float, int]:
+        talk = Talk(await raw_proxy(home, workspace, agent=ROUGH))
+        await talk.ask("initialize", {})
+        new = {"cwd": str(workspace), "mcpServers": []}
+        session_id = (await talk.ask("session/new", new))["result"]["sessionId"]
+        prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": script}]}
+        await talk.editor.send(_request(900, "session/prompt", prompt))
+        stdout = talk.editor.process.stdout
+        assert stdout is not None
+        while (
+            "session/request_permission"
+            not in (await asyncio.wait_for(stdout.readline(), 30)).decode()
+        ):
+            pass  # the editor is being asked; it never answers
+        began = time.monotonic()
+        if how == "stdin":
+            assert talk.editor.process.stdin is not None
+            talk.editor.process.stdin.close()
+        else:
+            talk.editor.process.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(talk.editor.process.wait(), 15)
+        return session_id, time.monotonic() - began, code
+
+    session_id, took, code = run(scenario())
+    assert code == 0 and took < 5.0
+    with turnback.open(home) as tb:
+        assert tb.session(session_id).get_turn(1).status is TurnStatus.CANCELLED

@@ -95,6 +95,7 @@ def test_malformed_lines_unknown_methods_and_oversized_frames_get_clear_errors(
     assert "'frobnicate/now' is not an ACP method" in unknown["error"]["message"]
     assert oversized["id"] == 3 and oversized["error"]["code"] == -32600
     assert "limit of 4096 bytes" in oversized["error"]["message"]
+    assert "put `--max-frame BYTES` between `acp` and `--`" in oversized["error"]["message"]
     assert not_open["id"] == 4 and "is not open" in str(not_open["error"]["data"])
     assert extension["id"] == 5 and extension["error"]["code"] == -32601  # the agent's answer
     assert listed["id"] == 6 and listed["result"] == {"sessions": []}  # still serving

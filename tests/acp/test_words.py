@@ -110,6 +110,7 @@ def test_the_editor_hears_no_terminal_command(home: Path, tmp_path: Path) -> Non
     refused, talk = run(scenario())
     error = refused["error"]  # type: ignore[index]
     assert error["code"] == -32602 and error["data"]["remedy"] == "sessions"
+    assert "the editor's list of sessions shows the ones turnback keeps" in error["message"]
     said = [
         n["params"]["update"]["content"]["text"]
         for n in talk.notes
@@ -139,3 +140,32 @@ def test_a_revert_left_for_recovery_is_worded_by_each_surface() -> None:
         assert worded(error).startswith(str(error)) and "`turnback" not in worded(error)
     assert RestoreIncomplete("x", ("a.txt",)).paths == ("a.txt",)
     assert RestoreIncomplete("x").remedy is None
+
+
+def test_a_delete_refused_for_a_set_aside_turn_says_where_it_is_settled(
+    home: Path, tmp_path: Path
+) -> None:
+    from tests.conftest import insert_next_turn
+    from turnback.model import TurnStatus
+
+    with turnback.open(home) as tb:
+        session = tb.create_session(workspace=tmp_path)
+        with tb.store.atomic() as tx:
+            insert_next_turn(
+                tx, session.id, owner_id=None, status=TurnStatus.SET_ASIDE, prompt="aside"
+            )
+
+    async def scenario() -> dict[str, object]:
+        talk = Talk(await raw_proxy(home, tmp_path, agent=SCRIPTED))
+        await talk.ask("initialize", {})
+        refused = await talk.ask("session/delete", {"sessionId": session.id})
+        await asyncio.wait_for(finish(talk.editor), 15)
+        return refused
+
+    error = run(scenario())["error"]  # type: ignore[index]
+    assert error["data"]["remedy"] == "decide" and error["data"]["state"] == "set_aside"
+    assert error["data"]["turn"] == 1
+    assert "applied or discarded on turnback's review page, not here" in error["message"]
+    assert "`turnback" not in error["message"]
+    with turnback.open(home) as tb:
+        assert [t.status for t in tb.session(session.id).turns()] == [TurnStatus.SET_ASIDE]

@@ -9,7 +9,7 @@ import pytest
 
 import turnback
 from tests.conftest import insert_next_turn
-from turnback.errors import SessionNotFound, TurnInProgress
+from turnback.errors import DECIDE, SessionNotFound, TurnInProgress
 from turnback.model import TurnStatus
 
 
@@ -47,6 +47,7 @@ def test_delete_is_refused_while_a_turn_runs_or_is_set_aside(
         session.delete()
     with tb.store.atomic() as tx:
         insert_next_turn(tx, session.id, owner_id=None, status=TurnStatus.SET_ASIDE, prompt="aside")
-    with pytest.raises(TurnInProgress, match="apply or discard"):
+    with pytest.raises(TurnInProgress, match="kept until each is applied or discarded") as aside:
         session.delete()
+    assert (aside.value.turn, aside.value.state, aside.value.remedy) == (2, "set_aside", DECIDE)
     assert tb.session(session.id).turns()

@@ -104,3 +104,40 @@ def test_an_agent_that_cannot_start_names_the_command(
 ) -> None:
     with pytest.raises(AgentUnavailable, match="no-such-agent-program"):
         run(AgentRuntime.start(tb, session, ["no-such-agent-program", "--acp"]))
+
+
+def test_a_frame_turnback_fails_on_is_answered_and_the_receive_loop_goes_on() -> None:
+    """Whatever the wire's watch raises for one message, that message is rejected (a request
+    answered with an error) and the next one is read."""
+    import asyncio
+    import io
+    from typing import Any
+
+    from turnback.runtime.wire import INTERNAL_ERROR, Rejected, Wire
+
+    class Sink(io.BytesIO):
+        async def drain(self) -> None:
+            pass
+
+        def is_closing(self) -> bool:
+            return False
+
+    def watch(frame: dict[str, Any], line: bytes) -> bool:
+        if frame.get("id") == 5:
+            raise RuntimeError("a bug in turnback")
+        return False
+
+    async def scenario() -> tuple[list[Any], list[Rejected]]:
+        reader = asyncio.StreamReader()
+        ask = b'{"jsonrpc":"2.0","id":5,"method":"session/request_permission","params":{}}\n'
+        reader.feed_data(ask + b'{"jsonrpc":"2.0","id":6,"method":"fs/read_text_file"}\n')
+        reader.feed_eof()
+        rejected: list[Rejected] = []
+        wire = Wire(reader, Sink(), 4096, rejected=rejected.append, watch=watch)
+        return [await wire.receive(), await wire.receive()], rejected
+
+    (read, end), rejected = asyncio.run(scenario())
+    assert read is not None and read["id"] == 6 and end is None
+    [refused] = rejected
+    assert (refused.rpc_id, refused.code, refused.request) == (5, INTERNAL_ERROR, True)
+    assert "a bug in turnback" in refused.message

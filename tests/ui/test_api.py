@@ -253,6 +253,35 @@ def test_a_refused_action_says_what_happened_and_what_to_do_and_changes_nothing(
     assert [r.state for r in tb.session(sid).reverts()] == ["rolled_back"]  # the conflict's
 
 
+def test_the_page_words_what_settles_an_error_from_its_remedy(
+    client: TestClient, reviewed: Reviewed, tb: turnback.Turnback
+) -> None:
+    sid = reviewed.session
+    with tb.session(sid).turn("busy"):
+        busy = post(client, f"/api/sessions/{sid}/revert", {"to_turn": 1})
+    assert busy.status_code == 409
+    error = busy.json()["error"]
+    assert (error["type"], error["turn"], error["state"], error["remedy"]) == (
+        "TurnInProgress",
+        4,
+        "running",
+        "wait",
+    )
+    assert error["hint"].startswith("Wait until turn 4 ends (this page shows it live)")
+    assert [t.number for t in tb.session(sid).turns()] == [1, 2, 3, 4]
+    assert tb.session(sid).reverts() == []
+
+    from turnback.errors import RECOVER, RevertInProgress, WorkspaceError
+    from turnback.ui.app import error_json
+
+    _, left = error_json(WorkspaceError("rolling the revert back failed", remedy=RECOVER))
+    assert left["error"]["hint"].startswith("It was left half done by a program that stopped")
+    _, held = error_json(RevertInProgress("the workspace is being reverted", 7, None))
+    assert held["error"]["hint"].startswith("Wait until the other revert or undo ends")
+    for body in (error, left["error"], held["error"]):
+        assert "`turnback recover` in a terminal" in body["hint"]  # the page cannot do it
+
+
 def test_an_action_without_the_anti_forgery_header_is_refused(
     client: TestClient, reviewed: Reviewed, tb: turnback.Turnback
 ) -> None:

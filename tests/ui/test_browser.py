@@ -225,7 +225,7 @@ def test_a_revert_that_would_fail_is_shown_so_and_a_refused_one_says_what_to_do(
         alert = dialog.get_by_role("alert")
         expect(alert).to_contain_text("What happened")
         expect(alert).to_contain_text("is running")
-        expect(alert).to_contain_text("Wait until the running turn ends")
+        expect(alert).to_contain_text("Wait until turn 4 ends (this page shows it live)")
         shot(page, "revert-refused")
         running.cancel("done with the test")
     assert (reviewed.workspace / "app.py").read_text() == "my own edit\n"

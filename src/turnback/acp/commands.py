@@ -18,7 +18,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from turnback.acp.offered import NAMES
-from turnback.errors import INITIALIZE_TIMEOUT, RECOVER, SHOW, TURNS, WAIT, TurnbackError
+from turnback.errors import (
+    DECIDE,
+    INITIALIZE_TIMEOUT,
+    RECOVER,
+    SESSIONS,
+    SHOW,
+    TURNS,
+    WAIT,
+    TurnbackError,
+)
 from turnback.model import FileChange, Turn
 
 if TYPE_CHECKING:
@@ -92,8 +101,10 @@ def worded(error: TurnbackError) -> str:
         RECOVER: "; restarting the agent settles it",
         TURNS: "; `/checkpoints` lists this session's turns",
         SHOW: "; `/checkpoints` shows what was kept",
-        INITIALIZE_TIMEOUT: "; give it longer with `--initialize-timeout SECONDS` in the "
-        "agent's command of the editor's settings",
+        SESSIONS: "; the editor's list of sessions shows the ones turnback keeps",
+        DECIDE: "; such turns are applied or discarded on turnback's review page, not here",
+        INITIALIZE_TIMEOUT: "; to give it longer, edit the agent's command in your editor's "
+        "settings: put `--initialize-timeout SECONDS` between `acp` and `--`",
     }
     return f"{error}{hints.get(error.remedy or '', '')}"
 

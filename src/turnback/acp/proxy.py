@@ -50,6 +50,7 @@ from turnback.acp.wire import REQUEST_ID, EditorWire, open_stdio
 from turnback.engine.handle import Session, Turnback
 from turnback.engine.turns import validate_prompt
 from turnback.errors import (
+    SESSIONS,
     AmbiguousId,
     InvalidEvent,
     InvalidId,
@@ -378,7 +379,10 @@ class Proxy:
         if method == "session/prompt":
             return await self._prompt(params)
         if method == "session/close":
-            closing = self._editor_session(params)
+            # ACP: closing a session that is not open here (or never was) succeeds as well
+            closing = self._sessions.get(str(params.get("sessionId")))
+            if closing is None:
+                return {}
             runtime = closing.runtime
             if runtime is not None and _supports(runtime.initialize_response, "close"):
                 await runtime.request(method, self._to_agent(closing, params))
@@ -530,7 +534,10 @@ class Proxy:
         """session/delete: the session leaves turnback's store (refused while a turn runs or
         one is set aside), then the agent deletes its own session when it says it can, and the
         session leaves the agent process."""
-        session = await asyncio.to_thread(self._stored, params.get("sessionId"))
+        try:
+            session = await asyncio.to_thread(self._stored, params.get("sessionId"))
+        except (SessionNotFound, InvalidId):
+            return  # ACP: deleting a session that is gone, or never was, succeeds silently
         record = await asyncio.to_thread(lambda: session.record)
         await asyncio.to_thread(session.delete)
         editor = self._sessions.get(session.id)
@@ -551,9 +558,15 @@ class Proxy:
                 await self._close_session(editor)
 
     def _stored(self, session_id: Any) -> Session:
+        """The stored session whose id is exactly ``session_id``: an ACP session id is opaque,
+        so a prefix names none (a session/delete must not remove a session it only begins)."""
         if not isinstance(session_id, str) or not session_id:
             raise RequestError.invalid_params({"details": "sessionId is required"})
-        return self.tb.session(session_id)
+        with contextlib.suppress(AmbiguousId):
+            session = self.tb.session(session_id)
+            if session.id == session_id:
+                return session
+        raise SessionNotFound(f"no session {session_id!r} in {self.tb.home}").settled_by(SESSIONS)
 
     async def _start(self, session: Session, servers: Sequence[Any]) -> _EditorSession:
         relay = _SessionRelay(self, session.id, servers)

@@ -101,7 +101,10 @@ class EditorWire(Wire):
     def _answer(self, rejected: Rejected) -> None:
         message = rejected.message
         if rejected.data is not None and "size" in rejected.data:
-            message += " (turnback acp --max-frame raises the limit)"
+            message += (
+                " (to raise the limit, put `--max-frame BYTES` between `acp` and `--` in the "
+                "agent's command in your editor's settings)"
+            )
         elif rejected.data is not None and "limit" in rejected.data:
             message += " (turnback acp's limit)"
         data = rejected.data

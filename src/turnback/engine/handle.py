@@ -29,6 +29,7 @@ from turnback.engine.turns import (
 )
 from turnback.errors import (
     ACTIVITIES,
+    DECIDE,
     SESSIONS,
     TURNS,
     AmbiguousId,
@@ -53,6 +54,7 @@ from turnback.model import (
     RecoveryReport,
     Revert,
     RevertPlan,
+    RevertRequest,
     RunEvent,
     SessionRecord,
     StepCheckpoint,
@@ -379,8 +381,12 @@ class Session:
             if aside:
                 raise TurnInProgress(
                     f"session {self.id[:12]} has {len(aside)} set-aside turn(s) (turn "
-                    f"{aside[0].number} first); apply or discard them before deleting it",
+                    f"{aside[0].number} first), kept until each is applied or discarded, so it "
+                    "cannot be deleted yet",
                     aside[0].token,
+                    turn=aside[0].number,
+                    state=TurnStatus.SET_ASIDE.value,
+                    remedy=DECIDE,
                 )
             record = tx.get_session(self.id)
             assert record is not None
@@ -688,14 +694,8 @@ class Session:
         the files, then rolls the conversation back in one transaction; later turns are kept as
         reverted history. ``keep_user_edits`` undoes only the agent's own changes (RevertConflict,
         with nothing written, where they clash with hand edits)."""
-        return revert.revert(
-            *self._reverting(),
-            to_turn,
-            files=files,
-            conversation=conversation,
-            keep_user_edits=keep_user_edits,
-            rollback=rollback,
-        )
+        request = RevertRequest(to_turn, files, conversation, keep_user_edits)
+        return revert.revert(*self._reverting(), request, rollback)
 
     def start_revert(
         self,
@@ -709,14 +709,8 @@ class Session:
         """:meth:`revert` up to the agent's side: validated (``rollback.check`` included),
         captured, the files moved. Roll the agent back on your side, then call ``finish()`` on
         the result (or ``abandon(why)``, which puts the files back)."""
-        return revert.start_revert(
-            *self._reverting(),
-            to_turn,
-            files=files,
-            conversation=conversation,
-            keep_user_edits=keep_user_edits,
-            rollback=rollback,
-        )
+        request = RevertRequest(to_turn, files, conversation, keep_user_edits)
+        return revert.start_revert(*self._reverting(), request, rollback)
 
     def revert_plan(
         self,
@@ -730,13 +724,8 @@ class Session:
         files restored and deleted (with +/-), the files kept (ignored, not captured, existing
         before the turns, or hand edits under ``keep_user_edits``) and the hand edits in the way
         (``conflicts``). Raises what the revert would raise before it writes."""
-        return revert.plan(
-            *self._reverting(),
-            to_turn,
-            files=files,
-            conversation=conversation,
-            keep_user_edits=keep_user_edits,
-        )
+        request = RevertRequest(to_turn, files, conversation, keep_user_edits)
+        return revert.plan(*self._reverting(), request)
 
     def _reverting(self) -> tuple[Store, WorkspaceCheckpoints | None, str]:
         """What the engine's revert, its first steps and its plan take before their own

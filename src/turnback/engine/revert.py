@@ -67,6 +67,7 @@ from turnback.model import (
     Message,
     Revert,
     RevertPlan,
+    RevertRequest,
     RevertState,
     SessionRecord,
     Turn,
@@ -110,26 +111,13 @@ def revert(
     store: Store,
     checkpoints: WorkspaceCheckpoints | None,
     session_id: str,
-    to_turn: int,
-    *,
-    files: bool = True,
-    conversation: bool = True,
-    keep_user_edits: bool = False,
+    request: RevertRequest,
     rollback: ConversationRollback | None = None,
 ) -> Revert:
-    """Rewind the session to turn ``to_turn`` (0: before its first turn), the agent's rollback
-    applied between the files and the commit."""
-    started = start_revert(
-        store,
-        checkpoints,
-        session_id,
-        to_turn,
-        files=files,
-        conversation=conversation,
-        keep_user_edits=keep_user_edits,
-        rollback=rollback,
-    )
-    if conversation and rollback is not None:
+    """Rewind the session as ``request`` says, the agent's rollback applied between the files
+    and the commit."""
+    started = start_revert(store, checkpoints, session_id, request, rollback)
+    if request.conversation and rollback is not None:
         try:
             rollback.apply(started.turns, started.transcript)
         except (TurnbackError, OSError) as error:
@@ -216,19 +204,16 @@ def start_revert(
     store: Store,
     checkpoints: WorkspaceCheckpoints | None,
     session_id: str,
-    to_turn: int,
-    *,
-    files: bool = True,
-    conversation: bool = True,
-    keep_user_edits: bool = False,
+    request: RevertRequest,
     rollback: ConversationRollback | None = None,
 ) -> StartedRevert:
-    """Steps 1 to 4 of a revert to turn ``to_turn``: validated (``rollback.check`` included),
-    captured, recorded and the files moved. The caller rolls the agent back, then finishes."""
+    """Steps 1 to 4 of the revert ``request`` asks for: validated (``rollback.check``
+    included), captured, recorded and the files moved. The caller rolls the agent back, then
+    finishes."""
     # 1. validate, writing nothing
-    session, chain, later, target = _validate(
-        store, checkpoints, session_id, to_turn, files, conversation, keep_user_edits
-    )
+    session, chain, later, target = _validate(store, checkpoints, session_id, request)
+    to_turn, files, conversation = request.to_turn, request.files, request.conversation
+    keep_user_edits = request.keep_user_edits
     with store.read() as tx:
         transcript = [m for m in tx.messages(session_id) if m.turn in {t.token for t in chain}]
     target_turn = chain[to_turn - 1] if to_turn else None
@@ -319,14 +304,12 @@ def _validate(
     store: Store,
     checkpoints: WorkspaceCheckpoints | None,
     session_id: str,
-    to_turn: int,
-    files: bool,
-    conversation: bool,
-    keep_user_edits: bool,
+    request: RevertRequest,
 ) -> tuple[SessionRecord, list[Turn], list[Turn], str | None]:
     """Everything a revert checks before it writes: the session, its conversation, the turns
     it would undo and the checkpoint the files go back to."""
-    if not files and not conversation:
+    to_turn, files = request.to_turn, request.files
+    if not files and not request.conversation:
         raise ValueError("a revert moves files, the conversation, or both")
     with store.read() as tx:
         session = tx.get_session(session_id)
@@ -348,7 +331,7 @@ def _validate(
         target_turn = chain[to_turn - 1] if to_turn else None
         require_here([*later, *([target_turn] if target_turn else [])], "a revert of its files")
         _require_checkpoints(
-            checkpoints, session.workspace, to_turn, later, target, keep_user_edits
+            checkpoints, session.workspace, to_turn, later, target, request.keep_user_edits
         )
     return session, chain, later, target
 
@@ -357,20 +340,14 @@ def plan(
     store: Store,
     checkpoints: WorkspaceCheckpoints | None,
     session_id: str,
-    to_turn: int,
-    *,
-    files: bool = True,
-    conversation: bool = True,
-    keep_user_edits: bool = False,
+    request: RevertRequest,
 ) -> RevertPlan:
-    """What :func:`revert` with the same arguments would do to the files; writes nothing.
+    """What :func:`revert` of the same ``request`` would do to the files; writes nothing.
 
     It validates as the revert does (and raises what the revert would), then compares a capture
     of the workspace, named by no ref once this returns, with the target checkpoint."""
-    session, _chain, later, target = _validate(
-        store, checkpoints, session_id, to_turn, files, conversation, keep_user_edits
-    )
-    if not files:
+    session, _chain, later, target = _validate(store, checkpoints, session_id, request)
+    if not request.files:
         return RevertPlan()
     assert checkpoints is not None and target is not None
     ref = f"{session_id}/plan-{uuid.uuid4().hex}"
@@ -386,7 +363,7 @@ def plan(
             current=captured.commit,
             keep=later[0].begin_checkpoint,
             turns=[(t.begin_checkpoint or "", t.end_checkpoint or "") for t in later],
-            keep_user_edits=keep_user_edits,
+            keep_user_edits=request.keep_user_edits,
         )
     finally:
         checkpoints.snapshots.delete_refs(path, [ref])

@@ -11,6 +11,7 @@ bounded per agent process so a misbehaving agent cannot flood the session.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +27,8 @@ CHECKPOINT_METHOD = "_turnback/checkpoint"
 _KNOWN_EXTENSIONS = frozenset({CHECKPOINT_METHOD})
 _MAX_FRAME_REPORTS = 20
 _REQUESTS = frozenset({"session/request_permission", "elicitation/create"})
+
+log = logging.getLogger("turnback.runtime")
 
 
 class Recorder:
@@ -97,6 +100,14 @@ class Recorder:
                 self.on_lost(turn)
             return False
         except TurnNotRunning:
+            return False
+        except Exception as error:  # turnback's fault, not the agent's: the frame still goes on
+            log.exception("an update from the agent could not be recorded")
+            self.report(
+                "turn.record.failed",
+                f"an update from the agent could not be recorded: {error}",
+                {"update": repr(update)[:500], "error": f"{type(error).__name__}: {error}"},
+            )
             return False
         return True
 

@@ -284,20 +284,27 @@ class Wire:
             line = line.strip()
             if not line:
                 continue
+            message: Frame | None = None
             try:
                 message = self._check(line)
-            except Exception as error:  # one bad line must not end the receive loop
-                log.exception("a line could not be read")
+                taken = (
+                    message is not None and self._watch is not None and self._watched(message, line)
+                )
+            except Exception as error:  # one message must not end the receive loop
+                log.exception("a line could not be read or handled")
+                # a request the watch failed on is answered, so its sender is not left waiting
+                rpc_id = message.get("id") if message is not None and "method" in message else None
                 self._reject(
-                    None,
+                    rpc_id,
                     INTERNAL_ERROR,
-                    f"Internal error: a line could not be read ({error})",
+                    f"Internal error: a line could not be read or handled ({error})",
                     line,
+                    request=rpc_id is not None,
                 )
                 continue
             if message is None:
                 continue
-            if self._watch is not None and self._watched(message, line):
+            if taken:
                 # Taken by the watch: read no more while the far side has a backlog (asked
                 # every few lines: a backlog is a megabyte, a line is usually a few hundred
                 # bytes, and asking costs as much as forwarding one).

@@ -46,17 +46,22 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from turnback import cli
 from turnback.engine.handle import Session, Turnback
 from turnback.errors import (
+    ACTIVITIES,
+    DECIDE,
+    RECOVER,
+    SESSIONS,
+    SHOW,
+    TURNS,
+    WAIT,
     AmbiguousId,
     CheckpointUnavailable,
     InvalidId,
     NothingToRevert,
     NotSetAside,
     RevertConflict,
-    RevertInProgress,
     RollbackUnavailable,
     SessionNotFound,
     TurnbackError,
-    TurnInProgress,
     TurnNotFound,
 )
 
@@ -92,21 +97,43 @@ MAX_PATHS = 200
 # How often the live stream looks at the store for a change, in seconds.
 POLL_INTERVAL = 0.25
 
-# What to do next, worded for the page; the library's message says what happened.
+# What to do next, worded for the page's user: first from what settles the error (its structured
+# ``remedy``, see turnback.errors), else from its kind; the library's message says what happened.
+# The page cannot recover a dead process's work, so that one names the terminal command.
+_RECOVER = (
+    "run `turnback recover` in a terminal to finish it or roll it back, then reload this page"
+)
+_NO_SESSION = "Go back to the list of sessions; it may have been removed."
+_NO_TURN = "Go back to the session's timeline to pick a turn that exists."
+_NO_CHECKPOINT = (
+    "The workspace checkpoint is missing, so this part cannot be shown or restored; the "
+    "session's activities say why"
+)
+_REMEDIES: dict[str, Callable[[TurnbackError], str]] = {
+    WAIT: lambda e: (
+        "Wait until the other revert or undo ends, then reload and try again"
+        if e.state == "reverting"
+        else f"Wait until {f'turn {e.turn}' if e.turn else 'the running turn'} ends (this page "
+        "shows it live), then try again"
+    )
+    + f"; if the program running it was stopped, {_RECOVER}.",
+    RECOVER: lambda e: f"It was left half done by a program that stopped: {_RECOVER}.",
+    SESSIONS: lambda e: _NO_SESSION,
+    TURNS: lambda e: _NO_TURN,
+    ACTIVITIES: lambda e: f"{_NO_CHECKPOINT} (`turnback activities {(e.session or '')[:12]}`).",
+    DECIDE: lambda e: "Apply or discard the set-aside turns shown on the session's page.",
+    SHOW: lambda e: f"Open turn {e.turn or 'it'} on the session's timeline to see what was kept.",
+}
 _HINTS: dict[type[TurnbackError], str] = {
-    RevertInProgress: "Wait until the other revert or undo ends, then reload; if its process died, "
-    "run `turnback recover` to settle it.",
-    TurnInProgress: "Wait until the running turn ends (this page shows it live), then try again.",
     RevertConflict: "Keep a copy of your edits and revert without “keep my edits”, or leave the "
     "files as they are.",
     NothingToRevert: "There is nothing to undo: no revert of this session is left to undo.",
     NotSetAside: "Only a set-aside turn can be applied or discarded; reload to see the session "
     "as it is now.",
-    CheckpointUnavailable: "The workspace checkpoint is missing, so this part cannot be shown "
-    "or restored; the session's activities say why.",
+    CheckpointUnavailable: f"{_NO_CHECKPOINT}.",
     RollbackUnavailable: "The agent cannot roll its conversation back; revert the files only.",
-    SessionNotFound: "Go back to the list of sessions; it may have been removed.",
-    TurnNotFound: "Go back to the session's timeline to pick a turn that exists.",
+    SessionNotFound: _NO_SESSION,
+    TurnNotFound: _NO_TURN,
     AmbiguousId: "Use a longer id.",
     InvalidId: "Ids are hexadecimal; go back to the list of sessions.",
 }
@@ -121,13 +148,21 @@ _STATUS: dict[type[TurnbackError], int] = {
 def error_json(error: TurnbackError) -> tuple[int, dict[str, Any]]:
     """An error as the page shows it: what happened (the library's words) and what to do."""
     kind = type(error)
-    hint = next((h for k, h in _HINTS.items() if isinstance(error, k)), None)
+    worded = _REMEDIES.get(error.remedy or "")
+    hint = (
+        worded(error)
+        if worded
+        else next((h for k, h in _HINTS.items() if isinstance(error, k)), None)
+    )
     status = next((s for k, s in _STATUS.items() if isinstance(error, k)), None)
     body: dict[str, Any] = {
         "type": kind.__name__,
         "message": str(error),
         "hint": hint or "Nothing was changed. Reload the page to see the state as it is now.",
     }
+    for name in ("session", "turn", "state", "remedy"):
+        if getattr(error, name) is not None:
+            body[name] = getattr(error, name)
     if isinstance(error, RevertConflict):
         body["paths"] = list(getattr(error, "paths", ()))
     return status or (409 if error.exit_code == 3 else 500), {"error": body}
