@@ -3,6 +3,7 @@
     python bench/proxy.py              # the recorded run: 10,000 chunks, 1,000 timed updates
     python bench/proxy.py --smoke      # 500 chunks, 100 timed updates, 1 start-up round
     python bench/proxy.py --json
+    python bench/proxy.py --rounds 0   # the start-up rows only
 
 One SDK client (what an editor does: keep each update) drives the same agent -- a small SDK agent
 in this file (``python bench/proxy.py --agent``) -- over real pipes: (d) directly, (p) through
@@ -308,11 +309,19 @@ async def bench(sizes: dict[str, int], rounds: int, startups: int, scratch: Path
             kept = best.setdefault(side, result)
             for key, value in result.items():
                 kept[key] = min(kept[key], value)
+    rows = stream_rows(best, sizes) if rounds > 0 else []
+    if startups > 0:
+        rows += await start_ups(startups, scratch, env)
+    return {"rows": rows, **sizes, "rounds": rounds, "startups": startups}
+
+
+def stream_rows(best: dict[str, dict[str, float]], sizes: dict[str, int]) -> list[dict[str, Any]]:
+    """The stream rows, (n) to (r), from the best of each side's rounds."""
     d, p, c, a = best["d"], best["p"], best["c"], best["a"]
     added = p["notification"] - d["notification"]
     ratio = p["stream"] / d["stream"]
     cpu = p["served_cpu"] / p["client_cpu"]
-    rows = [
+    return [
         {
             "id": "n",
             "what": "notification latency, median (ms)",
@@ -377,9 +386,6 @@ async def bench(sizes: dict[str, int], rounds: int, startups: int, scratch: Path
             "ok": True,
         },
     ]
-    if startups > 0:
-        rows += await start_ups(startups, scratch, env)
-    return {"rows": rows, **sizes, "rounds": rounds, "startups": startups}
 
 
 def table(report: dict[str, Any]) -> str:
@@ -413,7 +419,9 @@ def main() -> int:
     parser.add_argument("--chunks", type=int, default=10_000)
     parser.add_argument("--timed", type=int, default=1_000)
     parser.add_argument("--prompts", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="stream rounds (default 3; 0: start-up rows only)"
+    )
     parser.add_argument(
         "--startups", type=int, help="start-up rounds (default 7, 1 with --smoke; 0: none)"
     )

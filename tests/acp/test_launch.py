@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import acp
 import click
 import pytest
 
@@ -19,6 +18,7 @@ from tests.acp.harness import SCRIPTED, run
 from turnback.acp import launch
 from turnback.cli import cli
 from turnback.errors import AgentUnavailable
+from turnback.runtime.rpc import RequestError
 from turnback.runtime.sidecar import Sidecar, Started
 
 #: An agent that answers the first line it reads (an initialize) after ``BEFORE`` lines of its
@@ -126,8 +126,9 @@ def test_an_error_answer_is_left_for_the_proxy_to_give_as_it_would() -> None:
         with pytest.raises(AgentUnavailable, match="refused initialize") as refused:
             await sidecar.open(5.0)
         cause = refused.value.__cause__
-        assert isinstance(cause, acp.RequestError) and cause.code == -32000
+        assert isinstance(cause, RequestError) and cause.code == -32000
         assert cause.data == {"why": "none"}
+        assert cause.to_error_obj() == error["error"]  # passed on as the agent wrote it
 
     run(scenario())
 

@@ -170,8 +170,9 @@ def test_a_running_session_watches_its_workspace_and_its_diffs_stay_exact(
 
     async def scenario() -> list[turnback.Turn]:
         async with await AgentRuntime.start(tb, session, SCRIPTED) as rt:
-            assert snapshots.watching(workspace)
             first = await rt.prompt("write a.txt one\nwrite b/c.txt two")
+            # set up after the session opened, on the engine thread: before the first capture
+            assert snapshots.watching(workspace)
             (workspace / "by-hand.txt").write_text("made between turns\n")
             second = await rt.prompt("rename a.txt d.txt\ndelete b/c.txt")
             return [first, second]

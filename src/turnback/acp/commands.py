@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from turnback.acp.offered import NAMES
 from turnback.errors import (
     DECIDE,
     INITIALIZE_TIMEOUT,
@@ -32,28 +33,6 @@ from turnback.model import FileChange, Turn
 if TYPE_CHECKING:
     from turnback.runtime import AgentRuntime
 
-COMMANDS: tuple[dict[str, Any], ...] = (
-    {
-        "name": "checkpoints",
-        "description": "turnback: list this session's turns with the files each changed (+/-)",
-    },
-    {
-        "name": "diff",
-        "description": "turnback: show what a turn changed (the last turn by default)",
-        "input": {"hint": "[turn]"},
-    },
-    {
-        "name": "rewind",
-        "description": "turnback: rewind to turn N (0: before the first): files, conversation or "
-        "both; keep-edits keeps your own edits. Shows what it would do and asks first",
-        "input": {"hint": "N [files|conversation|both] [keep-edits] [confirm]"},
-    },
-    {
-        "name": "undo-rewind",
-        "description": "turnback: undo the last rewind",
-    },
-)
-NAMES = frozenset(command["name"] for command in COMMANDS)
 _SCOPES = {"files": (True, False), "conversation": (False, True), "both": (True, True)}
 _KINDS = {"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "type_changed": "T"}
 

@@ -2,8 +2,8 @@
 proxy has loaded.
 
 An editor waits from starting ``turnback acp`` until ``initialize`` is answered. The proxy's
-own start-up (the ACP SDK's models, turnback's engine, the store, recovery) takes as long as
-many agents' start-up, and on a loaded machine much longer; done before the agent starts, or
+own start-up (turnback's engine and runtime, the store, recovery) takes as long as some agents'
+start-up, and on a loaded machine longer; done before the agent starts, or
 before the answer, it adds all of that to the wait. So:
 
 1. the command line is read with nothing imported (:func:`command_line`; anything but a plain
@@ -121,7 +121,7 @@ def initialized(agent: dict[str, Any]) -> dict[str, Any]:
     ``fork``) and its ``_meta.turnback`` key. The agent's own ``_meta.turnback`` (its
     checkpoint and rollback extensions) is turnback's to use, not the editor's."""
     import turnback
-    from turnback.acp.commands import NAMES
+    from turnback.acp.offered import NAMES
 
     response = copy.deepcopy(agent)
     capabilities = response.get("agentCapabilities")
@@ -153,7 +153,7 @@ def _import(wake: int) -> None:
 
     try:
         for module in ("turnback.acp.commands", "turnback.acp.proxy", "turnback.cli"):
-            importlib.import_module(module)  # the answer needs the first
+            importlib.import_module(module)
     except BaseException:  # imported again by the CLI, which reports it
         pass
     finally:

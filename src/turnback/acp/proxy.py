@@ -3,9 +3,10 @@ real agent, with turnback's turns in between.
 
 How it is put together:
 
-* Towards the editor, the SDK's JSON-RPC ``Connection`` runs over :class:`EditorWire`, with
-  :meth:`Proxy.handle` as its one handler. Messages stay JSON: what the proxy does not handle
-  itself is forwarded as it came, so fields and ``_meta`` an SDK model does not know survive.
+* Towards the editor, turnback's JSON-RPC :class:`~turnback.runtime.rpc.Connection` runs over
+  :class:`EditorWire`, with :meth:`Proxy.handle` as its one handler. Messages stay JSON: what
+  the proxy does not handle itself is forwarded as it came, so fields and ``_meta`` an SDK model
+  does not know survive.
 * Towards the agent, one agent process (:attr:`Proxy.agent`, an
   :class:`~turnback.runtime.connection.AgentConnection`) hosts every session; each editor
   session is one turnback session run by one :class:`~turnback.runtime.AgentRuntime` on it:
@@ -42,11 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import acp
-from acp.connection import Connection
-
 import turnback
-from turnback.acp import commands, transcript
+from turnback.acp import commands, offered, transcript
 from turnback.acp.launch import INITIALIZE_ID, Launched, initialized
 from turnback.acp.wire import REQUEST_ID, EditorWire, open_stdio
 from turnback.engine.handle import Session, Turnback
@@ -80,6 +78,7 @@ from turnback.runtime import (
 from turnback.runtime.connection import AgentConnection
 from turnback.runtime.reactor import Notice
 from turnback.runtime.relay import Reply
+from turnback.runtime.rpc import AGENT_METHODS, Connection, RequestError
 from turnback.runtime.sidecar import Started
 from turnback.runtime.wire import (
     CANCEL_REQUEST,
@@ -124,14 +123,14 @@ def _read_cursor(cursor: Any) -> tuple[float, str]:
         newest, session_id = json.loads(cursor)
         return (float(newest), str(session_id))
     except (TypeError, ValueError) as error:
-        raise acp.RequestError.invalid_params(
+        raise RequestError.invalid_params(
             {"cursor": cursor, "details": f"not a cursor this proxy gave ({error}); list again"}
         ) from None
 
 
-def _error(message: str, code: int = INTERNAL_ERROR, **data: Any) -> acp.RequestError:
+def _error(message: str, code: int = INTERNAL_ERROR, **data: Any) -> RequestError:
     """turnback's own error, with the code an agent would answer for the same situation."""
-    return acp.RequestError(code, message, {"details": message, **data} if data else None)
+    return RequestError(code, message, {"details": message, **data} if data else None)
 
 
 def _supports(initialize: Any, feature: str) -> bool:
@@ -344,10 +343,10 @@ class Proxy:
                 await self._notification(method, params)
                 return None
             return await self._request(method, params)
-        except acp.RequestError:
+        except RequestError:
             raise
         except AgentError as error:
-            if isinstance(error.__cause__, acp.RequestError):
+            if isinstance(error.__cause__, RequestError):
                 raise error.__cause__ from None  # the agent's own answer, unchanged
             raise _error(commands.worded(error), error=type(error).__name__) from error
         except TurnbackError as error:
@@ -397,9 +396,9 @@ class Proxy:
             return await editor.runtime.request(method, self._to_agent(editor, params))
         if "sessionId" in params and not method.startswith("_"):
             self._editor_session(params)  # raises: the session is not open here
-        if method.startswith("_") or method in acp.AGENT_METHODS.values():
+        if method.startswith("_") or method in AGENT_METHODS:
             return await (await self._agent()).request(method, params)
-        raise acp.RequestError(
+        raise RequestError(
             -32601,
             f"Method not found: {method!r} is not an ACP method; turnback acp forwards ACP "
             "methods and '_'-prefixed extensions to the agent",
@@ -440,7 +439,7 @@ class Proxy:
             else:
                 await self.agent.ensure()
         except AgentError as error:
-            if isinstance(error.__cause__, acp.RequestError):
+            if isinstance(error.__cause__, RequestError):
                 raise error.__cause__ from None  # the agent refused initialize: its answer
             said = f"turnback could not start the agent: {commands.worded(error)}"
             extra: dict[str, Any] = {"remedy": error.remedy} if error.remedy else {}
@@ -494,7 +493,7 @@ class Proxy:
         """session/new, load, resume and fork: a turnback session with its agent running."""
         cwd = params.get("cwd")
         if not isinstance(cwd, str) or not Path(cwd).is_absolute() or not Path(cwd).is_dir():
-            raise acp.RequestError.invalid_params(
+            raise RequestError.invalid_params(
                 {"details": f"cwd {cwd!r} must be the absolute path of a directory"}
             )
         servers = params.get("mcpServers") or []
@@ -552,7 +551,7 @@ class Proxy:
                 agent = await self._agent()
                 if _supports(agent.initialize_response, "delete"):
                     await agent.request("session/delete", {**params, "sessionId": agent_session})
-        except (acp.RequestError, ConnectionError, OSError, AgentError) as error:
+        except (RequestError, ConnectionError, OSError, AgentError) as error:
             log.warning("the agent did not delete its session %s: %s", agent_session, error)
         finally:
             if editor is not None:
@@ -562,7 +561,7 @@ class Proxy:
         """The stored session whose id is exactly ``session_id``: an ACP session id is opaque,
         so a prefix names none (a session/delete must not remove a session it only begins)."""
         if not isinstance(session_id, str) or not session_id:
-            raise acp.RequestError.invalid_params({"details": "sessionId is required"})
+            raise RequestError.invalid_params({"details": "sessionId is required"})
         with contextlib.suppress(AmbiguousId):
             session = self.tb.session(session_id)
             if session.id == session_id:
@@ -598,7 +597,7 @@ class Proxy:
         assert runtime is not None
         blocks = params.get("prompt")
         if not isinstance(blocks, list):
-            raise acp.RequestError.invalid_params({"details": "prompt must be a list of blocks"})
+            raise RequestError.invalid_params({"details": "prompt must be a list of blocks"})
         validate_prompt(blocks)  # before anything is written: InvalidEvent names the field
         command = commands.parse(blocks)
         if command is not None:
@@ -629,7 +628,7 @@ class Proxy:
             editor.prompting = None
         await self._session_info(editor.session)
         answer = runtime.last_response
-        if isinstance(answer, acp.RequestError):
+        if isinstance(answer, RequestError):
             raise answer
         if isinstance(answer, dict) and turn.status is not TurnStatus.CANCELLED:
             return answer
@@ -667,7 +666,7 @@ class Proxy:
         session_id = params.get("sessionId")
         editor = self._sessions.get(str(session_id))
         if editor is None or editor.runtime is None:
-            raise acp.RequestError.invalid_params(
+            raise RequestError.invalid_params(
                 {
                     "details": f"session {session_id!r} is not open in this turnback acp; open it "
                     "with session/new, session/load or session/resume first",
@@ -729,7 +728,7 @@ class Proxy:
             else:
                 assert self.conn is not None
                 answer["result"] = await self.conn.send_request(str(frame["method"]), params)
-        except acp.RequestError as error:
+        except RequestError as error:
             answer["error"] = error.to_error_obj()
         except (ConnectionError, OSError) as error:
             answer["error"] = {"code": -32603, "message": f"the editor went away: {error}"}
@@ -765,7 +764,7 @@ class Proxy:
             if asking.cancelled or self.conn is None:
                 return None
             return await self.conn.send_request(method, params)
-        except (acp.RequestError, ConnectionError, OSError) as error:
+        except (RequestError, ConnectionError, OSError) as error:
             log.warning("the editor did not answer %s: %s", method, error)
             return None
         except asyncio.CancelledError:
@@ -826,7 +825,7 @@ class Proxy:
             }
             try:
                 result = await self.conn.send_request("elicitation/create", params)
-            except (acp.RequestError, ConnectionError, OSError) as error:
+            except (RequestError, ConnectionError, OSError) as error:
                 log.warning("the editor did not answer a confirmation: %s", error)
                 return None
             return isinstance(result, dict) and result.get("action") == "accept"
@@ -834,11 +833,11 @@ class Proxy:
         return confirm
 
     def _commands(self, editor: _EditorSession) -> list[Any]:
-        ours = [dict(command) for command in commands.COMMANDS]
+        ours = [dict(command) for command in offered.COMMANDS]
         theirs = [
             c
             for c in editor.agent_commands
-            if not (isinstance(c, dict) and c.get("name") in commands.NAMES)
+            if not (isinstance(c, dict) and c.get("name") in offered.NAMES)
         ]
         return ours + theirs
 

@@ -5,7 +5,7 @@ A proxy must never leave the editor waiting, so a line the wire rejects (not JSO
 nested too deeply, not a usable JSON-RPC message, over ``--max-frame``) is answered at once with
 the JSON-RPC error it deserves. :data:`REQUEST_ID` tells a handler which request of the editor
 it is serving. The agent's notifications are forwarded from the runtime's frame watch with
-:meth:`EditorWire.post`, in order with what the SDK sends; while the editor has a backlog the
+:meth:`EditorWire.post`, in order with what the connection sends; while the editor has a backlog the
 proxy reads no more from the agent. When the editor goes away -- stdin at end of file, or stdout
 closed -- :attr:`EditorWire.gone` is set; the proxy then ends the running turns and exits.
 """
@@ -93,7 +93,7 @@ class EditorWire(Wire):
     async def receive(self) -> Frame | None:
         message = await super().receive()
         if message is not None:
-            # The SDK handles the message in a task made now, in this context: its handler can
+            # The message is handled in a task made now, in this context: its handler can
             # tell which request of the editor it is serving.
             REQUEST_ID.set(message.get("id") if "method" in message else None)
         return message

@@ -31,10 +31,11 @@ from turnback.errors import (
     RollbackUnavailable,
 )
 from turnback.runtime.connection import AgentConnection
+from turnback.runtime.policy import AgentState, OnCrash, ResumePolicy
 from turnback.runtime.reactor import EngineThread, Reactor
 from turnback.runtime.requests import InputRequest, PermissionRequest
 from turnback.runtime.rollback import AgentRollback
-from turnback.runtime.runtime import AgentRuntime, AgentState, OnCrash, ResumePolicy
+from turnback.runtime.runtime import AgentRuntime
 from turnback.runtime.sidecar import AgentFeatures
 
 __all__ = [

@@ -32,10 +32,9 @@ from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import acp
-
 from turnback.errors import AgentDied
 from turnback.runtime.relay import Relay, Reply
+from turnback.runtime.rpc import RequestError
 from turnback.runtime.sidecar import AgentFeatures, Sidecar, Started
 from turnback.runtime.wire import Frame, Rejected
 
@@ -53,7 +52,7 @@ class Host(Protocol):
         ...
 
     async def agent_request(self, method: str, params: dict[str, Any]) -> Any:
-        """A request naming this session that the SDK dispatched (permission, elicitation)."""
+        """A request naming this session, dispatched to a handler (permission, elicitation)."""
         ...
 
     def agent_rejected(self, rejected: Rejected) -> None:
@@ -185,7 +184,7 @@ class AgentConnection:
             if authenticate is not None:
                 try:
                     await sidecar.request("authenticate", dict(authenticate))
-                except (acp.RequestError, ConnectionError, OSError) as error:
+                except (RequestError, ConnectionError, OSError) as error:
                     log.warning("the restarted agent refused authenticate: %s", error)
         if self.generation > 1:
             for host in self.hosts:  # every open session, reopened in the new process
@@ -303,7 +302,7 @@ class AgentConnection:
         return hosts[0].agent_frame(frame, line) if len(hosts) == 1 else False
 
     async def _handle(self, method: str, params: Any, is_notification: bool) -> Any:
-        """The SDK's handler for what no watch took: requests a host answers itself."""
+        """The connection's handler for what no watch took: requests a host answers itself."""
         params = params if isinstance(params, dict) else {}
         if is_notification:
             return None
@@ -314,7 +313,7 @@ class AgentConnection:
         if host is None and len(self.hosts) == 1:
             host = self.hosts[0]
         if host is None:
-            raise acp.RequestError.method_not_found(method)
+            raise RequestError.method_not_found(method)
         return await host.agent_request(method, params)
 
     def _rejected(self, rejected: Rejected) -> None:

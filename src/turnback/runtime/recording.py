@@ -1,7 +1,7 @@
 """Recording one session's frames into its running turn, in wire order.
 
 The connection's wire shows every frame from the agent to the :class:`Recorder` of the session it
-names as the frame comes off the pipe, before the SDK dispatches it (DESIGN.md invariants 1 and
+names as the frame comes off the pipe, before it is dispatched (DESIGN.md invariants 1 and
 3): each ``session/update``, step checkpoint (``_turnback/checkpoint``) and permission or input
 request is recorded there with ``record(sync=False)`` -- an in-memory ordered append; only the
 journal's flusher and the engine thread touch the disk. Step checkpoints are made durable
@@ -20,7 +20,7 @@ from turnback.errors import InvalidEvent, OwnershipLost, TurnNotRunning
 from turnback.model import ActivityLevel, EventKind
 from turnback.runtime.reactor import CheckpointSaved, Notice, Reactor
 from turnback.runtime.requests import PendingRequests
-from turnback.runtime.sidecar import CLIENT_METHODS
+from turnback.runtime.rpc import CLIENT_METHODS
 from turnback.runtime.wire import Frame, Rejected, UpdateFrame
 
 CHECKPOINT_METHOD = "_turnback/checkpoint"
@@ -62,8 +62,8 @@ class Recorder:
             if turn is not None and params.get("sessionId") == self.agent_session:
                 text = frame.update_text if isinstance(frame, UpdateFrame) else None
                 self.record(turn, params.get("update"), text)
-            # Recorded; unless relayed, the SDK would build its models from it only to call a
-            # handler that does nothing.
+            # Recorded; unless relayed, the connection would only start a task for a handler
+            # that does nothing.
             return not self._relayed and "id" not in frame
         if method == CHECKPOINT_METHOD:
             self._checkpoint(params)

@@ -13,7 +13,7 @@ hand it what it would otherwise keep or drop:
   has recorded it, with the line the agent wrote (so a relay can forward it as written).
   ``replay`` is true while the runtime reopens the agent's session after a restart, when the
   agent replays history the editor has already seen. Returning true *takes* the
-  frame: the SDK never dispatches it, and for a request the relay answers the agent through
+  frame: the connection never dispatches it, and for a request the relay answers the agent through
   ``reply`` (bound to the agent process that asked; a reply to one that has since been replaced
   is dropped). Permission and elicitation requests are not the relay's to take: the runtime
   journals them and asks the relay through ``on_permission``/``on_input`` like any embedder;

@@ -3,7 +3,7 @@ requests of the session.
 
 Order, and why (DESIGN.md invariant 3: nothing is acknowledged before it is durable): a request
 is recorded into the running turn as its frame comes off the pipe (:meth:`PendingRequests.asked`,
-in wire order); when the SDK dispatches it, the journal is synced -- so the request is in the
+in wire order); when the connection dispatches it, the journal is synced -- so the request is in the
 session's pending requests -- before the embedding application is asked; the answer is recorded
 and synced before the agent hears it. A request that arrives outside a turn, or whose turn has
 gone, is answered ``cancelled``/``cancel``: no turn can take it. A request still being asked
@@ -113,7 +113,7 @@ class PendingRequests:
             if _record(turn, event):
                 self._inputs.append((request_id, turn))
 
-    # -- answered when the SDK dispatches them -------------------------------------------------
+    # -- answered when the connection dispatches them ------------------------------------------
 
     async def answer(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         if method == "session/request_permission":

@@ -28,11 +28,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Literal
-
-import acp
 
 from turnback.engine.handle import Session, Turnback
 from turnback.engine.turns import RunningTurn
@@ -57,6 +53,7 @@ from turnback.model import (
     TurnStatus,
 )
 from turnback.runtime.connection import AgentConnection
+from turnback.runtime.policy import AgentState, OnCrash, ResumePolicy
 from turnback.runtime.reactor import (
     EngineThread,
     Notice,
@@ -76,6 +73,7 @@ from turnback.runtime.requests import (
     PermissionRequest,
 )
 from turnback.runtime.rollback import AgentRollback, render_transcript, transcript_json
+from turnback.runtime.rpc import RequestError
 from turnback.runtime.sidecar import AgentFeatures
 from turnback.runtime.wire import Frame, Rejected
 
@@ -85,69 +83,6 @@ ROLLBACK_METHOD = "_turnback/rollback"
 #: Requests that change how the agent's session behaves from then on: the latest of each (of
 #: each config option) is sent again to an agent process started after the one that took it.
 _SETTINGS = frozenset({"session/set_mode", "session/set_config_option"})
-
-
-class OnCrash(StrEnum):
-    """What a turn does when the agent dies in it before saving any step checkpoint (an agent
-    with a step checkpoint always resumes from it)."""
-
-    #: restart the agent, reopen its session and tell it to go on from where things now stand
-    CONTINUE = "continue"
-    #: end the turn interrupted with what it did so far (``AgentRuntime.resume`` continues it)
-    STOP = "stop"
-
-
-@dataclass(frozen=True, slots=True)
-class ResumePolicy:
-    """How the runtime treats an agent that dies, hangs or cannot roll back."""
-
-    attempts: int = 2  # restarts per turn before giving up
-    backoff: float = 0.25  # seconds before the first restart; doubles each attempt
-    max_backoff: float = 5.0
-    on_crash: OnCrash = OnCrash.CONTINUE  # a death before any step checkpoint
-    initialize_timeout: float = 60.0  # real agents take seconds to start
-    exit_grace: float = 2.0  # after the process exits, how long its last output may take to drain
-    fresh_session_rollback: bool = True  # roll back by a fresh session when the agent cannot
-    rollback_timeout: float = 30.0
-
-    def delay(self, attempt: int) -> float:
-        return float(min(self.max_backoff, self.backoff * 2 ** max(0, attempt - 1)))
-
-
-@dataclass(frozen=True, slots=True)
-class AgentState:
-    """What a turnback session keeps about the agent session that serves it (its
-    ``agent_state``), so a later agent process -- after a crash, or a later run -- reopens it."""
-
-    agent_session_id: str | None = None
-    command: tuple[str, ...] = ()
-    #: the agent session was opened without the conversation: the next prompt carries it
-    context_pending: bool = False
-    #: the latest of each settings request the agent accepted (a mode, each config option),
-    #: without its sessionId, in the order they were made
-    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "agentSessionId": self.agent_session_id,
-            "command": list(self.command),
-            "contextPending": self.context_pending,
-            "settings": self.settings,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> AgentState:
-        session_id = data.get("agentSessionId")
-        command = data.get("command")
-        settings = data.get("settings")
-        return cls(
-            agent_session_id=session_id if isinstance(session_id, str) else None,
-            command=tuple(str(p) for p in command) if isinstance(command, list) else (),
-            context_pending=data.get("contextPending") is True,
-            settings={str(k): v for k, v in settings.items() if isinstance(v, dict)}
-            if isinstance(settings, dict)
-            else {},
-        )
 
 
 class AgentRuntime:
@@ -189,7 +124,8 @@ class AgentRuntime:
         self._reactor = Reactor(
             session, self._engine, on_notice=relay.activity if relay is not None else None
         )
-        self._watched: str | None = None  # the workspace start() set a watcher on
+        #: the workspace start() set a watcher on, once it has (on the engine thread)
+        self._watched: asyncio.Future[str | None] | None = None
         self._requests = PendingRequests(self._engine, self._reactor, on_permission, on_input)
         self._recorder = Recorder(self._reactor, self._requests, relayed=relay is not None)
         self._recorder.on_lost = self._ownership_lost
@@ -209,7 +145,7 @@ class AgentRuntime:
         #: the agent's answer when its session was last opened (new, loaded or resumed)
         self.session_response: dict[str, Any] | None = None
         #: how the agent answered the last prompt sent to it: its response, or its error
-        self.last_response: dict[str, Any] | acp.RequestError | None = None
+        self.last_response: dict[str, Any] | RequestError | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -247,16 +183,18 @@ class AgentRuntime:
         )
         runtime._loop = asyncio.get_running_loop()
         runtime._reactor.start()
-        checkpoints = tb.checkpoints
-        if checkpoints is not None:  # a file watcher spares each capture the scan
-            runtime._watched = await runtime._engine.run(
-                lambda: checkpoints.watch(session.workspace)
-            )
         try:
             await runtime._ensure_agent()
         except BaseException:
             await runtime.close()
             raise
+        checkpoints = tb.checkpoints
+        if checkpoints is not None:
+            # A file watcher spares each capture the scan. Nobody waits for it to be set up:
+            # it runs on the engine thread, so it is in place before any capture runs there.
+            runtime._watched = asyncio.ensure_future(
+                runtime._engine.run(checkpoints.watch, session.workspace)
+            )
         return runtime
 
     async def close(self) -> None:
@@ -268,9 +206,11 @@ class AgentRuntime:
         if self._owns_connection:
             await self._agent.close()
         await self._reactor.close()
-        if self._watched is not None and self.tb.checkpoints is not None:
-            await self._engine.run(self.tb.checkpoints.unwatch, self._watched)
-            self._watched = None
+        watched, self._watched = self._watched, None
+        if watched is not None and self.tb.checkpoints is not None:
+            workspace = await watched
+            if workspace is not None:
+                await self._engine.run(self.tb.checkpoints.unwatch, workspace)
         await asyncio.get_running_loop().run_in_executor(None, self._engine.close)
 
     async def __aenter__(self) -> AgentRuntime:
@@ -301,7 +241,7 @@ class AgentRuntime:
     async def request(self, method: str, params: Any) -> Any:
         """Send any request to the agent as it is (a relay forwarding its client's methods);
         starts the agent if it had exited. Returns the raw result; an error answer raises
-        ``acp.RequestError``."""
+        ``RequestError``."""
         await self._ensure_agent()
         result = await self._agent.request(method, params)
         if method in _SETTINGS and isinstance(params, dict):
@@ -479,9 +419,9 @@ class AgentRuntime:
                         resume = then
                     await asyncio.sleep(self.policy.delay(attempt))
                     continue
-                except acp.RequestError as error:
+                except RequestError as error:
                     self.last_response = error
-                    detail = f"the agent failed the prompt: {_describe(error)}"
+                    detail = f"the agent failed the prompt: {error.described}"
                     return await self._end(turn, TurnStatus.FAILED, detail)
                 if attempt:
                     await self._notice(
@@ -548,7 +488,7 @@ class AgentRuntime:
             done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if request not in done:
                 # It exited: what it wrote before dying is still draining from the pipe, and
-                # the request fails once the SDK reads EOF.
+                # the request fails once the connection reads EOF.
                 try:
                     await asyncio.wait_for(asyncio.shield(request), self.policy.exit_grace)
                 except TimeoutError:
@@ -710,11 +650,11 @@ class AgentRuntime:
         try:
             await self._open_session()
             await self._restore_settings()
-        except (AgentDied, acp.RequestError) as error:
+        except (AgentDied, RequestError) as error:
             raise AgentUnavailable(
                 f"agent {self._agent.described!r} could not open a session "
                 f"(status {self._agent.returncode}): "
-                f"{_describe(error) if isinstance(error, acp.RequestError) else error}"
+                f"{error.described if isinstance(error, RequestError) else error}"
             ) from error
         self._opened_in = generation
 
@@ -740,12 +680,12 @@ class AgentRuntime:
                 opened = await self._agent.request(
                     method, {"cwd": cwd, "sessionId": previous, "mcpServers": servers}
                 )
-            except acp.RequestError as error:
+            except RequestError as error:
                 self._agent.detach(previous, self)
                 await self._notice(
                     ActivityLevel.WARNING,
                     "agent.session.load.failed",
-                    f"agent session {previous} could not be reopened ({_describe(error)}); "
+                    f"agent session {previous} could not be reopened ({error.described}); "
                     "opening a new one with the conversation so far",
                     {"agentSessionId": previous},
                 )
@@ -770,7 +710,7 @@ class AgentRuntime:
         response = response if isinstance(response, dict) else {}
         session_id = response.get("sessionId")
         if not isinstance(session_id, str):
-            raise acp.RequestError.internal_error(
+            raise RequestError.internal_error(
                 {"details": f"the agent answered session/new without a sessionId: {response}"}
             )
         self.session_response = response
@@ -796,12 +736,12 @@ class AgentRuntime:
                 await self._agent.request(
                     method, {**params, "sessionId": self._state.agent_session_id}
                 )
-            except acp.RequestError as error:
+            except RequestError as error:
                 await self._notice(
                     ActivityLevel.WARNING,
                     "agent.setting.lost",
                     f"the agent, started again, refused {method} {params} "
-                    f"({_describe(error)}); choose that setting again",
+                    f"({error.described}); choose that setting again",
                     {"method": method, "params": params},
                 )
 
@@ -813,7 +753,8 @@ class AgentRuntime:
 
     async def _remember_session(self, how: str, *, context_pending: bool) -> None:
         await self._save_state(context_pending=context_pending)
-        await self._reactor.submit(self._session_notice(how, context_pending))
+        # a line for people, recorded in order with what follows; the opener does not wait
+        self._reactor.post(self._session_notice(how, context_pending))
 
     async def _save_state(
         self, *, context_pending: bool | None = None, settings: dict[str, Any] | None = None
@@ -891,12 +832,12 @@ class AgentRuntime:
                 await self._agent.request(
                     ROLLBACK_METHOD, {"sessionId": agent_session, "turns": turns}
                 )
-            except acp.RequestError as error:
+            except RequestError as error:
                 self._reactor.post(
                     Notice(
                         ActivityLevel.WARNING,
                         "agent.rollback.failed",
-                        f"the agent refused to roll back {turns} turns ({_describe(error)}); "
+                        f"the agent refused to roll back {turns} turns ({error.described}); "
                         "starting a fresh agent session with the transcript instead",
                         {"turns": turns},
                     )
@@ -993,8 +934,8 @@ class AgentRuntime:
     # -- the connection's host: this session's frames, in wire order -------------------------
 
     def agent_frame(self, frame: Frame, line: bytes) -> bool:
-        """Called for every frame naming this session, in wire order, before the SDK handles
-        it. Returns whether it was taken (the SDK then never sees it)."""
+        """Called for every frame naming this session, in wire order, before the connection
+        handles it. Returns whether it was taken (the connection then never sees it)."""
         if self._recorder.frame(frame):
             return True
         if self._relay is None or frame.get("method") is None:
@@ -1004,7 +945,7 @@ class AgentRuntime:
     async def agent_request(self, method: str, params: dict[str, Any]) -> Any:
         if method in ("session/request_permission", "elicitation/create"):
             return await self._requests.answer(method, params)
-        raise acp.RequestError.method_not_found(method)
+        raise RequestError.method_not_found(method)
 
     def agent_rejected(self, rejected: Rejected) -> None:
         self._recorder.rejected(rejected)
@@ -1062,13 +1003,6 @@ def _resume_meta(checkpoint: StepCheckpoint) -> dict[str, Any]:
     if checkpoint.state is not None:
         meta["state"] = checkpoint.state
     return meta
-
-
-def _describe(error: acp.RequestError) -> str:
-    data = error.data
-    if isinstance(data, dict) and data.get("details"):
-        return f"{error} ({data['details']})"
-    return str(error)
 
 
 __all__ = [

@@ -1,51 +1,48 @@
 """One run of an agent process: spawned, spoken to over ACP, watched.
 
-Some facts about the SDK (``agent-client-protocol`` 0.12) that the runtime depends on:
+Some facts about the connection that the runtime depends on:
 
-* turnback uses only its public JSON-RPC ``Connection`` on the message-level seam
-  (``Connection(handler, transport)``) over turnback's own :class:`~turnback.runtime.wire.Wire`:
-  requests and answers stay JSON as the agent wrote them, so fields an SDK model does not know
-  survive, and no private name of the SDK is used (a test checks).
-* A line the SDK cannot use -- not JSON, not an object, nested too deeply to parse, a response
-  whose ``id`` is an object, an ``error`` that is not an object -- is logged and dropped by it or
-  even ends its receive loop (the connection then looks closed while the agent lives on). The
-  :class:`~turnback.runtime.wire.Wire` checks every line with :mod:`turnback.jsontext` first,
-  reports what it cannot use to the runtime, and the sidecar answers a request among them with
-  an error, so the agent is not left waiting.
+* turnback speaks JSON-RPC itself (:class:`~turnback.runtime.rpc.Connection`) over its own
+  :class:`~turnback.runtime.wire.Wire`: requests and answers stay JSON as the agent wrote them,
+  so fields an SDK model does not know survive, and serving a session imports no ACP SDK.
+* A line that is not a usable JSON-RPC message -- not JSON, not an object, nested too deeply to
+  parse, a response whose ``id`` is an object, an ``error`` that is not an object -- is caught
+  by the :class:`~turnback.runtime.wire.Wire` with :mod:`turnback.jsontext`, reported to the
+  runtime, and a request among them is answered with an error, so the agent is not left
+  waiting.
 * Each incoming message is handled in its own task, so handlers that ``await`` can observe
   messages out of wire order. The runtime therefore records nothing in handlers: it records in
-  the wire's watch, which sees every frame as it comes off the pipe, in order, before the SDK
-  dispatches it. Handlers do only what must be asynchronous (asking the user, answering).
+  the wire's watch, which sees every frame as it comes off the pipe, in order, before the
+  connection dispatches it. Handlers do only what must be asynchronous (asking the user,
+  answering).
 * When the agent dies, requests in flight fail with ``ConnectionError`` once its stdout reaches
   EOF; with no request in flight nothing signals it, so :attr:`Sidecar.exited` watches the process.
-* The SDK's ``spawn_stdio_transport`` starts the agent with a trimmed environment; callers pass
-  what the agent needs.
+* The agent starts with a trimmed environment (:data:`INHERITED_ENV`, as the ACP SDKs start
+  theirs) plus what the caller passes; its shutdown closes its stdin, then terminates it after a
+  second, then kills it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import acp
-from acp.connection import Connection
-
 from turnback.errors import INITIALIZE_TIMEOUT, AgentDied, AgentUnavailable
 from turnback.model import agent_initialize
+from turnback.runtime.rpc import PROTOCOL_VERSION, Connection, Handler, RequestError
 from turnback.runtime.wire import Frame, Pace, Rejected, Watch, Wire
 
-#: The methods an agent may call on a client; anything else (not ``_``-prefixed) is unknown.
-CLIENT_METHODS = frozenset(acp.CLIENT_METHODS.values())
 #: The largest line accepted from an agent.
 MAX_FRAME = 64 * 2**20
-
-Handler = Callable[[str, Any, bool], Awaitable[Any]]
+#: What an agent inherits of turnback's environment before what the caller passes.
+INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,23 +162,9 @@ class Sidecar:
                 self._answer = asyncio.get_running_loop().create_future()
                 self._answer_id = early.initialize_id
         else:
-            try:
-                reader, writer, process = await self._stack.enter_async_context(
-                    acp.spawn_stdio_transport(
-                        self.command[0],
-                        *self.command[1:],
-                        env=self._env,
-                        cwd=self._cwd,
-                        stderr=self._stderr,
-                        limit=MAX_FRAME,
-                        shutdown_timeout=1.0,
-                    )
-                )
-            except OSError as error:
-                raise AgentUnavailable(
-                    f"cannot start agent {self.described!r} in {self._cwd}: {error}; check the "
-                    "command and that it is installed"
-                ) from error
+            process = await self._start()
+            assert process.stdout is not None and process.stdin is not None
+            reader, writer = process.stdout, process.stdin
             self._process = process
             self.exited = asyncio.ensure_future(process.wait())
         wire = Wire(
@@ -190,6 +173,41 @@ class Sidecar:
         self._wire = wire
         self._rpc = Connection(self._handler, wire)
         self._stack.push_async_callback(self._rpc.close)
+
+    async def _start(self) -> asyncio.subprocess.Process:
+        """The agent process, with pipes, and its shutdown on the stack."""
+        env = {k: v for k in INHERITED_ENV if (v := os.environ.get(k)) and not v.startswith("()")}
+        env.update(self._env)
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *self.command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=self._stderr,
+                env=env,
+                cwd=self._cwd,
+                limit=MAX_FRAME,
+            )
+        except OSError as error:
+            raise AgentUnavailable(
+                f"cannot start agent {self.described!r} in {self._cwd}: {error}; check the "
+                "command and that it is installed"
+            ) from error
+
+        async def stop() -> None:
+            assert process.stdin is not None
+            with contextlib.suppress(OSError, RuntimeError):
+                process.stdin.close()
+            for signal_it in (None, process.terminate, process.kill):
+                if signal_it is not None and process.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        signal_it()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(process.wait()), 1.0)
+                    return
+
+        self._stack.push_async_callback(stop)
+        return process
 
     def _refuse(self, rejected: Rejected) -> None:
         """Report a line the wire rejected, and answer it when it is a request, so the agent
@@ -203,8 +221,8 @@ class Sidecar:
         self, process: subprocess.Popen[bytes], output: bytes
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """Streams over a process started without asyncio (``output``: what was read from it
-        already), and its shutdown as the SDK does it for one it starts: stdin closed, then
-        terminated, then killed."""
+        already), and its shutdown as for one it starts: stdin closed, then terminated, then
+        killed."""
         assert process.stdin is not None and process.stdout is not None
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=MAX_FRAME)
@@ -258,7 +276,7 @@ class Sidecar:
                 f"agent {self.described!r} exited during initialize "
                 f"(status {self.returncode}): {error}"
             ) from error
-        except acp.RequestError as error:
+        except RequestError as error:
             await self.close()
             raise AgentUnavailable(
                 f"agent {self.described!r} refused initialize: {error}"
@@ -272,7 +290,7 @@ class Sidecar:
         the process (:class:`Started`)."""
         started, self._started = self._started, None
         if started is None or started.sent is None:
-            params = agent_initialize(self._initialize, acp.PROTOCOL_VERSION)
+            params = agent_initialize(self._initialize, PROTOCOL_VERSION)
             return await self.request("initialize", params)
         if started.answer is not None:
             return started.answer
@@ -286,9 +304,7 @@ class Sidecar:
         error = frame.get("error")
         if error is not None:
             error = error if isinstance(error, dict) else {}
-            raise acp.RequestError(
-                error.get("code", -32603), str(error.get("message", "")), error.get("data")
-            )
+            raise RequestError.answered(error)
         return frame.get("result")
 
     def _see(self, frame: Frame, line: bytes) -> bool:
@@ -324,11 +340,8 @@ class Sidecar:
 
     async def close(self) -> None:
         """Stop the agent (if it still runs) and its connection. Idempotent."""
-        # Closing stdin asks the agent to leave; one that lingers is terminated, then killed, by
-        # the SDK's shutdown.
+        # Closing stdin asks the agent to leave; one that lingers is terminated, then killed.
         try:
-            # The SDK terminates an agent still there after a second; one that exits in that
-            # very moment makes the signal fail. It is gone either way.
             with contextlib.suppress(ProcessLookupError):
                 await self._stack.aclose()
         finally:

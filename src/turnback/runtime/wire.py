@@ -1,18 +1,18 @@
 """The ACP wire, owned by turnback: newline-delimited JSON-RPC frames over a pair of streams.
 
-:class:`Wire` is a transport for the SDK's JSON-RPC ``Connection`` on its public message-level
-seam (``Connection(handler, transport)``: ``send``, ``receive``, ``close``). Both sides of turnback
-use it: the runtime towards an agent process, the proxy towards the editor. It differs from the
-SDK's own stdio transport where a durable proxy needs it to:
+:class:`Wire` is the transport of turnback's JSON-RPC :class:`~turnback.runtime.rpc.Connection`
+(``send``, ``receive``, ``close``). Both sides of turnback use it: the runtime towards an agent
+process, the proxy towards the editor. It differs from the ACP SDKs' stdio transports where a
+durable proxy needs it to:
 
 * **Every frame in wire order, with its line.** ``watch(frame, line)`` sees each message as it
-  comes off the pipe, synchronously, before the SDK dispatches it (the SDK runs each message in
-  its own task, so handlers can see messages out of order); the runtime records there. A watch
-  that returns true has taken the frame: the SDK never sees it.
+  comes off the pipe, synchronously, before the connection dispatches it (it runs each message
+  in its own task, so handlers can see messages out of order); the runtime records there. A
+  watch that returns true has taken the frame: the connection never sees it.
 * **Bad lines are reported, not dropped.** A line that is not JSON, not an object, nested deeper
   than :data:`turnback.jsontext.MAX_DEPTH` or not a usable JSON-RPC message goes to ``rejected``
-  with the JSON-RPC error it deserves (the SDK logs and drops it, and a non-object, a deep
-  nesting, an object ``id`` or an ``error`` that is not an object even stops its receive loop).
+  with the JSON-RPC error it deserves (the Python SDK logs and drops it, and a non-object, a
+  deep nesting, an object ``id`` or an ``error`` that is not an object even stops its loop).
   The proxy answers the editor with it; the runtime makes it an activity and refuses a request
   among them, so the agent is not left waiting. Nothing one line holds ends the loop.
 * **Lossless, always-encodable JSON.** Lines are read and written with :mod:`turnback.jsontext`:
@@ -23,13 +23,13 @@ SDK's own stdio transport where a durable proxy needs it to:
   it is ever held) and rejected with ``-32600``, in its place among the other lines; its id is
   read from the frame's first bytes (JSON-RPC writers put it before the params), so a request
   fails instead of hanging.
-* **Ordered, batched writes.** :meth:`Wire.post` writes synchronously, in call order with what the
-  SDK sends through :meth:`Wire.send`; what is posted in one pass of the event loop goes out in
-  one write, and what a watch posts goes out once its wire has handed out the lines it read
-  (before it waits for more, or returns a frame), without a pass of the loop of its own. While
-  more than ``BACKLOG`` bytes wait for the reader, :meth:`Wire.backlog` says so, and a watch
-  that took frames waits on ``pace`` (asked every few frames) before the next one is read: a
-  slow reader on one side slows the writer on the other instead of filling memory.
+* **Ordered, batched writes.** :meth:`Wire.post` writes synchronously, in call order with what
+  the connection sends through :meth:`Wire.send`; what is posted in one pass of the event loop
+  goes out in one write, and what a watch posts goes out once its wire has handed out the lines
+  it read (before it waits for more, or returns a frame), without a pass of the loop of its own.
+  While more than ``BACKLOG`` bytes wait for the reader, :meth:`Wire.backlog` says so, and a
+  watch that took frames waits on ``pace`` (asked every few frames) before the next one is read:
+  a slow reader on one side slows the writer on the other instead of filling memory.
 * **Session ids replaced in the line.** :func:`with_session_id` forwards a frame as it was written
   with only its session id changed when that is safe, and re-encodes it when it is not.
 * **An update read once.** A ``session/update`` written in the SDKs' compact form (the bulk of
@@ -158,7 +158,7 @@ Pace = Callable[[], Awaitable[None] | None]
 
 
 class Wire:
-    """The SDK ``Transport`` over a reader and a writer (see the module docstring)."""
+    """The connection's transport over a reader and a writer (see the module docstring)."""
 
     def __init__(
         self,
