@@ -70,8 +70,8 @@ def hammer(tb: turnback.Turnback, args: dict[str, Any]) -> None:
             if numbers and session.running() is None:
                 try:
                     session.revert(max(numbers) - 1, files=False)
-                except (turnback.TurnInProgress, turnback.NothingToRevert):
-                    pass
+                except (turnback.TurnInProgress, turnback.NothingToRevert, turnback.TurnNotFound):
+                    pass  # another process began a turn, or reverted further, since the read
                 else:
                     say(what="revert", session=session.id)
             continue
