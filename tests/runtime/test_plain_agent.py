@@ -174,6 +174,7 @@ def test_rollback_by_a_fresh_session_with_the_transcript(
             await rt.prompt("say two")
             kept = session.turn_messages(1)
             await asyncio.to_thread(rt.rollback.check, 1)  # from a worker, as the engine does
+            # the engine's one-call revert, from a thread of its own, waits for the loop
             await asyncio.to_thread(rt.rollback.apply, 1, kept)
             await rt.prompt("say three")
 
@@ -208,7 +209,11 @@ def test_rollback_through_the_agent_when_it_advertises_one(
         async with await AgentRuntime.start(tb, session, SCRIPTED) as rt:
             for word in ("one", "two", "three"):
                 await rt.prompt(f"say {word}")
-            await asyncio.to_thread(rt.rollback.apply, 2, session.turn_messages(1))
+            kept = session.turn_messages(1)
+            # apply waits on the loop: on the loop's own thread it is refused, doing nothing
+            with pytest.raises(RuntimeError, match="loop's own thread"):
+                rt.rollback.apply(2, kept)
+            await rt.rollback.roll_back(2, kept)  # the runtime's way, on its loop
             return rt.agent_session_id
 
     agent_session = run(scenario())
