@@ -238,8 +238,7 @@ def test_the_agent_command_may_come_without_a_double_dash(home: Path, tmp_path: 
     proxy.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
     proxy.stdin.flush()
     first = proxy.stdout.readline()
-    proxy.stdin.close()
-    _, stderr = proxy.communicate(timeout=60)
+    _, stderr = proxy.communicate(timeout=60)  # the editor leaves: stdin is closed
     assert proxy.returncode == 0, stderr
     answer = json.loads(first)
     assert answer["id"] == 7 and answer["result"]["agentCapabilities"]["loadSession"] is True
