@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -58,8 +57,6 @@ from turnback.runtime.resume import CrashResume, resume_prompt
 from turnback.runtime.rollback import AgentRollback
 from turnback.runtime.rpc import RequestError
 from turnback.runtime.sidecar import AgentFeatures
-
-log = logging.getLogger("turnback.runtime")
 
 
 class AgentRuntime:
