@@ -186,6 +186,31 @@ def test_rollback_by_a_fresh_session_with_the_transcript(
     assert "User: say one" in context and "two" not in context and prompt == "say three"
 
 
+def test_undoing_a_revert_gives_a_fresh_session_the_whole_conversation(
+    tb: turnback.Turnback, session: turnback.Session, plain: Any
+) -> None:
+    command, env, log = plain
+
+    async def scenario() -> None:
+        async with await AgentRuntime.start(tb, session, command, env=env) as rt:
+            await rt.prompt("say one")
+            await rt.prompt("say two")
+            await rt.revert(1)
+            undone = await rt.undo_revert()
+            assert undone.conversation
+            await rt.prompt("say three")
+
+    run(scenario())
+    forward = [a.data for a in session.activities() if a.code == "agent.rolled_forward"]
+    assert [f["messages"] for f in forward] == [4]  # two prompts, two answers
+    news = [e for e in entries(log) if e["event"] == "new"]
+    assert len(news) == 3  # the first, the rollback's, the undo's
+    assert len(news[-1]["meta"]["transcript"]) == 4
+    context, prompt = [e for e in entries(log) if e["event"] == "prompt"][-1]["texts"]
+    assert "User: say one" in context and "User: say two" in context and prompt == "say three"
+    assert text_of(session.messages()) == "one\ntwo\nthree\n"
+
+
 def test_rollback_is_refused_before_anything_moves_when_it_cannot_be_done(
     tb: turnback.Turnback, session: turnback.Session, plain: Any
 ) -> None:
