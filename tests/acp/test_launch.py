@@ -225,16 +225,22 @@ def test_no_agent_command_is_a_usage_error() -> None:
 
 def test_the_agent_command_may_come_without_a_double_dash(home: Path, tmp_path: Path) -> None:
     """Everything from the first word that is not an option is the agent's, its options too."""
-    initialize = json.dumps(INITIALIZE).encode() + b"\n"
-    done = subprocess.run(
+    proxy = subprocess.Popen(
         [sys.executable, "-m", "turnback", "--home", str(home), "acp", *SCRIPTED, "--no-such"],
-        input=initialize,
-        capture_output=True,
-        timeout=60,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         cwd=tmp_path,
     )
-    assert done.returncode == 0, done.stderr
-    answer = json.loads(done.stdout.splitlines()[0])
+    assert proxy.stdin is not None and proxy.stdout is not None
+    # The editor stays until it has its answer, however slow the agent is to start (a proxy
+    # whose editor has gone stops its agent without waiting long for it).
+    proxy.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+    proxy.stdin.flush()
+    first = proxy.stdout.readline()
+    _, stderr = proxy.communicate(timeout=60)  # the editor leaves: stdin is closed
+    assert proxy.returncode == 0, stderr
+    answer = json.loads(first)
     assert answer["id"] == 7 and answer["result"]["agentCapabilities"]["loadSession"] is True
 
 

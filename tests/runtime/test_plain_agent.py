@@ -174,6 +174,7 @@ def test_rollback_by_a_fresh_session_with_the_transcript(
             await rt.prompt("say two")
             kept = session.turn_messages(1)
             await asyncio.to_thread(rt.rollback.check, 1)  # from a worker, as the engine does
+            # the engine's one-call revert, from a thread of its own, waits for the loop
             await asyncio.to_thread(rt.rollback.apply, 1, kept)
             await rt.prompt("say three")
 
@@ -183,6 +184,31 @@ def test_rollback_by_a_fresh_session_with_the_transcript(
     last = [e for e in entries(log) if e["event"] == "prompt"][-1]
     context, prompt = last["texts"]
     assert "User: say one" in context and "two" not in context and prompt == "say three"
+
+
+def test_undoing_a_revert_gives_a_fresh_session_the_whole_conversation(
+    tb: turnback.Turnback, session: turnback.Session, plain: Any
+) -> None:
+    command, env, log = plain
+
+    async def scenario() -> None:
+        async with await AgentRuntime.start(tb, session, command, env=env) as rt:
+            await rt.prompt("say one")
+            await rt.prompt("say two")
+            await rt.revert(1)
+            undone = await rt.undo_revert()
+            assert undone.conversation
+            await rt.prompt("say three")
+
+    run(scenario())
+    forward = [a.data for a in session.activities() if a.code == "agent.rolled_forward"]
+    assert [f["messages"] for f in forward] == [4]  # two prompts, two answers
+    news = [e for e in entries(log) if e["event"] == "new"]
+    assert len(news) == 3  # the first, the rollback's, the undo's
+    assert len(news[-1]["meta"]["transcript"]) == 4
+    context, prompt = [e for e in entries(log) if e["event"] == "prompt"][-1]["texts"]
+    assert "User: say one" in context and "User: say two" in context and prompt == "say three"
+    assert text_of(session.messages()) == "one\ntwo\nthree\n"
 
 
 def test_rollback_is_refused_before_anything_moves_when_it_cannot_be_done(
@@ -208,7 +234,11 @@ def test_rollback_through_the_agent_when_it_advertises_one(
         async with await AgentRuntime.start(tb, session, SCRIPTED) as rt:
             for word in ("one", "two", "three"):
                 await rt.prompt(f"say {word}")
-            await asyncio.to_thread(rt.rollback.apply, 2, session.turn_messages(1))
+            kept = session.turn_messages(1)
+            # apply waits on the loop: on the loop's own thread it is refused, doing nothing
+            with pytest.raises(RuntimeError, match="loop's own thread"):
+                rt.rollback.apply(2, kept)
+            await rt.rollback.roll_back(2, kept)  # the runtime's way, on its loop
             return rt.agent_session_id
 
     agent_session = run(scenario())

@@ -84,7 +84,8 @@ class ConversationRollback(Protocol):
 
     def apply(self, turns: int, transcript: list[Message]) -> None:
         """Roll the agent's context back ``turns`` turns; ``transcript`` is the conversation
-        that remains."""
+        that remains. Only :func:`revert` calls it, on its caller's thread, between the files and
+        the commit; a caller on an event loop runs :func:`start_revert` and its steps instead."""
 
 
 def _conversation(tx: Tx, session_id: str) -> list[Turn]:

@@ -18,6 +18,20 @@ last step checkpoint (or continues it without one) when the agent dies, continue
 turn after the orchestrating process died (:meth:`AgentRuntime.resume`), and rolls the agent's
 conversation back for reverts. An :class:`AgentConnection` is one agent process that several
 runtimes' sessions can share.
+
+The modules, one job each:
+
+* ``runtime`` -- :class:`AgentRuntime`: drives a turn and coordinates the others;
+* ``connection`` -- the agent process, the sessions it hosts, restarts; ``sidecar`` -- one
+  process and its pipes; ``rpc`` and ``wire`` -- turnback's own JSON-RPC over them;
+* ``agent_session`` -- the agent session serving a turnback session: opening and reopening it
+  (load, resume, or new with the transcript), its saved state and settings;
+* ``recording`` and ``requests`` -- the session's frames into the running turn's journal, and
+  the permission and input requests, durable before anyone is asked;
+* ``resume`` -- what a turn does when the agent (or turnback) died in it;
+* ``rollback`` -- the agent's side of reverts and their undo;
+* ``reactor`` -- the engine's work, one event at a time, on one engine thread;
+* ``policy`` and ``relay`` -- the options, and the seam for a proxy in front of the agent.
 """
 
 from __future__ import annotations

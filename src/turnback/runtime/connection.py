@@ -5,8 +5,8 @@ Agents are built to serve many sessions from one process: the process that answe
 that name no session are agent-wide. :class:`AgentConnection` is that process for turnback: it
 spawns and initializes the agent, repeats an accepted ``authenticate`` to each process it starts,
 and routes what the agent sends, in wire order, to the :class:`Host` of the session it names (an
-:class:`~turnback.runtime.AgentRuntime`). What names no hosted session goes to the relay (the
-proxy), or to the only host when there is no relay.
+:class:`~turnback.runtime.agent_session.AgentSession`). What names no hosted session goes to the
+relay (the proxy), or to the only host when there is no relay.
 
 When the process dies, the connection does not decide what happens next: each host sees its own
 requests fail (``AgentDied``), and the next :meth:`AgentConnection.ensure` starts a new process
@@ -45,7 +45,7 @@ _EARLY_LIMIT = 1000
 
 
 class Host(Protocol):
-    """What a session hosted on the connection gives it (an ``AgentRuntime``)."""
+    """What a session hosted on the connection gives it (an ``AgentSession``)."""
 
     def agent_frame(self, frame: Frame, line: bytes) -> bool:
         """A frame naming this session, in wire order; true if it was taken."""

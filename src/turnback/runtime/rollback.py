@@ -1,11 +1,16 @@
 """Rolling the agent's own conversation back when a revert rolls back turnback's.
 
-``check(turns)`` is called by the engine before any file moves and raises if the rollback cannot
-be done. The runtime's own reverts (``AgentRuntime.revert``) run the engine's steps on its engine
-thread and the agent's rollback on the event loop between them (``Session.start_revert``, then
-:meth:`AgentRollback.roll_back`, then ``finish``): no thread waits on another. For a caller of
-the engine's one-call ``Session.revert(..., rollback=...)`` from a thread of its own, ``apply``
-hands the work to the loop and waits for it there.
+The engine calls ``check(turns)`` on its thread before any file moves; it raises if the rollback
+cannot be done (a turn runs, the agent is down, or it cannot roll back and fresh sessions are
+off). The runtime's reverts (``AgentRuntime.revert``) are reactor events that run the engine's
+steps on the engine thread and the agent's side, :meth:`AgentRollback.roll_back`, on the event
+loop between them (``Session.start_revert``, then ``roll_back``, then ``finish``): no thread of
+the runtime ever waits on another.
+
+``apply`` is only the engine's one-call ``Session.revert(..., rollback=...)``'s way in, for an
+application that calls it from a thread of its own: it hands the rollback to the runtime's loop
+and waits for it there, which the loop's own thread must never do (it would wait on itself), so
+from there it raises instead.
 
 Two ways, in order of preference:
 
@@ -14,71 +19,172 @@ Two ways, in order of preference:
   ``_meta.turnback.transcript`` of ``session/new`` for agents that read it, and as a context block
   ahead of the next prompt for every agent (persisted, so a restart before that prompt still
   delivers it).
+
+An agent cannot roll its conversation forward again, so undoing a revert that rolled the
+conversation back gives a fresh agent session the whole restored transcript (:meth:`undo`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
 
-from turnback.errors import RollbackUnavailable
-from turnback.model import Message, MessageKind
+from turnback.engine.handle import Session
+from turnback.engine.turns import RunningTurn
+from turnback.errors import WAIT, RollbackUnavailable
+from turnback.model import ActivityLevel, Message, Revert
+from turnback.runtime.agent_session import AgentSession
+from turnback.runtime.connection import AgentConnection
+from turnback.runtime.policy import ResumePolicy
+from turnback.runtime.reactor import EngineThread, Notice, Reactor
+from turnback.runtime.rpc import RequestError
 
-if TYPE_CHECKING:
-    from turnback.runtime.runtime import AgentRuntime
+ROLLBACK_METHOD = "_turnback/rollback"
 
 
 class AgentRollback:
-    """The runtime's :class:`ConversationRollback` (see the module docstring)."""
+    """The runtime's :class:`~turnback.engine.revert.ConversationRollback`: it owns the agent's
+    side of a revert and of its undo (see the module docstring)."""
 
     def __init__(
-        self, runtime: AgentRuntime, loop: asyncio.AbstractEventLoop, timeout: float
+        self,
+        session: Session,
+        policy: ResumePolicy,
+        agent: AgentConnection,
+        agent_session: AgentSession,
+        *,
+        engine: EngineThread,
+        reactor: Reactor,
+        running: Callable[[], RunningTurn | None],
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
-        self._runtime = runtime
+        self.session = session
+        self.policy = policy
+        self._agent = agent
+        self._agent_session = agent_session
+        self._engine = engine
+        self._reactor = reactor
+        self._running = running  # the turn being driven, if any
         self._loop = loop
-        self._timeout = timeout
 
     def check(self, turns: int) -> None:
+        """Raise RollbackUnavailable unless the agent's conversation can be rolled back
+        ``turns`` turns now (the engine calls it before any file moves)."""
         if turns < 0:
             raise RollbackUnavailable(f"cannot roll the agent's conversation back {turns} turns")
-        self._runtime.check_rollback(turns)
-
-    async def roll_back(self, turns: int, transcript: list[Message]) -> None:
-        """The agent's side of a revert, on the event loop, between the engine's steps."""
-        await self._runtime.roll_back(turns, transcript)
-
-    def apply(self, turns: int, transcript: list[Message]) -> None:
         if turns == 0:
             return
-        work = self._runtime.roll_back(turns, transcript)
-        asyncio.run_coroutine_threadsafe(work, self._loop).result(self._timeout)
+        self._refuse_while_running("back")
+        if not self._agent.alive:
+            raise RollbackUnavailable(
+                f"agent {self._agent.described!r} is not running, so its conversation cannot "
+                "be rolled back; AgentRuntime.revert starts it first"
+            )
+        if not self._agent.features.rollback and not self.policy.fresh_session_rollback:
+            raise RollbackUnavailable(
+                f"agent {self._agent.described!r} cannot roll its conversation back (it does "
+                "not advertise _meta.turnback.rollback) and fresh-session rollback is off; revert "
+                "the files only (conversation=False), or allow ResumePolicy(fresh_session_rollback)"
+            )
+
+    async def roll_back(self, turns: int, transcript: list[Message]) -> None:
+        """Roll the agent's conversation back ``turns`` turns; ``transcript`` is the
+        conversation that remains.
+
+        Runs while the reactor may be busy with the revert that called it (between its engine
+        steps), so it only talks to the agent, writes the agent's state through the engine
+        thread (free between those steps) and posts activities; it never waits on the reactor."""
+        agent_session = self._agent_session.id
+        if not self._agent.alive or agent_session is None:
+            raise RollbackUnavailable(
+                f"agent {self._agent.described!r} is not running, so its conversation cannot "
+                "be rolled back; start it (AgentRuntime.revert does) and revert again"
+            )
+        if self._agent.features.rollback:
+            try:
+                await self._agent.request(
+                    ROLLBACK_METHOD, {"sessionId": agent_session, "turns": turns}
+                )
+            except RequestError as error:
+                self._reactor.post(
+                    Notice(
+                        ActivityLevel.WARNING,
+                        "agent.rollback.failed",
+                        f"the agent refused to roll back {turns} turns ({error.described}); "
+                        "starting a fresh agent session with the transcript instead",
+                        {"turns": turns},
+                    )
+                )
+            else:
+                self._reactor.post(
+                    Notice(
+                        ActivityLevel.INFO,
+                        "agent.rolled_back",
+                        f"the agent rolled its conversation back {turns} turns",
+                        {"turns": turns, "how": "agent"},
+                    )
+                )
+                return
+        if not self.policy.fresh_session_rollback:
+            raise RollbackUnavailable("the agent could not roll back and fresh sessions are off")
+        session_id = await self._agent_session.fresh(transcript)
+        self._reactor.post(
+            Notice(
+                ActivityLevel.INFO,
+                "agent.rolled_back",
+                f"a fresh agent session {session_id} replaces the rolled-back one; "
+                f"the {len(transcript)} messages that remain go ahead of the next prompt",
+                {"turns": turns, "how": "fresh-session", "messages": len(transcript)},
+            )
+        )
+
+    def apply(self, turns: int, transcript: list[Message]) -> None:
+        """:meth:`roll_back` for a caller on a thread other than the runtime's loop (the
+        engine's one-call ``Session.revert``), which waits for it there. The runtime itself
+        never calls this."""
+        if turns == 0:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            raise RuntimeError(
+                "AgentRollback.apply waits for the event loop, so it cannot run on the loop's "
+                "own thread; await AgentRuntime.revert (or AgentRollback.roll_back) there"
+            )
+        work = self.roll_back(turns, transcript)
+        asyncio.run_coroutine_threadsafe(work, self._loop).result(self.policy.rollback_timeout)
+
+    async def undo(self, ensure_agent: Callable[[], Awaitable[None]]) -> Revert:
+        """Undo the session's last revert through the engine; when that revert had rolled the
+        conversation back, a fresh agent session is given the whole restored transcript ahead
+        of the next prompt (``ensure_agent`` has the agent running first)."""
+        self._refuse_while_running("forward")
+        undone: Revert = await self._engine.run(self.session.undo_revert)
+        if undone.conversation:
+            await ensure_agent()
+            transcript = await self._engine.run(self.session.messages)
+            session_id = await self._agent_session.fresh(transcript)
+            await self._reactor.submit(
+                Notice(
+                    ActivityLevel.INFO,
+                    "agent.rolled_forward",
+                    f"the revert was undone: a fresh agent session {session_id} is given the "
+                    f"{len(transcript)} messages of the restored conversation ahead of the next "
+                    "prompt",
+                    {"revert": undone.id, "messages": len(transcript)},
+                )
+            )
+        return undone
+
+    def _refuse_while_running(self, direction: str) -> None:
+        turn = self._running()
+        if turn is not None:
+            raise RollbackUnavailable(
+                f"turn {turn.number} is running, so the conversation cannot be rolled "
+                f"{direction} now"
+            ).settled_by(WAIT, turn=turn.number, state="running")
 
 
-def render_transcript(messages: Sequence[Message]) -> str:
-    """The conversation as plain text, for an agent that starts over without it."""
-    lines = ["The conversation so far (restored by turnback):", ""]
-    for message in messages:
-        if message.kind is MessageKind.USER:
-            lines.append(f"User: {message.text}")
-        elif message.kind is MessageKind.AGENT:
-            lines.append(f"Agent: {message.text}")
-        elif message.kind is MessageKind.TOOL_CALL:
-            status = message.data.get("status", "")
-            lines.append(f"Tool call: {message.text} ({status})")
-        elif message.kind is MessageKind.PLAN:
-            lines.append("Plan: " + "; ".join(_plan_entries(message.data)))
-        elif message.kind in (MessageKind.ERROR, MessageKind.NOTICE):
-            lines.append(f"Note: {message.text}")
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def transcript_json(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    return [{"kind": m.kind.value, "turn": m.turn, "data": m.data} for m in messages]
-
-
-def _plan_entries(data: dict[str, Any]) -> list[str]:
-    entries = data.get("entries")
-    if not isinstance(entries, list):
-        return []
-    return [str(e.get("content", "")) for e in entries if isinstance(e, dict)]
+__all__ = ["ROLLBACK_METHOD", "AgentRollback"]
