@@ -40,6 +40,8 @@ interleaved rounds, so a slow stretch of the machine hits both sides alike.
       of 4,000 characters, 100 to a call (a committed transaction each), in a process of its own
 (b4)  ``batched``: ``turn.record()`` of the same events, a tool_call boundary every 100,
       including the final flush, interleaved with (lg) in rounds      goal: >= 1.0x (lg)
+(b4t) floor: the same in ``turn`` mode (nothing synced but the one flush at the end of each
+      round), interleaved with them: what recording costs without any durability work
 
 With ``--database-url postgresql://…`` the same run also measures a fleet's store, each in a
 scratch schema of that database (dropped at the end):
@@ -463,20 +465,28 @@ def bench_langgraph(scratch: Path, workspace: Path, events: int, rounds: int) ->
         text=True,
     )
     assert peer.stdin is not None and peer.stdout is not None
-    tb = turnback.open(scratch / "batched-4k", **journal_only())
+    handles = {
+        mode: turnback.open(scratch / f"{mode}-4k", durability=mode, **journal_only())
+        for mode in ("batched", "turn")
+    }
     try:
         if peer.stdout.readline().strip() != "ready":
             raise BenchError("LangGraph's peer process did not start (its error is above)")
-        turn = tb.create_session(workspace, title="batched 4 KB").turn("bench 4 KB")
-        spent = {"turnback": 0.0, "langgraph": 0.0}
+        turns = {
+            mode: tb.create_session(workspace, title=f"{mode} 4 KB").turn("bench 4 KB")
+            for mode, tb in handles.items()
+        }
+        sides = ["batched", "langgraph", "turn"]
+        spent = dict.fromkeys(sides, 0.0)
         done = 0
         for i, n in enumerate(split(events, rounds)):
-            for side in ("turnback", "langgraph") if i % 2 == 0 else ("langgraph", "turnback"):
+            for side in sides[i % 3 :] + sides[: i % 3]:
                 if side == "langgraph":
                     peer.stdin.write(f"{n}\n")
                     peer.stdin.flush()
                     spent[side] += float(peer.stdout.readline())
                     continue
+                tb, turn = handles[side], turns[side]
                 started = time.perf_counter()
                 for seq in range(done, done + n):
                     if seq % BOUNDARY_EVERY == BOUNDARY_EVERY - 1:
@@ -494,12 +504,15 @@ def bench_langgraph(scratch: Path, workspace: Path, events: int, rounds: int) ->
                 tb.journal.flush()
                 spent[side] += time.perf_counter() - started
             done += n
-        turn.complete()
+        for turn in turns.values():
+            turn.complete()
     finally:
-        tb.close()
+        for tb in handles.values():
+            tb.close()
         peer.stdin.close()
         peer.wait(timeout=60)
-    langgraph_rate, turnback_rate = events / spent["langgraph"], events / spent["turnback"]
+    langgraph_rate, turnback_rate = events / spent["langgraph"], events / spent["batched"]
+    floor = events / spent["turn"]
     return [
         Row(
             "lg",
@@ -516,6 +529,14 @@ def bench_langgraph(scratch: Path, workspace: Path, events: int, rounds: int) ->
             turnback_rate / langgraph_rate,
             f">= {LANGGRAPH_GOAL:.1f}x (lg)",
             turnback_rate >= LANGGRAPH_GOAL * langgraph_rate,
+        ),
+        Row(
+            "b4t",
+            "floor: the same in turn mode (nothing synced but once a round)",
+            floor,
+            "/s",
+            "lg",
+            floor / langgraph_rate,
         ),
     ]
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import pytest
+
 from turnback.workspace import Snapshots
+from turnback.workspace import snapshots as snapshots_module
 from turnback.workspace.shadow import INDEX_TREE
 from turnback.workspace.snapshots import SYNC_AFTER
 
@@ -30,6 +34,47 @@ def test_a_file_edited_and_then_put_back_is_captured_as_it_is(home: Path, worksp
     grown = snapshots.capture(workspace, "t/3")
     assert shadow.noted_tree(INDEX_TREE) == grown.tree
     assert grown.tree == Snapshots(home / "other").capture(workspace, "t/0").tree
+
+
+def test_files_read_by_the_last_capture_are_read_again_only_when_they_may_have_changed(
+    home: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(workspace, "a.txt", "a0\n")
+    write(workspace, "b.txt", "b0\n")
+    snapshots = Snapshots(home)
+    snapshots.capture(workspace, "t/0")
+    read: list[str] = []
+    original = Snapshots._read
+
+    def reading(self: Snapshots, full: bytes, info: object = None) -> object:
+        read.append(Path(full.decode()).name)
+        return original(self, full, info)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Snapshots, "_read", reading)
+    fresh = iter(range(100))
+
+    def captured_exactly(ref: str, racy: float) -> list[str]:
+        """Capture; check the tree is what a first capture finds; return the files read."""
+        monkeypatch.setattr(snapshots_module, "RACY_NS", int(racy * 1e9))
+        read.clear()
+        tree = snapshots.capture(workspace, ref).tree
+        reads = sorted(read)
+        assert tree == Snapshots(home / f"fresh-{next(fresh)}").capture(workspace, "t").tree
+        return reads
+
+    write(workspace, "a.txt", "a1\n")
+    write(workspace, "b.txt", "b1\n")
+    time.sleep(0.05)  # read well after they changed: a later capture may trust them
+    assert captured_exactly("t/1", racy=0.02) == ["a.txt", "b.txt"]
+    write(workspace, "a.txt", "a2\n")  # the same size, new times
+    # b.txt comes from the last checkpoint; a.txt is read too soon after it changed: within
+    # the same tick of the file clock it could change again unseen
+    assert captured_exactly("t/2", racy=60) == ["a.txt"]
+    time.sleep(0.05)
+    assert captured_exactly("t/3", racy=0.02) == ["a.txt"]  # so it is read again
+    assert captured_exactly("t/4", racy=0.02) == []  # now both are trusted
+    write(workspace, "b.txt", "b0\n")  # back to what the index holds: no longer reported
+    assert captured_exactly("t/5", racy=0.02) == ["a.txt"]  # the index's tree with a.txt
 
 
 def test_many_edited_files_bring_the_index_up_to_date(home: Path, workspace: Path) -> None:

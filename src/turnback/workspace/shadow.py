@@ -738,25 +738,23 @@ class FastImport:
         for path, blob in sorted((p, b) for p, b in edits.items() if b is not None):
             header = b"M " + blob.mode.encode() + b" inline " + _quote(path) + b"\n"
             parts.append(header + b"data %d\n" % len(blob.data) + blob.data + b"\n")
-        parts.append(b'ls ""\n')
+        # The tree's entry, then (the commit ended) its mark: both asked at once, one round trip.
+        parts.append(b'ls ""\n\n')
+        parts += [b"reset " + r.encode() + b"\nfrom :1\n\n" for r in refs[1:]]
+        parts.append(b"get-mark :1\n")
         self._send(b"".join(parts))
         answer = self._answer()
         if answer.startswith(b"missing "):  # nothing at all: the empty tree
             tree = EMPTY_TREE_SHA256 if self._shadow.sha256 else EMPTY_TREE_SHA1
         else:
             tree = answer.split(b"\t", 1)[0].decode("ascii").split(" ")[2]
-        self._send(b"\n" + b"".join(b"reset " + r.encode() + b"\nfrom :1\n\n" for r in refs[1:]))
-        return self.mark(), tree
+        return self._answer().decode("ascii"), tree
 
     def reset(self, refs: Sequence[str], commit: str) -> None:
         """Move ``refs`` to an existing commit (at :meth:`finish`)."""
         self._send(
             b"".join(b"reset " + r.encode() + b"\nfrom " + commit.encode() + b"\n\n" for r in refs)
         )
-
-    def mark(self) -> str:
-        self._send(b"get-mark :1\n")
-        return self._answer().decode("ascii")
 
     def finish(self) -> None:
         """Send ``done``: fast-import completes the pack, then moves the refs."""

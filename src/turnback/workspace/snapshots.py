@@ -77,6 +77,15 @@ BATCH = 1000
 SYNC_AFTER = 256
 #: ... or files of more than this many bytes in all.
 SYNC_BYTES = 16 * 2**20
+#: A file whose status data was last changed less than this long before a capture read it may
+#: change again without its status data changing: a file's times come from a clock that ticks
+#: every few milliseconds, and a rewrite in the same tick to the same size looks the same. The
+#: next capture reads such a file again rather than trust that it holds what the last one read
+#: (git's "racily clean" entries). The file's clock is taken to keep to this machine's.
+RACY_NS = 100_000_000
+#: ... and this long when its times are whole seconds: a filesystem that keeps only seconds
+#: (two for FAT) may stamp a later rewrite with the same time.
+RACY_WHOLE_SECONDS_NS = 3_000_000_000
 #: Objects younger than this survive :meth:`Snapshots.gc` even when unreferenced, so a capture
 #: running in another process cannot lose its objects before its ref is written.
 OBJECT_GRACE = 3600.0
@@ -206,7 +215,7 @@ class Snapshots:
                         else:
                             fallback = found
                     if plan is None:
-                        plan = self._scanned_or_rebuilt(shadow, deadline)
+                        plan = self._scanned_or_rebuilt(shadow, deadline, last)
                         plan.fallback = fallback
                     if not plan.synced:
                         point("capture.index")  # a synced plan passed it before its write-tree
@@ -225,7 +234,12 @@ class Snapshots:
                 if plan.watched:
                     shadow.note_tree(INDEX_NEXT, tree)
                 self._last[shadow.workspace] = _Captured(
-                    commit, tree, frozenset(plan.skipped), plan.key(shadow.sha256), shadow.sha256
+                    commit,
+                    tree,
+                    frozenset(plan.skipped),
+                    plan.key(shadow.sha256),
+                    shadow.sha256,
+                    plan.drift,
                 )
                 if watcher is not None:
                     watcher.baseline = tree
@@ -370,9 +384,11 @@ class Snapshots:
         if watcher is not None:
             watcher.close()
 
-    def _scanned_or_rebuilt(self, shadow: ShadowRepo, deadline: float) -> _Plan:
+    def _scanned_or_rebuilt(
+        self, shadow: ShadowRepo, deadline: float, last: _Captured | None
+    ) -> _Plan:
         try:
-            return self._scanned(shadow, deadline)
+            return self._scanned(shadow, deadline, last)
         except GitFailed as error:
             stale = shadow.seeded or "index" in str(error)
             if time.monotonic() >= deadline or not stale:
@@ -383,15 +399,21 @@ class Snapshots:
                 "it was rebuilt by hashing the workspace"
             )
             shadow.unseed()
-            return self._scanned(shadow, deadline)
+            return self._scanned(shadow, deadline, None)
 
-    def _scanned(self, shadow: ShadowRepo, deadline: float) -> _Plan:
+    def _scanned(self, shadow: ShadowRepo, deadline: float, last: _Captured | None) -> _Plan:
         """Find what changed with one ``git status`` against the shadow's index.
 
         When it finds only tracked files modified in place (the common warm capture), the
         checkpoint is the index's tree with those files: nothing rewrites the index, and they
         are found again by the next status until a capture that adds or deletes updates it. Any
-        other change brings the index up to date and writes its tree."""
+        other change brings the index up to date and writes its tree.
+
+        Those files are not read again by every capture: when the last capture of this process
+        was made the same way from the same index, and each file it read still has the status
+        data (inode, size, times, mode) it had then, the last checkpoint's tree already holds it,
+        and the new checkpoint is that tree with the files that did change. A file whose times
+        were too recent when it was read (``RACY_NS``) is read again."""
         index_tree = shadow.noted_tree(INDEX_TREE)
         behind = shadow.noted_tree(INDEX_NEXT)
         if behind is not None:
@@ -418,24 +440,52 @@ class Snapshots:
         reported = [t for t in status.stdout.split(b"\0") if t]
         if index_tree is not None and len(reported) <= SYNC_AFTER:
             root = os.fsencode(shadow.workspace)
-            edits: dict[bytes, Blob | None] = {}
-            size = 0
+            paths: list[bytes] = []
             for token in reported:
                 fields = token.split(b" ", 8)
                 # "1 XY N... ": a tracked file (not a gitlink) changed on disk, not deleted
                 if fields[0] != b"1" or fields[1][1:2] not in b".MT" or fields[2][:1] != b"N":
                     break
-                if fields[1][1:2] == b".":
-                    continue  # staged only: the index already holds it
-                found = self._read(os.path.join(root, fields[8]))
-                if not isinstance(found, Blob):
-                    break
-                edits[fields[8]] = found
-                size += len(found.data)
-                if size > SYNC_BYTES:
-                    break  # cheaper to hash them once into the index than again each time
+                if fields[1][1:2] != b".":  # staged only: the index already holds it
+                    paths.append(fields[8])
             else:
-                return _Plan(base=index_tree, edits=edits, skipped=unreadable)
+                known = last.drift if last is not None and not last.skipped else None
+                base = index_tree
+                if (
+                    known is not None
+                    and not unreadable
+                    and known.index_tree == index_tree
+                    and known.files.keys() <= set(paths)
+                ):
+                    base = last.tree if last is not None else index_tree
+                else:
+                    known = None
+                drift = _Drift(index_tree, {})
+                edits: dict[bytes, Blob | None] = {}
+                size = 0
+                for path in paths:
+                    full = os.path.join(root, path)
+                    read_at = time.time_ns()
+                    try:
+                        info = os.lstat(full)
+                    except OSError:
+                        break
+                    seen = _Seen.of(info, read_at)
+                    was = known.files.get(path) if known is not None else None
+                    if was is not None and was.trusted and was.status == seen.status:
+                        drift.files[path] = was  # the last checkpoint holds it as it is
+                        size += was.size
+                        continue
+                    found = self._read(full, info)
+                    if not isinstance(found, Blob):
+                        break
+                    edits[path] = found
+                    drift.files[path] = seen
+                    size += seen.size
+                    if size > SYNC_BYTES:
+                        break  # cheaper to hash them once into the index than again each time
+                else:
+                    return _Plan(base=base, edits=edits, skipped=unreadable, drift=drift)
         shadow.note_tree(INDEX_TREE, None)
         tree, skipped = self._write_tree(shadow, reported, deadline)
         shadow.note_tree(INDEX_TREE, tree)
@@ -473,10 +523,11 @@ class Snapshots:
         ignored = self._ignored(shadow, found, deadline)
         return {os.fsdecode(path) for path in found if path not in ignored}
 
-    def _read(self, full: bytes) -> Blob | _Other:
-        """What a capture records at ``full`` now: its content, or why it records none."""
+    def _read(self, full: bytes, info: os.stat_result | None = None) -> Blob | _Other:
+        """What a capture records at ``full`` now: its content, or why it records none. ``info``
+        is its ``lstat`` when the caller took it (before the read, never after)."""
         try:
-            info = os.lstat(full)
+            info = info or os.lstat(full)
             if stat.S_ISLNK(info.st_mode):
                 return Blob(SYMLINK, os.readlink(full))
             if stat.S_ISDIR(info.st_mode):
@@ -1164,6 +1215,7 @@ class _Plan:
     synced: bool = False  # the shadow's index holds exactly ``base``
     watched: bool = False  # the paths came from a watcher, not a scan
     fallback: str | None = None  # why a watched workspace was scanned
+    drift: _Drift | None = None  # the files read over the index's tree (see Snapshots._scanned)
 
     def message(self) -> str:
         return "turnback checkpoint\n\n" + "".join(
@@ -1199,6 +1251,43 @@ class _Captured:
     skipped: frozenset[str]
     key: tuple[str | None, frozenset[tuple[bytes, str, str]]] | None
     sha256: bool = False
+    drift: _Drift | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """A file a capture read: its status data then, and whether a later capture may trust
+    that the same status data means the same content."""
+
+    status: tuple[int, int, int, int, int, int]
+    size: int
+    trusted: bool
+
+    @staticmethod
+    def of(info: os.stat_result, read_at: int) -> _Seen:
+        changed = max(info.st_mtime_ns, info.st_ctime_ns)
+        fine = info.st_mtime_ns % 10**9 and info.st_ctime_ns % 10**9
+        return _Seen(
+            (
+                info.st_dev,
+                info.st_ino,
+                info.st_mode,
+                info.st_size,
+                info.st_mtime_ns,
+                info.st_ctime_ns,
+            ),
+            info.st_size,
+            changed < read_at - (RACY_NS if fine else RACY_WHOLE_SECONDS_NS),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Drift:
+    """The tracked files a capture found modified against the shadow's index (whose tree is
+    ``index_tree``), each as it read it."""
+
+    index_tree: str
+    files: dict[bytes, _Seen]
 
 
 def _below(path: bytes, directory: bytes) -> bool:
