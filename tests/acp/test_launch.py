@@ -41,11 +41,12 @@ NOTE = '{"jsonrpc":"2.0","method":"_toy/hello","params":{}}\n'
 
 
 def relayed(
-    answer: dict[str, Any], *, timeout: float | None = None, delay: float = 0
+    answer: dict[str, Any], *, timeout: float | None = None, delay: float = 0, gone: bool = False
 ) -> tuple[Any, ...]:
     """The start's relay between an editor (pipes) and the toy agent, which answers after
-    ``delay`` seconds; ``timeout``: the agent's ``--initialize-timeout``. Returns what was
-    handed over and what the editor was sent."""
+    ``delay`` seconds; ``timeout``: the agent's ``--initialize-timeout``; ``gone``: the editor
+    closes its end once it has written. Returns what was handed over and what the editor was
+    sent."""
     env = {**os.environ, "ANSWER": json.dumps(answer), "BEFORE": NOTE, "DELAY": str(delay)}
     process = subprocess.Popen(
         [sys.executable, "-c", TOY], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
@@ -53,12 +54,14 @@ def relayed(
     editor_in, to_proxy = os.pipe()
     from_proxy, editor_out = os.pipe()
     os.write(to_proxy, json.dumps(INITIALIZE).encode() + b"\n" + NEXT)
+    if gone:
+        os.close(to_proxy)
     launched = launch.Launched(process)
     launch.relay(launched, (editor_in, editor_out), timeout)
     os.close(editor_out)
     with os.fdopen(from_proxy, "rb") as sent:
         written = sent.read()
-    for fd in (editor_in, to_proxy):
+    for fd in (editor_in, *(() if gone else (to_proxy,))):
         os.close(fd)
     return launched, written
 
@@ -145,6 +148,15 @@ def test_an_answer_later_than_the_timeout_is_the_proxys_to_take_over_in_flight()
         await sidecar.close()
 
     run(scenario())
+
+
+def test_an_editor_gone_while_the_agent_starts_is_the_proxys_to_find_at_once() -> None:
+    """Not a minute's wait for an agent that does not answer, for an editor no longer there."""
+    launched, written = relayed(RESULT, delay=60, gone=True)
+    assert written == b"" and launched.sent is not None and launched.answer is None
+    assert launched.editor == json.dumps(INITIALIZE).encode() + b"\n" + NEXT  # all of it kept
+    launched.process.kill()
+    launched.process.wait()
 
 
 def test_an_agent_gone_before_answering_is_an_error_naming_it() -> None:

@@ -100,8 +100,8 @@ def take() -> Launched | None:
 
 def command_line(argv: Sequence[str]) -> tuple[list[str], float | None] | None:
     """The agent command of a plain ``[--home H] [--no-pager] acp [--option VALUE]… -- AGENT…``
-    command line, and its ``--initialize-timeout`` when given (the CLI knows its default);
-    None for any other command line."""
+    command line, and its ``--initialize-timeout`` when given; None for any other command
+    line."""
     args = list(argv)
     at = 0
     while at < len(args) and args[at] != "acp":
@@ -164,35 +164,35 @@ def initialized(agent: dict[str, Any]) -> dict[str, Any]:
     return response
 
 
-def _read(fd: int, deadline: float | None = None) -> bytes | None:
-    """What ``fd`` has, b"" at its end; None when the ``deadline`` (of ``time.monotonic()``)
-    comes first."""
+def _ready(fds: tuple[int, ...], deadline: float | None = None) -> list[int]:
+    """Those of ``fds`` that have something to read (or are at their end); none when the
+    ``deadline`` (of ``time.monotonic()``) comes first."""
     import select
     import time
 
     wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-    ready, _, _ = select.select([fd], [], [], wait)
-    return os.read(fd, 1 << 16) if ready else None
+    return select.select(fds, [], [], wait)[0]
 
 
 def relay(
     launched: Launched, editor: tuple[int, int] = (0, 1), initialize_timeout: float | None = None
 ) -> None:
     """Step 3 of the module docstring, between the editor (``editor``: the descriptors to read
-    it and write to it) and the agent, until the editor has its answer or the agent has had
-    ``initialize_timeout`` seconds to answer; leaves in ``launched`` where it stopped. It
-    imports nothing the proxy would make it wait for."""
+    it and write to it) and the agent, until the editor has its answer, the agent has had
+    ``initialize_timeout`` seconds to answer, or either side is gone; leaves in ``launched``
+    where it stopped. It imports nothing the proxy would make it wait for."""
     import json
     import time
 
     process = launched.process
     assert process is not None and process.stdin is not None and process.stdout is not None
     while b"\n" not in launched.editor:
-        data = _read(editor[0])
+        _ready(editor[:1])
+        data = os.read(editor[0], 1 << 16)
         if not data:
             return
         launched.editor += data
-    line, _, rest = launched.editor.partition(b"\n")
+    line = launched.editor.partition(b"\n")[0]
     try:
         message = json.loads(line)
     except ValueError:
@@ -214,7 +214,18 @@ def relay(
     deadline = None if initialize_timeout is None else launched.sent_at + initialize_timeout
     received, start = b"", 0
     while True:
-        data = _read(process.stdout.fileno(), deadline)
+        ready = _ready((process.stdout.fileno(), editor[0]), deadline)
+        if editor[0] in ready:  # kept for the proxy; at its end, the editor is gone
+            data = os.read(editor[0], 1 << 16)
+            launched.editor += data
+            if not data:
+                ready = []
+        if not ready:
+            launched.agent = received
+            return
+        if process.stdout.fileno() not in ready:
+            continue
+        data = os.read(process.stdout.fileno(), 1 << 16)
         if not data:
             launched.agent = received
             return
@@ -226,7 +237,8 @@ def relay(
                 if isinstance(result, dict):  # an error is the proxy's to give, as it would
                     answered = {"id": message["id"], "result": initialized(result)}
                     _write(editor[1], _line({"jsonrpc": "2.0", **answered}))
-                    launched.editor, launched.params, launched.answer = rest, params, result
+                    launched.params, launched.answer = params, result
+                    launched.editor = launched.editor[len(line) + 1 :]
                     received = received[:start] + received[end + 1 :]
                 launched.agent = received
                 return
