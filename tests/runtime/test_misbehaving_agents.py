@@ -141,3 +141,16 @@ def test_a_frame_turnback_fails_on_is_answered_and_the_receive_loop_goes_on() ->
     [refused] = rejected
     assert (refused.rpc_id, refused.code, refused.request) == (5, INTERNAL_ERROR, True)
     assert "a bug in turnback" in refused.message
+
+    # ... and the activity it leaves says turnback failed, not that the agent wrote nonsense
+    from turnback.runtime.reactor import Notice
+    from turnback.runtime.recording import Recorder
+
+    class Reactor(list[Notice]):
+        def post(self, notice: Notice) -> None:
+            self.append(notice)
+
+    reactor = Reactor()
+    Recorder(reactor, None, relayed=True).rejected(refused)  # type: ignore[arg-type]
+    [notice] = reactor
+    assert notice.code == "agent.frame.failed" and "turnback could not handle" in notice.message

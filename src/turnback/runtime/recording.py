@@ -21,7 +21,7 @@ from turnback.model import ActivityLevel, EventKind
 from turnback.runtime.reactor import CheckpointSaved, Notice, Reactor
 from turnback.runtime.requests import PendingRequests
 from turnback.runtime.rpc import CLIENT_METHODS
-from turnback.runtime.wire import Frame, Rejected, UpdateFrame
+from turnback.runtime.wire import INTERNAL_ERROR, Frame, Rejected, UpdateFrame
 
 CHECKPOINT_METHOD = "_turnback/checkpoint"
 _KNOWN_EXTENSIONS = frozenset({CHECKPOINT_METHOD})
@@ -135,11 +135,20 @@ class Recorder:
             self._reactor.post(CheckpointSaved(turn, int(event["step"])))
 
     def rejected(self, rejected: Rejected) -> None:
+        data = {"frame": rejected.line.decode(errors="replace"), "error": rejected.message}
+        if rejected.code == INTERNAL_ERROR:  # the line was fine; turnback failed handling it
+            self.report(
+                "agent.frame.failed",
+                f"turnback could not handle a message from the agent ({rejected.message}); "
+                "it was skipped",
+                data,
+            )
+            return
         self.report(
             "agent.frame.malformed",
             f"the agent wrote a line that is not a JSON-RPC message ({rejected.message}); it "
             "was skipped",
-            {"frame": rejected.line.decode(errors="replace"), "error": rejected.message},
+            data,
         )
 
     def report(self, code: str, message: str, data: dict[str, Any]) -> None:
