@@ -41,13 +41,18 @@ NOTE = '{"jsonrpc":"2.0","method":"_toy/hello","params":{}}\n'
 
 
 def relayed(
-    answer: dict[str, Any], *, timeout: float | None = None, delay: float = 0, gone: bool = False
+    answer: dict[str, Any],
+    *,
+    timeout: float | None = None,
+    delay: float = 0,
+    gone: bool = False,
+    before: str = NOTE,
 ) -> tuple[Any, ...]:
     """The start's relay between an editor (pipes) and the toy agent, which answers after
     ``delay`` seconds; ``timeout``: the agent's ``--initialize-timeout``; ``gone``: the editor
     closes its end once it has written. Returns what was handed over and what the editor was
     sent."""
-    env = {**os.environ, "ANSWER": json.dumps(answer), "BEFORE": NOTE, "DELAY": str(delay)}
+    env = {**os.environ, "ANSWER": json.dumps(answer), "BEFORE": before, "DELAY": str(delay)}
     process = subprocess.Popen(
         [sys.executable, "-c", TOY], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
     )
@@ -117,6 +122,13 @@ def test_an_answer_before_the_proxy_is_ready_goes_to_the_editor_at_once() -> Non
         await sidecar.close()
 
     run(scenario())
+
+
+def test_a_line_too_deep_to_parse_before_the_answer_is_left_for_the_proxy() -> None:
+    deep = "[" * 100_000 + "\n"
+    launched, written = relayed(RESULT, before=deep)
+    assert json.loads(written)["result"]["agentCapabilities"]["loadSession"] is True
+    assert launched.agent == deep.encode()  # the proxy's wire reports it, as any bad line
 
 
 def test_an_error_answer_is_left_for_the_proxy_to_give_as_it_would() -> None:

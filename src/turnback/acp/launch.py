@@ -195,7 +195,7 @@ def relay(
     line = launched.editor.partition(b"\n")[0]
     try:
         message = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # the proxy's to refuse, as it would
         return
     if not isinstance(message, dict) or message.get("method") != "initialize":
         return
@@ -250,7 +250,7 @@ def _answer(line: bytes) -> dict[str, Any] | None:
 
     try:
         frame = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if isinstance(frame, dict) and frame.get("id") == INITIALIZE_ID and "method" not in frame:
         return frame
