@@ -10,7 +10,7 @@ import pytest
 
 from turnback import jsontext
 from turnback.acp.proxy import Proxy, _SessionRelay
-from turnback.runtime.wire import UpdateFrame, read_update, with_session_id
+from turnback.runtime.wire import UpdateFrame, _text_chunk, read_update, with_session_id
 
 EDITOR_ID = "editor-session"
 
@@ -111,6 +111,42 @@ HEAD = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"agent
         # values JSON has no text for: encoded again (which refuses them)
         (HEAD + b'{"sessionUpdate":"plan","entries":[NaN]}}}', False),
         (HEAD + b'{"sessionUpdate":"plan","note":"Infinity and NaN"}}}', False),
+        # message chunks of plain text as each SDK writes them (read without the JSON scanner)
+        (
+            HEAD + b'{"content":{"text":"chunk \\n\\"NaN\\" \\ud800","type":"text"},'
+            b'"sessionUpdate":"agent_message_chunk"}}}',
+            True,
+        ),
+        (
+            HEAD
+            + '{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":'
+            '"é [[{{"}}}}'.encode(),
+            True,
+        ),
+        (
+            HEAD + b'{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":""}}}}',
+            True,
+        ),
+        (
+            HEAD + b'{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":'
+            b'"\xed\xa0\x80"}}}}',
+            False,
+        ),
+        (
+            HEAD + b'{"content":{"text":"","type":"text"},"sessionUpdate":"agent_thought_chunk"}}}',
+            True,
+        ),
+        # the same forms with something more: read by the JSON scanner
+        (
+            HEAD + b'{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":'
+            b'"a","annotations":null}}}}',
+            True,
+        ),
+        (
+            HEAD + b'{"content":{"text":"a","type":"text"},"sessionUpdate":"agent_message_chunk",'
+            b'"messageId":"m"}}}',
+            True,
+        ),
     ],
 )
 def test_an_update_in_the_sdks_form_is_read_once_with_its_text(
@@ -119,6 +155,7 @@ def test_an_update_in_the_sdks_form_is_read_once_with_its_text(
     frame = read_update(line)
     assert isinstance(frame, UpdateFrame)
     assert frame == jsontext.loads(line)
+    assert repr(frame["params"]) == repr(jsontext.loads(line)["params"])  # keys in their order
     update = frame["params"]["update"]
     assert (frame.update_text is not None) is text_kept
     if frame.update_text is not None:
@@ -127,6 +164,23 @@ def test_an_update_in_the_sdks_form_is_read_once_with_its_text(
     out = with_session_id(frame, line, EDITOR_ID)
     assert out == line.replace(b'"agent-1"', f'"{EDITOR_ID}"'.encode(), 1)
     assert jsontext.loads(out)["params"] == {"sessionId": EDITOR_ID, "update": update}
+
+
+def test_chunks_of_plain_text_in_the_sdks_forms_are_read_without_the_json_scanner() -> None:
+    start = len(HEAD)
+    for update, content_end in (
+        (
+            '{"content":{"text":"a\\"b","type":"text"},"sessionUpdate":"agent_thought_chunk"}',
+            '"text"}',
+        ),
+        ('{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"a\\"b"}}', '"b"}'),
+    ):
+        text = HEAD.decode() + update + "}}"
+        assert _text_chunk(text, start) == json.loads(update)
+        more = content_end[:-1] + ',"x":1}'
+        assert _text_chunk(text.replace(content_end, more), start) is None
+        assert _text_chunk(text.replace("chunk", "chunks"), start) is None
+        assert _text_chunk(text + " ", start) is None
 
 
 @pytest.mark.parametrize(
@@ -138,6 +192,8 @@ def test_an_update_in_the_sdks_form_is_read_once_with_its_text(
         HEAD + b'{"sessionUpdate":"plan","entries":[]}},"params":{}}',
         HEAD + b'{"sessionUpdate":"plan","entries":[]}}} ',
         HEAD + b'{"sessionUpdate":"plan","entries":[}}}',
+        HEAD + b'{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a"}}}}}',
+        HEAD + b'{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a"}}}',
         HEAD.replace(b'"agent-1"', b"7") + b'{"sessionUpdate":"plan"}}}',
         b'{"jsonrpc":"2.0","id":1,"method":"session/update","params":{}}',
     ],

@@ -50,6 +50,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import json.decoder
 import logging
 import threading
 from collections import deque
@@ -79,6 +80,7 @@ _PACE_EVERY = 8
 _UPDATE_HEAD = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
 _UPDATE_HEAD_BYTES = _UPDATE_HEAD.encode()
 _UPDATE_KEY = ',"update":'
+_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
 #: While a wire's watch runs: the list of wires it posted to that the watching wire writes
@@ -268,6 +270,7 @@ class Wire:
             self._posted.clear()
 
     async def _receive(self) -> Frame | None:
+        lines, watch = self._lines, self._watch
         while True:
             self._read += 1
             if not self._read % _YIELD_EVERY:
@@ -275,9 +278,14 @@ class Wire:
                 # run other work now and then, however fast the far side writes.
                 self._write_posted()
                 await asyncio.sleep(0)
-            if not self._lines:
-                self._write_posted()  # about to wait for the far side
-            line = await self._read_line()
+            line: bytes | None
+            if lines and isinstance(head := lines[0], bytes):
+                lines.popleft()  # read already: taken without a coroutine
+                line = head
+            else:
+                if not lines:
+                    self._write_posted()  # about to wait for the far side
+                line = await self._read_line()
             if line is None:
                 self.gone.set()
                 return None
@@ -287,9 +295,14 @@ class Wire:
             message: Frame | None = None
             try:
                 message = self._check(line)
-                taken = (
-                    message is not None and self._watch is not None and self._watched(message, line)
-                )
+                taken = False
+                if message is not None and watch is not None:
+                    # what the watch posts waits in _posted (see post_line)
+                    _WATCHING.posted = self._posted
+                    try:
+                        taken = watch(message, line)
+                    finally:
+                        _WATCHING.posted = None
             except Exception as error:  # one message must not end the receive loop
                 log.exception("a line could not be read or handled")
                 # a request the watch failed on is answered, so its sender is not left waiting
@@ -317,15 +330,6 @@ class Wire:
                     await backlog
                 continue
             return message
-
-    def _watched(self, message: Frame, line: bytes) -> bool:
-        """The watch's verdict on ``message``; what it posts waits in ``_posted``."""
-        assert self._watch is not None
-        _WATCHING.posted = self._posted
-        try:
-            return self._watch(message, line)
-        finally:
-            _WATCHING.posted = None
 
     def _reject(
         self,
@@ -483,24 +487,74 @@ def read_update(line: bytes) -> UpdateFrame | None:
         if not isinstance(session_id, str) or not text.startswith(_UPDATE_KEY, end):
             return None
         start = end + len(_UPDATE_KEY)
-        update, stop = scan(text, start)
+        update = _text_chunk(text, start)
+        if update is None:
+            update, stop = scan(text, start)
+            if text[stop:] != "}}":
+                return None
+            check = True
+        else:
+            stop, check = len(text) - 2, False
     except StopIteration:  # not JSON there: parse() says what is wrong
         return None
     except RecursionError:
         raise jsontext.TooDeep() from None
-    if text[stop:] != "}}":
-        return None
     frame = UpdateFrame(
         jsonrpc="2.0", method="session/update", params={"sessionId": session_id, "update": update}
     )
-    jsontext.check_depth(text, frame)
     written = text[start:stop]
-    if jsontext.has_surrogates(written) or not jsontext.finite(written):
-        frame.update_text = None
-    else:
-        frame.update_text = written
+    if check:
+        jsontext.check_depth(text, frame)
+        check = not jsontext.finite(written)
+    frame.update_text = None if check or jsontext.has_surrogates(written) else written
     frame.rest = end if line.isascii() else len(text[:end].encode("utf-8", "surrogatepass"))
     return frame
+
+
+#: How the SDKs write a message chunk of plain text, around its text's JSON string: the Python
+#: SDK in its models' key order (the kind comes after the string), the TypeScript SDK in the
+#: schema's (the kind comes first). Each text is what the update holds there, ``}}`` then ends
+#: the line.
+_CHUNK_KINDS = ("agent_message_chunk", "agent_thought_chunk", "user_message_chunk")
+_CONTENT_FIRST = '{"content":{"text":'
+_KIND_AFTER = {f',"type":"text"}},"sessionUpdate":"{kind}"}}}}}}': kind for kind in _CHUNK_KINDS}
+_KIND_FIRST = '{"sessionUpdate":"'
+_KIND_HEADS = {
+    kind: f'{_KIND_FIRST}{kind}","content":{{"type":"text","text":' for kind in _CHUNK_KINDS
+}
+_KIND_FIRST_TAIL = "}}}}"
+
+
+def _text_chunk(text: str, start: int) -> dict[str, Any] | None:
+    """The update at ``start`` when it is a message chunk of plain text written as an SDK writes
+    one, up to the end of the line: read without the general JSON scanner (its one string is
+    read by the scanner's own string reader). None otherwise: the general scanner reads it."""
+    kind: str | None = None  # known before the text in the TypeScript SDK's form
+    if text.startswith(_CONTENT_FIRST, start):
+        at = start + len(_CONTENT_FIRST)
+    elif text.startswith(_KIND_FIRST, start):
+        named = start + len(_KIND_FIRST)
+        kind = text[named : text.find('"', named)]
+        head = _KIND_HEADS.get(kind)
+        if head is None or not text.startswith(head, start):
+            return None
+        at = start + len(head)
+    else:
+        return None
+    if text[at : at + 1] != '"':
+        return None
+    try:
+        chunk, stop = _scanstring(text, at + 1)
+    except ValueError:
+        return None
+    if kind is not None:
+        if text[stop:] != _KIND_FIRST_TAIL:
+            return None
+        return {"sessionUpdate": kind, "content": {"type": "text", "text": chunk}}
+    kind = _KIND_AFTER.get(text[stop:])
+    if kind is None:
+        return None
+    return {"content": {"text": chunk, "type": "text"}, "sessionUpdate": kind}
 
 
 @functools.lru_cache(maxsize=256)
