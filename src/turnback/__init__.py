@@ -11,10 +11,12 @@ with session.turn("fix the failing test") as turn:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # not at run time: ``turnback acp`` starts its agent before ``typing`` loads
+    from collections.abc import Callable
+    from typing import Any
+
     from turnback.engine.handle import Session, Turnback
     from turnback.engine.revert import ConversationRollback
     from turnback.engine.turns import RunningTurn

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from turnback.acp import launch
+
 if TYPE_CHECKING:
     from turnback import Session, Turnback
     from turnback.model import (
@@ -955,7 +957,7 @@ def doctor(state: Context, as_json: bool) -> None:
 @click.option(
     "--initialize-timeout",
     type=click.FloatRange(min=0, min_open=True),
-    default=60.0,
+    default=launch.DEFAULT_INITIALIZE_TIMEOUT,
     show_default=True,
     metavar="SECONDS",
     help="How long the agent may take to answer initialize when it starts.",
@@ -992,8 +994,6 @@ def acp(
     Configure the editor to start `turnback acp -- AGENT_COMMAND…` instead of the agent. Sessions
     are listed, loaded, resumed and forked from turnback's store, and /checkpoints, /diff,
     /rewind and /undo-rewind are answered by turnback."""
-    from turnback.acp import launch
-
     # Started before the proxy is imported, so the agent's start-up overlaps the proxy's; the
     # ``turnback`` command has usually done it already, before importing anything.
     early = launch.take() or launch.started(agent_command)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -39,25 +40,33 @@ RESULT = {"result": {"protocolVersion": 1, "agentCapabilities": {"loadSession": 
 NOTE = '{"jsonrpc":"2.0","method":"_toy/hello","params":{}}\n'
 
 
-def relayed(answer: dict[str, Any], *, ready: bool = False, delay: float = 0) -> tuple[Any, ...]:
-    """The start's relay between an editor (pipes) and the toy agent; ``ready``: the proxy is
-    ready at once. Returns what was handed over and what the editor was sent."""
-    env = {**os.environ, "ANSWER": json.dumps(answer), "BEFORE": NOTE, "DELAY": str(delay)}
+def relayed(
+    answer: dict[str, Any],
+    *,
+    timeout: float | None = None,
+    delay: float = 0,
+    gone: bool = False,
+    before: str = NOTE,
+) -> tuple[Any, ...]:
+    """The start's relay between an editor (pipes) and the toy agent, which answers after
+    ``delay`` seconds; ``timeout``: the agent's ``--initialize-timeout``; ``gone``: the editor
+    closes its end once it has written. Returns what was handed over and what the editor was
+    sent."""
+    env = {**os.environ, "ANSWER": json.dumps(answer), "BEFORE": before, "DELAY": str(delay)}
     process = subprocess.Popen(
         [sys.executable, "-c", TOY], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
     )
     editor_in, to_proxy = os.pipe()
     from_proxy, editor_out = os.pipe()
-    wake_read, wake_write = os.pipe()
     os.write(to_proxy, json.dumps(INITIALIZE).encode() + b"\n" + NEXT)
-    if ready:
-        os.write(wake_write, b"!")
+    if gone:
+        os.close(to_proxy)
     launched = launch.Launched(process)
-    launch.relay(launched, wake_read, (editor_in, editor_out))
+    launch.relay(launched, (editor_in, editor_out), timeout)
     os.close(editor_out)
     with os.fdopen(from_proxy, "rb") as sent:
         written = sent.read()
-    for fd in (editor_in, to_proxy, wake_read, wake_write):
+    for fd in (editor_in, *(() if gone else (to_proxy,))):
         os.close(fd)
     return launched, written
 
@@ -115,6 +124,13 @@ def test_an_answer_before_the_proxy_is_ready_goes_to_the_editor_at_once() -> Non
     run(scenario())
 
 
+def test_a_line_too_deep_to_parse_before_the_answer_is_left_for_the_proxy() -> None:
+    deep = "[" * 100_000 + "\n"
+    launched, written = relayed(RESULT, before=deep)
+    assert json.loads(written)["result"]["agentCapabilities"]["loadSession"] is True
+    assert launched.agent == deep.encode()  # the proxy's wire reports it, as any bad line
+
+
 def test_an_error_answer_is_left_for_the_proxy_to_give_as_it_would() -> None:
     error = {"error": {"code": -32000, "message": "no key", "data": {"why": "none"}}}
     launched, written = relayed(error)
@@ -133,8 +149,8 @@ def test_an_error_answer_is_left_for_the_proxy_to_give_as_it_would() -> None:
     run(scenario())
 
 
-def test_a_proxy_ready_first_takes_over_the_initialize_in_flight() -> None:
-    launched, written = relayed(RESULT, ready=True, delay=0.5)
+def test_an_answer_later_than_the_timeout_is_the_proxys_to_take_over_in_flight() -> None:
+    launched, written = relayed(RESULT, timeout=0.1, delay=0.5)
     assert written == b"" and launched.sent is not None and launched.answer is None
 
     async def scenario() -> None:
@@ -144,6 +160,15 @@ def test_a_proxy_ready_first_takes_over_the_initialize_in_flight() -> None:
         await sidecar.close()
 
     run(scenario())
+
+
+def test_an_editor_gone_while_the_agent_starts_is_the_proxys_to_find_at_once() -> None:
+    """Not a minute's wait for an agent that does not answer, for an editor no longer there."""
+    launched, written = relayed(RESULT, delay=60, gone=True)
+    assert written == b"" and launched.sent is not None and launched.answer is None
+    assert launched.editor == json.dumps(INITIALIZE).encode() + b"\n" + NEXT  # all of it kept
+    launched.process.kill()
+    launched.process.wait()
 
 
 def test_an_agent_gone_before_answering_is_an_error_naming_it() -> None:
@@ -164,10 +189,13 @@ def test_an_agent_gone_before_answering_is_an_error_naming_it() -> None:
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
-        (["acp", "--", "agent", "--flag"], launch.CommandLine(["agent", "--flag"])),
-        (["--home", "h", "--no-pager", "acp", "--max-frame", "9999", "--", "a"], ["a"]),
-        (["--home=h", "acp", "--restart-attempts=1", "--", "a", "--", "b"], ["a", "--", "b"]),
-        (["acp", "--initialize-timeout", "2.5", "--", "a"], launch.CommandLine(["a"], 2.5)),
+        (["acp", "--", "agent", "--flag"], (["agent", "--flag"], None)),
+        (["--home", "h", "--no-pager", "acp", "--max-frame", "9999", "--", "a"], (["a"], None)),
+        (
+            ["--home=h", "acp", "--restart-attempts=1", "--", "a", "--", "b"],
+            (["a", "--", "b"], None),
+        ),
+        (["acp", "--initialize-timeout", "2.5", "--", "a"], (["a"], 2.5)),
         (["acp", "--initialize-timeout=soon", "--", "a"], None),  # the CLI says what is wrong
         (["acp", "--bogus", "--", "a"], None),
         (["acp", "agent"], None),
@@ -178,10 +206,9 @@ def test_an_agent_gone_before_answering_is_an_error_naming_it() -> None:
     ],
 )
 def test_only_a_plain_command_line_is_read_before_the_cli(
-    argv: list[str], line: launch.CommandLine | list[str] | None
+    argv: list[str], line: tuple[list[str], float | None] | None
 ) -> None:
-    expected = launch.CommandLine(line) if isinstance(line, list) else line
-    assert launch.command_line(argv) == expected
+    assert launch.command_line(argv) == line
 
 
 def test_the_start_knows_every_option_of_turnback_acp() -> None:
@@ -277,3 +304,127 @@ def test_a_store_that_cannot_open_fails_the_first_session_method_and_is_left_int
     assert "damaged" in answers[8]["error"]["message"]
     assert proxy.returncode == 1 and b"damaged" in stderr
     assert damaged.read_bytes() == b"not a database, and not to be touched " * 100
+
+
+#: What the answer to initialize must never wait for: the proxy and everything it loads.
+HEAVY = (
+    "asyncio",
+    "sqlite3",
+    "click",
+    "turnback.cli",
+    "turnback.acp.proxy",
+    "turnback.acp.commands",
+    "turnback.engine",
+    "turnback.store",
+    "turnback.workspace",
+    "turnback.runtime",
+)
+#: ``turnback`` run with a gate in front of every import of those: each is held when it would
+#: run (and named on the ``said`` pipe) until the test closes the ``gate`` pipe. (Held there,
+#: not while it is looked for, when the interpreter's import lock is held for every thread.)
+GATED = """
+import os, sys
+heavy, gate, said = {heavy!r}, {gate}, {said}
+class Held:
+    open = False
+    def __init__(self, loader):
+        self.loader = loader
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+    def exec_module(self, module):
+        if not Held.open:
+            os.write(said, module.__name__.encode() + b"\\n")
+            Held.open = os.read(gate, 1) == b""
+        self.loader.exec_module(module)
+class Gate:
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if Held.open or not any(name == h or name.startswith(h + ".") for h in heavy):
+            return None
+        for finder in sys.meta_path[1:]:
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = Held(spec.loader)
+                return spec
+        return None
+sys.meta_path.insert(0, Gate)
+sys.argv[1:] = {argv!r}
+from turnback.acp.launch import main
+main()
+"""
+
+
+def _line(fd: int) -> bytes:
+    """A line from ``fd``; fails the test when none comes in a minute (something is stuck)."""
+    line = b""
+    while not line.endswith(b"\n"):
+        ready, _, _ = select.select([fd], [], [], 60)
+        assert ready, f"nothing but {line!r} came"
+        data = os.read(fd, 1)
+        assert data, f"the pipe ended after {line!r}"
+        line += data
+    return line
+
+
+def test_initialize_is_answered_while_the_proxy_is_still_loading(
+    home: Path, tmp_path: Path
+) -> None:
+    """The proxy's modules (engine, store, workspace, runtime, asyncio, the CLI) are held at
+    the door while the editor is answered: the answer's path needs none of them. Let in, they
+    serve session/new as ever."""
+    gate, opener = os.pipe()
+    heard, said = os.pipe()
+    argv = ["--home", str(home), "acp", "--", *SCRIPTED]
+    code = GATED.format(heavy=HEAVY, gate=gate, said=said, argv=argv)
+    proxy = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=tmp_path,
+        pass_fds=(gate, said),
+    )
+    os.close(gate)
+    os.close(said)
+    assert proxy.stdin is not None and proxy.stdout is not None
+    try:
+        held = _line(heard).decode().strip()  # the proxy has begun to load, and is held
+        assert held.startswith(HEAVY)
+        proxy.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+        proxy.stdin.flush()
+        answer = json.loads(_line(proxy.stdout.fileno()))
+        assert answer["id"] == 7
+        assert answer["result"]["agentCapabilities"]["loadSession"] is True
+        assert answer["result"]["_meta"]["turnback"]["commands"]
+        os.close(opener)  # let the proxy load
+        opener = -1
+        new = {"cwd": str(tmp_path), "mcpServers": []}
+        request = {"jsonrpc": "2.0", "id": 8, "method": "session/new", "params": new}
+        proxy.stdin.write(json.dumps(request).encode() + b"\n")
+        proxy.stdin.flush()
+        while (message := json.loads(_line(proxy.stdout.fileno()))).get("id") != 8:
+            pass  # the proxy's notifications
+        assert message["result"]["sessionId"]
+        proxy.stdin.close()
+        assert proxy.wait(timeout=60) == 0
+    finally:
+        proxy.kill()
+        for fd in (opener, heard):
+            if fd >= 0:
+                os.close(fd)
+
+
+def test_the_start_imports_only_what_starting_a_process_needs() -> None:
+    """Everything ``turnback`` imports before the agent starts costs the editor its time."""
+    code = "import sys, turnback.acp.launch; print(' '.join(sorted(sys.modules)))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, check=True, text=True
+    ).stdout.split()
+    assert "subprocess" in loaded
+    assert [m for m in ("typing", "dataclasses", "inspect", "json") if m in loaded] == []
+    assert [m for m in loaded if m.startswith("turnback")] == [
+        "turnback",
+        "turnback.acp",
+        "turnback.acp.launch",
+    ]

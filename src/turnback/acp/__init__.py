@@ -8,9 +8,10 @@ listed, loaded, resumed and forked from turnback's store; and ``/checkpoints``, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # not at run time: ``turnback acp`` starts its agent before ``typing`` loads
+    from typing import Any
 
-if TYPE_CHECKING:
     from turnback.acp.proxy import DEFAULT_MAX_FRAME, Proxy, main, serve
 
 __all__ = ["DEFAULT_MAX_FRAME", "Proxy", "main", "serve"]

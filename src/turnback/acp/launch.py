@@ -2,41 +2,46 @@
 proxy has loaded.
 
 An editor waits from starting ``turnback acp`` until ``initialize`` is answered. The proxy's
-own start-up (turnback's engine and runtime, the store, recovery) takes as long as some agents'
-start-up, and on a loaded machine longer; done before the agent starts, or
-before the answer, it adds all of that to the wait. So:
+own start-up (turnback's engine and runtime, the store, asyncio, the CLI) costs as much CPU as
+some agents' start-up; done before the agent starts it adds all of that to the wait, and on the
+answer's path it makes the answer wait for modules the answer does not need. So:
 
 1. the command line is read with nothing imported (:func:`command_line`; anything but a plain
    ``turnback [--home H] acp [--option VALUE]… -- AGENT…`` goes the ordinary way, through the
-   CLI, which says what is wrong with it);
-2. the agent is started at once, and the proxy imported in a thread;
-3. meanwhile the editor's first message, when it is ``initialize``, is sent to the agent as it
-   is (the proxy would send the same), and when the agent's answer is a result and comes before
-   the proxy is ready, the editor gets it at once with turnback's additions (:func:`initialized`);
-4. the proxy then takes over (:class:`Launched`): the pipes, the bytes read from each side and
-   not yet handled, and the ``initialize`` answered -- or still in flight, when anything else
-   happened (another first message, an error answer, the agent gone, the proxy ready first), in
-   which case the proxy handles the editor's ``initialize`` as though it had sent it itself.
+   CLI, which says what is wrong with it), and nothing but what starting a process needs is
+   imported before the agent starts (not even ``typing`` or ``dataclasses``);
+2. the agent is started at once, and a thread relays ``initialize`` (:func:`relay`) while the
+   proxy loads and opens its store as usual, so both are ready by the time the editor's next
+   request comes;
+3. the editor's first message, when it is ``initialize``, is sent to the agent as it is (the
+   proxy would send the same), and when the agent's answer is a result the editor gets it at
+   once with turnback's additions (:func:`initialized`), whether the proxy has loaded or not:
+   the answer's path is this module, :mod:`turnback.model` and :mod:`turnback.acp.offered`
+   (plain data), never the engine, the store, the workspace, asyncio or the CLI;
+4. the proxy waits for the relay to stop (:meth:`Launched.settled`) before it reads from
+   either side, then takes over (:class:`Launched`): the pipes, the bytes read from each side
+   and not yet handled, and the ``initialize`` answered -- or still in flight, when anything
+   else happened (another first message, an error answer, the agent gone,
+   ``--initialize-timeout`` spent), in which case the proxy handles the editor's
+   ``initialize`` as though it had sent it itself.
 
-The proxy opens its store and recovers after the answer and before it serves any other
-method, so what is durable, and when, does not change.
+The proxy opens its store and recovers while ``initialize`` is relayed and before it serves
+any other method, as it does without this start, so what is durable, and when, does not change.
 
 This module imports only the standard library at its top: it runs before anything else.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 import os
-import select
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # not at run time: importing ``typing`` takes longer than starting the agent
+    import threading
+    from collections.abc import Sequence
+    from typing import Any
 
 #: The options ``turnback acp`` takes, each with a value (a test checks the CLI's are these).
 ACP_OPTIONS = frozenset(
@@ -44,25 +49,43 @@ ACP_OPTIONS = frozenset(
 )
 #: The id of the ``initialize`` sent ahead; the proxy's own requests to the agent start at 0.
 INITIALIZE_ID = "turnback-initialize"
+#: ``--initialize-timeout``'s default: generous, since some agents take seconds to start.
+DEFAULT_INITIALIZE_TIMEOUT = 60.0
 
 
-@dataclass(slots=True)
 class Launched:
-    """What the start hands the proxy (see the module docstring)."""
+    """What the start hands the proxy (see the module docstring). A plain class, not a
+    dataclass: ``dataclasses`` imports ``inspect``, which the start cannot wait for."""
 
-    process: subprocess.Popen[bytes] | None
-    #: read from the editor and not handled: the proxy reads these first
-    editor: bytes = b""
-    #: read from the agent and not handled: the proxy's connection to it reads these first
-    agent: bytes = b""
-    #: the ``initialize`` params sent to the agent under :data:`INITIALIZE_ID`, if it was sent
-    sent: dict[str, Any] | None = None
-    #: the editor's ``initialize`` params, when its answer was given here
-    params: dict[str, Any] | None = None
-    #: the agent's answer to it (as it wrote it), when the editor has been given it
-    answer: dict[str, Any] | None = None
-    #: when it was sent (``time.monotonic()``): its ``--initialize-timeout`` runs from then
-    sent_at: float | None = None
+    __slots__ = ("agent", "answer", "editor", "params", "process", "relaying", "sent", "sent_at")
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes] | None,
+        *,
+        sent: dict[str, Any] | None = None,
+    ) -> None:
+        self.process = process
+        #: read from the editor and not handled: the proxy reads these first
+        self.editor = b""
+        #: read from the agent and not handled: the proxy's connection to it reads these first
+        self.agent = b""
+        #: the ``initialize`` params sent to the agent under :data:`INITIALIZE_ID`, if it was sent
+        self.sent = sent
+        #: the editor's ``initialize`` params, when its answer was given here
+        self.params: dict[str, Any] | None = None
+        #: the agent's answer to it (as it wrote it), when the editor has been given it
+        self.answer: dict[str, Any] | None = None
+        #: when it was sent (``time.monotonic()``): its ``--initialize-timeout`` runs from then
+        self.sent_at: float | None = None
+        #: the thread relaying ``initialize``, while it may
+        self.relaying: threading.Thread | None = None
+
+    def settled(self) -> None:
+        """Wait until the relay has stopped: from then on, the pipes and what is left here are
+        the proxy's."""
+        if self.relaying is not None:
+            self.relaying.join()
 
 
 _launched: Launched | None = None
@@ -75,18 +98,10 @@ def take() -> Launched | None:
     return launched
 
 
-@dataclass(frozen=True, slots=True)
-class CommandLine:
-    """A plain ``turnback acp`` command line, as far as the start needs it."""
-
-    agent: list[str]
-    #: ``--initialize-timeout``, when given (the CLI knows its default)
-    initialize_timeout: float | None = None
-
-
-def command_line(argv: Sequence[str]) -> CommandLine | None:
-    """A plain ``[--home H] [--no-pager] acp [--option VALUE]… -- AGENT…`` command line; None
-    for anything else."""
+def command_line(argv: Sequence[str]) -> tuple[list[str], float | None] | None:
+    """The agent command of a plain ``[--home H] [--no-pager] acp [--option VALUE]… -- AGENT…``
+    command line, and its ``--initialize-timeout`` when given; None for any other command
+    line."""
     args = list(argv)
     at = 0
     while at < len(args) and args[at] != "acp":
@@ -109,7 +124,7 @@ def command_line(argv: Sequence[str]) -> CommandLine | None:
         return None
     try:
         timeout = options.get("--initialize-timeout")
-        return CommandLine(agent, None if timeout is None else float(timeout))
+        return agent, None if timeout is None else float(timeout)
     except ValueError:
         return None
 
@@ -120,6 +135,8 @@ def initialized(agent: dict[str, Any]) -> dict[str, Any]:
     ``sessionCapabilities`` ``list``, ``resume``, ``close``, ``delete`` and the unstable
     ``fork``) and its ``_meta.turnback`` key. The agent's own ``_meta.turnback`` (its
     checkpoint and rollback extensions) is turnback's to use, not the editor's."""
+    import copy
+
     import turnback
     from turnback.acp.offered import NAMES
 
@@ -147,50 +164,38 @@ def initialized(agent: dict[str, Any]) -> dict[str, Any]:
     return response
 
 
-def _import(wake: int) -> None:
-    """The proxy's modules, loaded while the agent starts (the CLI's last: it is needed last)."""
-    import importlib
-
-    try:
-        for module in ("turnback.acp.commands", "turnback.acp.proxy", "turnback.cli"):
-            importlib.import_module(module)
-    except BaseException:  # imported again by the CLI, which reports it
-        pass
-    finally:
-        os.write(wake, b"!")
-
-
-def _read(fd: int, wake: int, deadline: float | None = None) -> bytes | None:
-    """What ``fd`` has, b"" at its end; None when ``wake`` (the proxy is ready) or the
+def _ready(fds: tuple[int, ...], deadline: float | None = None) -> list[int]:
+    """Those of ``fds`` that have something to read (or are at their end); none when the
     ``deadline`` (of ``time.monotonic()``) comes first."""
+    import select
+    import time
+
     wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-    ready, _, _ = select.select([fd, wake], [], [], wait)
-    if fd not in ready:
-        return None
-    return os.read(fd, 1 << 16)
+    return select.select(fds, [], [], wait)[0]
 
 
 def relay(
-    launched: Launched,
-    wake: int,
-    editor: tuple[int, int] = (0, 1),
-    initialize_timeout: float | None = None,
+    launched: Launched, editor: tuple[int, int] = (0, 1), initialize_timeout: float | None = None
 ) -> None:
-    """Steps 3 and 4 of the module docstring, between the editor (``editor``: the descriptors
-    to read it and write to it) and the agent, until ``wake`` is readable (the proxy is
-    ready) or the agent has had ``initialize_timeout`` seconds to answer; leaves in
-    ``launched`` where it stopped."""
+    """Step 3 of the module docstring, between the editor (``editor``: the descriptors to read
+    it and write to it) and the agent, until the editor has its answer, the agent has had
+    ``initialize_timeout`` seconds to answer, or either side is gone; leaves in ``launched``
+    where it stopped. It imports nothing the proxy would make it wait for."""
+    import json
+    import time
+
     process = launched.process
     assert process is not None and process.stdin is not None and process.stdout is not None
     while b"\n" not in launched.editor:
-        data = _read(editor[0], wake)
+        _ready(editor[:1])
+        data = os.read(editor[0], 1 << 16)
         if not data:
             return
         launched.editor += data
-    line, _, rest = launched.editor.partition(b"\n")
+    line = launched.editor.partition(b"\n")[0]
     try:
         message = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # the proxy's to refuse, as it would
         return
     if not isinstance(message, dict) or message.get("method") != "initialize":
         return
@@ -209,7 +214,18 @@ def relay(
     deadline = None if initialize_timeout is None else launched.sent_at + initialize_timeout
     received, start = b"", 0
     while True:
-        data = _read(process.stdout.fileno(), wake, deadline)
+        ready = _ready((process.stdout.fileno(), editor[0]), deadline)
+        if editor[0] in ready:  # kept for the proxy; at its end, the editor is gone
+            data = os.read(editor[0], 1 << 16)
+            launched.editor += data
+            if not data:
+                ready = []
+        if not ready:
+            launched.agent = received
+            return
+        if process.stdout.fileno() not in ready:
+            continue
+        data = os.read(process.stdout.fileno(), 1 << 16)
         if not data:
             launched.agent = received
             return
@@ -221,7 +237,8 @@ def relay(
                 if isinstance(result, dict):  # an error is the proxy's to give, as it would
                     answered = {"id": message["id"], "result": initialized(result)}
                     _write(editor[1], _line({"jsonrpc": "2.0", **answered}))
-                    launched.editor, launched.params, launched.answer = rest, params, result
+                    launched.params, launched.answer = params, result
+                    launched.editor = launched.editor[len(line) + 1 :]
                     received = received[:start] + received[end + 1 :]
                 launched.agent = received
                 return
@@ -229,9 +246,11 @@ def relay(
 
 
 def _answer(line: bytes) -> dict[str, Any] | None:
+    import json
+
     try:
         frame = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if isinstance(frame, dict) and frame.get("id") == INITIALIZE_ID and "method" not in frame:
         return frame
@@ -245,6 +264,8 @@ def _write(fd: int, data: bytes) -> None:
 
 
 def _line(frame: dict[str, Any]) -> bytes:
+    import json
+
     return json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
@@ -257,23 +278,26 @@ def started(command: Sequence[str]) -> Launched:
     return Launched(process)
 
 
-def start(line: CommandLine) -> Launched:
-    """Start the agent and the proxy's import; relay ``initialize`` if it comes first."""
-    launched = started(line.agent)
-    if launched.process is None:
-        return launched
-    wake_read, wake_write = os.pipe()
-    importing = threading.Thread(
-        target=_import, args=(wake_write,), name="turnback-import", daemon=True
-    )
-    importing.start()
-    try:
-        relay(launched, wake_read, initialize_timeout=line.initialize_timeout)
-    finally:
-        importing.join()
-        os.close(wake_read)
-        os.close(wake_write)
+def start(agent: Sequence[str], initialize_timeout: float | None = None) -> Launched:
+    """Start the agent, and relay ``initialize`` in a thread (steps 2 and 3) while the caller
+    goes on to load the proxy."""
+    import threading
+
+    launched = started(agent)
+    if launched.process is not None:
+        timeout = DEFAULT_INITIALIZE_TIMEOUT if initialize_timeout is None else initialize_timeout
+        launched.relaying = threading.Thread(
+            target=_relay, args=(launched, timeout), name="turnback-initialize", daemon=True
+        )
+        launched.relaying.start()
     return launched
+
+
+def _relay(launched: Launched, initialize_timeout: float) -> None:
+    import contextlib
+
+    with contextlib.suppress(OSError):  # the editor is gone: the proxy finds out and ends
+        relay(launched, initialize_timeout=initialize_timeout)
 
 
 def main() -> None:
@@ -283,7 +307,7 @@ def main() -> None:
     argv = sys.argv[1:]
     line = command_line(argv)
     if line is not None:
-        _launched = start(line)
+        _launched = start(*line)
     from turnback.cli import main as cli
 
     try:

@@ -904,6 +904,10 @@ async def serve(
             file=sys.stderr,
         )
     early = early or Launched(None)
+    # Opened and recovered (turns a killed proxy left running) while initialize is answered;
+    # every other method waits for it.
+    opening = asyncio.ensure_future(asyncio.to_thread(_open_store, home))
+    await asyncio.to_thread(early.settled)  # the start's relay of initialize is done
     env = dict(os.environ)
     agent = agent_connection(command, env, policy or ResumePolicy())
     if early.process is not None:
@@ -913,9 +917,6 @@ async def serve(
         agent.spawn()
     reader, writer = await open_stdio(max_frame, early.editor)
     wire = EditorWire(reader, writer, max_frame)
-    # Opened and recovered (turns a killed proxy left running) while initialize is answered;
-    # every other method waits for it.
-    opening = asyncio.ensure_future(asyncio.to_thread(_open_store, home))
     proxy = Proxy(opening, command, wire, env=env, policy=policy, agent=agent)
     if early.params is not None:
         proxy.initialized_by(early.params)
