@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+import os
+from typing import Any, cast
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from turnback.engine.fold import fold
+from turnback.runtime import wire as wire_module
 from turnback.runtime.wire import Rejected, Wire, read_update, with_session_id
 
 LIMIT = 200
@@ -216,3 +219,76 @@ def test_a_wire_without_a_watch_hands_out_each_chunk_as_it_was_written() -> None
     seen, returned = watched(b"\n".join(lines) + b"\n", watch_all=False)
     assert seen == []
     assert [frame["params"]["update"]["content"]["text"] for frame in returned] == ["a", "b", "c"]
+
+
+class Source:
+    """A pipe's read transport, noting when it is paused."""
+
+    def __init__(self, transport: asyncio.ReadTransport) -> None:
+        self._transport = transport
+        self.pauses = 0
+
+    def is_reading(self) -> bool:
+        return self._transport.is_reading()
+
+    def pause_reading(self) -> None:
+        self.pauses += 1
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+
+def test_a_flowing_stream_is_left_to_gather_and_a_line_alone_is_read_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(wire_module, "SETTLE", 0.2)  # long enough for any load
+
+    async def scenario() -> tuple[list[list[str]], list[int]]:
+        loop = asyncio.get_running_loop()
+        read_end, write_end = os.pipe()
+        reader = asyncio.StreamReader()
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_end, "rb")
+        )
+        source = Source(transport)
+        seen: list[list[str]] = []
+        arrived = asyncio.Event()
+
+        def watch(frame: dict[str, Any], line: bytes) -> bool:
+            lines = frame.lines or [line]
+            seen.append([read_update(one)["params"]["update"]["content"]["text"] for one in lines])
+            arrived.set()
+            return True
+
+        wire = Wire(reader, Sink(), 1 << 16, rejected=print, watch=watch, source=cast(Any, source))
+        receiving = asyncio.ensure_future(wire.receive())
+
+        async def write(*texts: str) -> None:
+            arrived.clear()
+            for text in texts:  # one write each, as an agent writes each chunk
+                os.write(write_end, update_line("a", py_chunk(text)) + b"\n")
+                await asyncio.sleep(0)  # the loop would read each at once
+            await arrived.wait()
+
+        pauses = []
+        for text in ("1", "2", "3"):  # lines that come alone: read at once, no pause
+            started = loop.time()
+            await write(text)
+            assert loop.time() - started < 0.2
+        pauses.append(source.pauses)
+        arrived.clear()
+        os.write(write_end, b"".join(update_line("a", py_chunk(t)) + b"\n" for t in "45"))
+        await arrived.wait()  # a read of two lines: a stream flows
+        await write("6", "7", "8")  # written while the wire waits: read as one burst
+        pauses.append(source.pauses)  # that read held three lines: the wire waits again
+        await write("9")  # read after that wait, alone
+        await write("10")  # ... so the next is read at once
+        pauses.append(source.pauses)
+        os.close(write_end)
+        assert await receiving is None
+        return seen, pauses
+
+    seen, pauses = asyncio.run(scenario())
+    assert seen == [["1"], ["2"], ["3"], ["4", "5"], ["6", "7", "8"], ["9"], ["10"]]
+    assert pauses == [0, 2, 2]

@@ -19,6 +19,13 @@ durable proxy needs it to:
   an unpaired surrogate goes out as the ``\\uXXXX`` escape it came in as.
 * **Large reads.** Lines are split out of reads of up to 64 KiB, so a burst of lines costs one
   read and one wake-up of the loop, not one each.
+* **A stream left to gather.** An agent writes each streamed chunk on its own, and a reader that
+  keeps up wakes for each write (a wake-up, a read and asyncio's own steps cost more than what
+  the proxy does with a chunk). So while a stream flows -- the last read held more than one
+  line -- a wire given its pipe's transport (``source``) stops reading it for ``SETTLE`` (half a
+  millisecond; epoll rounds it up to one) before it reads again, and the lines written meanwhile
+  come in one read. A line that comes alone is read at once: a notification is delayed only
+  inside a stream, by at most that moment.
 * **A frame limit.** A line longer than ``max_frame`` bytes is skipped (no more than the limit of
   it is ever held) and rejected with ``-32600``, in its place among the other lines; its id is
   read from the frame's first bytes (JSON-RPC writers put it before the params), so a request
@@ -79,6 +86,8 @@ INTERNAL_ERROR = -32603
 BACKLOG = 1 << 20
 _HEAD = 4096
 _READ = 1 << 16  # bytes asked for in one read
+#: Seconds a wire stops reading a flowing stream, so that its next lines come in one read.
+SETTLE = 0.0005
 _SESSION_KEY = b'"sessionId"'
 _METHOD = b'"method"'
 _YIELD_EVERY = 16
@@ -186,8 +195,10 @@ class Wire:
         rejected: Callable[[Rejected], None],
         watch: Watch | None = None,
         pace: Pace | None = None,
+        source: asyncio.ReadTransport | None = None,
     ) -> None:
         self._reader = reader
+        self._source = source  # the transport ``reader`` is fed from, paused to let lines gather
         self._writer = writer
         self.max_frame = max_frame
         self._rejected = rejected
@@ -204,6 +215,7 @@ class Wire:
         self._skipped: int | None = None  # the size so far of an over-long line being skipped
         self._head = b""  # the first bytes of that line
         self._eof = False
+        self._flowing = False  # whether the last read held more than one line
         self._posted: list[Wire] = []  # wires its watch posted to, written before it waits
 
     # -- writing -----------------------------------------------------------------------------
@@ -404,12 +416,15 @@ class Wire:
             if self._eof:
                 return None
             try:
+                if self._flowing:
+                    await self._settle()
                 data = await self._reader.read(_READ)
             except (ConnectionError, OSError) as error:
                 log.warning("the other side's output failed (%s)", error)
                 return None
             if data:
                 self._split(data)
+                self._flowing = len(self._lines) > 1
                 continue
             self._eof = True
             if self._skipped is not None:
@@ -421,6 +436,18 @@ class Wire:
             self._too_long(*line)
             return b""
         return line
+
+    async def _settle(self) -> None:
+        """Let a flowing stream gather in the pipe for :data:`SETTLE` seconds (see the module
+        docstring): its transport stops reading, unless its reader has stopped it already."""
+        source = self._source
+        if source is None or not source.is_reading():
+            return
+        source.pause_reading()
+        try:
+            await asyncio.sleep(SETTLE)
+        finally:
+            source.resume_reading()
 
     def _split(self, data: bytes) -> None:
         """Queue the lines ``data`` completes; keep the start of the next one (or, past the
@@ -685,6 +712,7 @@ __all__ = [
     "INVALID_REQUEST",
     "PARSE_ERROR",
     "SENT_REQUESTS",
+    "SETTLE",
     "Frame",
     "Output",
     "Pace",
