@@ -19,9 +19,6 @@ POINTS: frozenset[str] = frozenset(
     {
         # schema migrations (store/sqlite.py, store/postgres.py)
         "store.migrate.inside",
-        # the log copied back into the database, off the recording thread (store/sqlite.py)
-        "store.checkpoint.before",
-        "store.checkpoint.after",
         # turn lifecycle (engine/turns.py)
         "turn.begin.before",
         "turn.begin.inside",

@@ -74,10 +74,6 @@ def stream(tb: turnback.Turnback, args: dict[str, Any]) -> None:
 def main() -> None:
     scenario, home = sys.argv[1], sys.argv[2]
     args: dict[str, Any] = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
-    if "checkpoint_pages" in args:  # the log copied back after this many pages, not 1,000
-        from turnback.store import sqlite
-
-        sqlite.CHECKPOINT_PAGES = args["checkpoint_pages"]
     tb = turnback.open(home, durability=args.get("mode", "batched"))
     if scenario == "stream":
         stream(tb, args)

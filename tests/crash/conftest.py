@@ -1,17 +1,12 @@
 """The crash suite runs on both backends. On PostgreSQL it runs lean: every fault point once
 (the first durability mode planned for it), two random kills instead of five, and the checks
-that the suite covers every point only once, since they read no database. The tests of SQLite's
-checkpointer run on SQLite alone: PostgreSQL has none."""
+that the suite covers every point only once, since they read no database."""
 
 from __future__ import annotations
 
 import pytest
 
 _ONCE = ("test_every_fault_point_in_the_source_is_declared", "test_every_declared_fault_point")
-_SQLITE = (
-    "test_killed_while_the_log_is_checkpointed",
-    "test_processes_sharing_a_file_each_checkpoint_it",
-)
 
 
 @pytest.fixture(autouse=True, params=["sqlite", "postgresql"])
@@ -34,8 +29,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             kept.append(item)
             continue
         name = getattr(item, "originalname", item.name)
-        lean = name.startswith(_ONCE + _SQLITE) or params.get("seed", 0) >= 2
-        lean = lean or bool(params.get("checkpoint_pages"))
+        lean = name.startswith(_ONCE) or params.get("seed", 0) >= 2
         if name == "test_killed_while_running_a_turn":
             lean = params["point"] in points
             points.add(params["point"])

@@ -223,20 +223,14 @@ def test_killed_while_applying_or_discarding(
         assert token in [u.turn.token for u in report.set_aside]
 
 
-@pytest.mark.parametrize(
-    ("seed", "checkpoint_pages"), [*((s, None) for s in range(5)), *((s, 2) for s in range(3))]
-)
+@pytest.mark.parametrize("seed", range(5))
 def test_killed_at_a_random_moment_while_streaming(
-    home: Path, session_id: str, tmp_path: Path, seed: int, checkpoint_pages: int | None
+    home: Path, session_id: str, tmp_path: Path, seed: int
 ) -> None:
-    """With ``checkpoint_pages`` the log is copied back after every 2 pages, so the store's
-    checkpointer is busy whenever the process is killed."""
     rng = random.Random(seed)
     mode = ("batched", "strict", "batched", "turn", "batched")[seed]
     events = 4000
     args = _stream_args(tmp_path, session_id, mode=mode, events=events, pause_every=50)
-    if checkpoint_pages:
-        args["checkpoint_pages"] = checkpoint_pages
     child = subprocess.Popen(
         [sys.executable, str(CHILD), "stream", str(home), json.dumps(args)],
         stdout=subprocess.DEVNULL,
@@ -252,49 +246,6 @@ def test_killed_at_a_random_moment_while_streaming(
     acks = Acks.read(ack)
     settle_and_check(home, session_id)
     check_stream(home, session_id, acks, mode=mode, events=events, steps=False)
-
-
-@pytest.mark.parametrize(
-    ("point", "nth"), [("store.checkpoint.before", 3), ("store.checkpoint.after", 3)]
-)
-def test_killed_while_the_log_is_checkpointed(
-    home: Path, session_id: str, tmp_path: Path, point: str, nth: int
-) -> None:
-    """The checkpointer copies the log back on a thread of its own, here after every 2 pages: a
-    process killed around one of its checkpoints loses nothing it acknowledged."""
-    args = _stream_args(tmp_path, session_id, mode="batched", events=600, checkpoint_pages=2)
-    run_child(home, "stream", args, fault=f"{point}@{nth}")
-    acks = Acks.read(tmp_path / "ack.jsonl")
-    settle_and_check(home, session_id)
-    check_stream(home, session_id, acks, mode="batched", events=600, steps=False)
-
-
-def test_processes_sharing_a_file_each_checkpoint_it(home: Path, tmp_path: Path) -> None:
-    """Three processes stream into one file at once, each with its checkpointer busy: PASSIVE
-    checkpoints never wait for each other or for writers, and every event arrives."""
-    workspaces = [tmp_path / f"w{i}" for i in range(3)]
-    for workspace in workspaces:
-        workspace.mkdir()
-    with turnback.open(home) as tb:
-        sessions = [tb.create_session(workspace).id for workspace in workspaces]
-    children = []
-    for i, session in enumerate(sessions):
-        args = {"session": session, "ack": str(tmp_path / f"ack{i}.jsonl"), "events": 1500}
-        args["checkpoint_pages"] = 2
-        children.append(
-            subprocess.Popen(
-                [sys.executable, str(CHILD), "stream", str(home), json.dumps(args)],
-                stderr=subprocess.PIPE,
-            )
-        )
-    for child in children:
-        _, err = child.communicate(timeout=120)
-        assert child.returncode == 0, err.decode()[-2000:]
-        assert b"checkpointer" not in err, err.decode()[-2000:]
-    for i, session in enumerate(sessions):
-        acks = Acks.read(tmp_path / f"ack{i}.jsonl")
-        assert acks.ended == "complete"
-        check_stream(home, session, acks, mode="batched", events=1500, steps=False)
 
 
 def test_two_recoverers_at_once_apply_the_turn_once(
@@ -360,7 +311,6 @@ def test_every_declared_fault_point_is_killed_at() -> None:
         | {"recover.set_aside.inside"}
         | {f"{a}.{s}" for a in ("apply", "discard") for s in ("before", "inside", "after")}
         | {"store.migrate.inside"}
-        | {"store.checkpoint.before", "store.checkpoint.after"}
         | WORKSPACE_PLANNED
     )
     assert planned == set(faults.POINTS), f"points without a crash test: {faults.POINTS - planned}"

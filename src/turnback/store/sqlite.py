@@ -8,14 +8,6 @@ Durability facts this module relies on:
 * ``BEGIN IMMEDIATE`` takes the write lock when the transaction starts, not at its first write, so
   a read-then-write transaction (begin a turn: check there is no running turn, then insert) cannot
   be overtaken by another process between the read and the write.
-* Commits do not copy the log back into the database file: the writing connection's automatic
-  checkpoint is moved from SQLite's default 1,000 pages of log to 4,000, and a checkpointer (a
-  thread and connection of its own, see :class:`_Checkpointer`) runs a PASSIVE checkpoint once
-  1,000 pages wait, so no commit waits for one. Checkpointing is not what makes a commit
-  durable: with ``synchronous=FULL`` the log is synced at every COMMIT, and a checkpoint syncs
-  the log before copying it and the database after, so a checkpoint killed half-way is redone
-  from the log. The automatic checkpoint at 4,000 pages is the bound on the log's size if the
-  checkpointer falls behind, and back at 1,000 if it fails.
 * The busy timeout bounds how long a writer waits for another process; past it the caller gets
   :class:`StoreLocked`, never a silent retry loop.
 * A file is only written once it is known to be ours: an existing database must carry turnback's
@@ -25,10 +17,8 @@ Durability facts this module relies on:
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sqlite3
-import struct
 import tempfile
 import threading
 import time
@@ -43,15 +33,6 @@ from turnback.errors import SchemaTooNew, StoreCorrupt, StoreError, StoreLocked,
 from turnback.model import JournalEntry, TurnStatus
 from turnback.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from turnback.store.sql import Cursor, SQLStore, SQLTx
-
-log = logging.getLogger("turnback.store")
-
-#: Pages of log waiting to be copied back past which the checkpointer copies them: SQLite's own
-#: automatic checkpoint's default.
-CHECKPOINT_PAGES = 1000
-#: Pages of log past which a commit checkpoints itself (SQLite's automatic checkpoint) while the
-#: checkpointer runs: the bound on the log when it falls behind.
-BOUND_PAGES = 4 * CHECKPOINT_PAGES
 
 
 class SQLiteStore(SQLStore):
@@ -90,11 +71,6 @@ class SQLiteStore(SQLStore):
                 self._conn.close()
                 raise
         self._tx = _SQLiteTx(self._conn)
-        self._checkpointer: _Checkpointer | None = None
-        if not self.read_only:
-            with self._translated():
-                self._conn.execute(f"PRAGMA wal_autocheckpoint={BOUND_PAGES}")
-            self._checkpointer = _Checkpointer(path)
 
     def _connect(self, target: str, *, uri: bool) -> sqlite3.Connection:
         try:
@@ -219,10 +195,6 @@ class SQLiteStore(SQLStore):
             except BaseException:
                 self._rollback()
                 raise
-            if self._checkpointer is not None and not self._checkpointer.nudge():
-                # It stopped: commits checkpoint themselves again, at SQLite's default.
-                self._checkpointer = None
-                self._conn.execute(f"PRAGMA wal_autocheckpoint={CHECKPOINT_PAGES}")
 
     @contextmanager
     def read(self) -> Iterator[_SQLiteTx]:
@@ -261,11 +233,6 @@ class SQLiteStore(SQLStore):
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         return max(0, before - size())
 
-    def close(self) -> None:
-        if self._checkpointer is not None:
-            self._checkpointer.stop()
-        super().close()
-
     # -- errors --------------------------------------------------------------------------------
 
     def _translate_error(self, error: sqlite3.Error) -> StoreError:
@@ -300,101 +267,6 @@ def _writable(directory: Path) -> bool:
             return True
     except OSError:
         return False
-
-
-class _Checkpointer:
-    """Copies the write-ahead log back into the database on a thread and connection of its own,
-    so that the commit a boundary event waits for never includes a checkpoint.
-
-    The writing thread calls :meth:`nudge` after each commit. It reads how much log waits to be
-    copied from the WAL-index header in the ``-shm`` file (``mxFrame`` at byte 16, ``nBackfill``
-    at byte 96, in the machine's byte order: https://www.sqlite.org/walformat.html), one
-    ``pread``, and wakes the thread past :data:`CHECKPOINT_PAGES`; the thread is started then,
-    so a process that writes little never starts one. A PASSIVE checkpoint never waits for
-    writers or readers, and never makes them wait, so processes sharing a file may each run
-    one: SQLite lets one checkpoint at a time proceed and the others return at once. If the
-    checkpointer fails it says so in the log and stops; :meth:`nudge` then returns False and
-    the store's commits checkpoint themselves again."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._wake = threading.Event()
-        self._stopping = False
-        self._failed = False
-        self._busy = False
-        self._thread: threading.Thread | None = None
-        self._shm: int | None = None
-
-    def nudge(self) -> bool:
-        """Wake the thread if the log has grown past the threshold; False once it has failed."""
-        if self._failed:
-            return False
-        try:
-            if self._shm is None:
-                self._shm = os.open(f"{self.path}-shm", os.O_RDONLY)
-            header = os.pread(self._shm, 100, 0)
-            (frames,) = struct.unpack_from("=I", header, 16)
-            (copied,) = struct.unpack_from("=I", header, 96)
-            if frames - copied >= CHECKPOINT_PAGES:
-                if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._run, name="turnback-checkpointer", daemon=True
-                    )
-                    self._thread.start()
-                self._wake.set()
-        except (OSError, RuntimeError, struct.error) as error:  # no -shm, no thread
-            self._fail(error)
-            return False
-        return True
-
-    def _run(self) -> None:
-        try:
-            conn = sqlite3.connect(self.path, timeout=0, isolation_level=None)
-            try:
-                while True:
-                    self._wake.wait()
-                    self._busy = True  # before the wake is cleared: see settle()
-                    self._wake.clear()
-                    if self._stopping:
-                        return
-                    faults.point("store.checkpoint.before")
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                    faults.point("store.checkpoint.after")
-                    self._busy = False
-            finally:
-                conn.close()
-        except Exception as error:  # any failure stops it, never the store
-            self._fail(error)
-
-    def _fail(self, error: BaseException) -> None:
-        if not self._failed:
-            self._failed = True
-            log.warning(
-                "the checkpointer of %s stopped (%s); commits checkpoint the log themselves "
-                "from now on",
-                self.path,
-                error,
-            )
-
-    def settle(self, timeout: float = 5.0) -> None:
-        """Wait until the checkpoint the commits so far asked for is done: what a benchmark
-        does to count that work in the time of the appends that caused it."""
-        deadline = time.monotonic() + timeout
-        while (self._wake.is_set() or self._busy) and not self._failed:
-            if time.monotonic() >= deadline:
-                return
-            time.sleep(0.0002)
-
-    def stop(self, timeout: float = 1.0) -> None:
-        """Stop the thread, waiting at most ``timeout`` for a checkpoint under way (a daemon
-        thread: one still copying when the process exits is stopped with it)."""
-        self._stopping = True
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-        if self._shm is not None:
-            os.close(self._shm)
-            self._shm = None
 
 
 #: A run of text chunks joined: one search of the table's own key. ``events`` has no index but
