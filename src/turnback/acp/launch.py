@@ -57,7 +57,17 @@ class Launched:
     """What the start hands the proxy (see the module docstring). A plain class, not a
     dataclass: ``dataclasses`` imports ``inspect``, which the start cannot wait for."""
 
-    __slots__ = ("agent", "answer", "editor", "params", "process", "relaying", "sent", "sent_at")
+    __slots__ = (
+        "agent",
+        "answer",
+        "editor",
+        "ended",
+        "params",
+        "process",
+        "relaying",
+        "sent",
+        "sent_at",
+    )
 
     def __init__(
         self,
@@ -68,6 +78,8 @@ class Launched:
         self.process = process
         #: read from the editor and not handled: the proxy reads these first
         self.editor = b""
+        #: the editor's input was read to its end (a terminal shows its end only once)
+        self.ended = False
         #: read from the agent and not handled: the proxy's connection to it reads these first
         self.agent = b""
         #: the ``initialize`` params sent to the agent under :data:`INITIALIZE_ID`, if it was sent
@@ -190,6 +202,7 @@ def relay(
         _ready(editor[:1])
         data = os.read(editor[0], 1 << 16)
         if not data:
+            launched.ended = True
             return
         launched.editor += data
     line = launched.editor.partition(b"\n")[0]
@@ -219,7 +232,7 @@ def relay(
             data = os.read(editor[0], 1 << 16)
             launched.editor += data
             if not data:
-                ready = []
+                launched.ended, ready = True, []
         if not ready:
             launched.agent = received
             return

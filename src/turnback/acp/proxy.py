@@ -915,7 +915,7 @@ async def serve(
         agent.spawn(Started(early.process, *handed))
     else:
         agent.spawn()
-    reader, writer = await open_stdio(max_frame, early.editor)
+    reader, writer = await open_stdio(max_frame, early.editor, ended=early.ended)
     wire = EditorWire(reader, writer, max_frame)
     proxy = Proxy(opening, command, wire, env=env, policy=policy, agent=agent)
     if early.params is not None:
@@ -932,6 +932,12 @@ async def serve(
     await asyncio.wait({gone, stopped, opening}, return_when=asyncio.FIRST_COMPLETED)
     if opening.done() and opening.exception() is None:  # open: serve on
         await asyncio.wait({gone, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if gone.done():
+        print(
+            "turnback acp: the editor has gone (end of its input, or our output closed); "
+            "stopping the agent and exiting",
+            file=sys.stderr,
+        )
     gone.cancel()
     stopped.cancel()
     try:
