@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +211,56 @@ def test_a_cancelled_prompt_ends_alike_directly_and_through_the_proxy(
             TurnStatus.CANCELLED,
             TurnStatus.COMPLETED,
         ]
+
+
+def test_updates_sent_right_behind_session_new_reach_the_editor_after_its_answer(
+    home: Path, tmp_path: Path
+) -> None:
+    """An agent may offer its commands in the same breath as it answers session/new (gemini-cli
+    does); the proxy answers the editor later. Directly and through the proxy alike, the editor
+    is answered first, then offered the commands, once."""
+    agent = list(ts_agent())
+    env = {**os.environ, "TS_AGENT_COMMANDS_MS": "0"}
+
+    async def frames(command: list[str], cwd: Path) -> list[str]:
+        process = await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+        )
+        assert process.stdin is not None and process.stdout is not None
+        requests = [
+            ("initialize", {"protocolVersion": 1}),
+            ("session/new", {"cwd": str(cwd), "mcpServers": []}),
+            ("_ts/echo", {}),  # answered after whatever the agent sent before it
+        ]
+        seen: list[str] = []
+        try:
+            for rpc_id, (method, params) in enumerate(requests, 1):
+                request = {"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params}
+                process.stdin.write(json.dumps(request).encode() + b"\n")
+                while True:
+                    frame = json.loads(await asyncio.wait_for(process.stdout.readline(), 30))
+                    if "method" in frame:
+                        update = frame["params"].get("update", {})
+                        seen.append(f"{frame['method']} {update.get('sessionUpdate')}")
+                        continue
+                    seen.append(f"answer {method}")
+                    break
+        finally:
+            process.stdin.close()
+            await asyncio.wait_for(process.wait(), 15)
+        return seen
+
+    (direct_cwd := tmp_path / "direct").mkdir()
+    (proxied_cwd := tmp_path / "proxied").mkdir()
+    expected = [
+        "answer initialize",
+        "answer session/new",
+        "session/update available_commands_update",
+        "answer _ts/echo",
+    ]
+    assert run(frames(agent, direct_cwd)) == expected
+    assert run(frames(proxy_command(home, agent), proxied_cwd)) == expected

@@ -188,6 +188,9 @@ class _SessionRelay:
         self._session_id = session_id  # None: the agent-wide relay, for frames of no session
         self._servers = list(mcp_servers)
         self.editor: _EditorSession | None = None
+        #: the agent's updates held until the editor has been answered and knows the session
+        #: (an agent may send them as soon as it has answered; the proxy answers later)
+        self._held: list[bytes] | None = [] if session_id is not None else None
 
     @property
     def initialize(self) -> Mapping[str, Any]:
@@ -210,9 +213,14 @@ class _SessionRelay:
             update = params.get("update")
             if isinstance(update, dict) and update.get("sessionUpdate") == _COMMANDS:
                 # turnback's commands are added to the agent's; after a load or a restart too
-                self._proxy.agent_commands(self.editor, update, forward=not replay)
+                forward = not replay and self._held is None  # else they go with the answer
+                self._proxy.agent_commands(self.editor, update, forward=forward)
             elif not replay and "id" not in frame and self._session_id is not None:
-                self._proxy.wire.post_line(with_session_id(frame, line, self._session_id))
+                line = with_session_id(frame, line, self._session_id)
+                if self._held is None:
+                    self._proxy.wire.post_line(line)
+                else:
+                    self._held.append(line)
             return True
         if method == "_turnback/checkpoint":
             return True  # addressed to turnback, which has recorded it
@@ -228,6 +236,15 @@ class _SessionRelay:
         else:
             self._proxy.forward_notification(str(method), params)
         return True
+
+    def answered(self) -> None:
+        """The editor has been answered for the session (new, load, resume, fork): send it the
+        agent's updates held till then, then the commands, the agent's with turnback's."""
+        held, self._held = self._held or [], None
+        for line in held:
+            self._proxy.wire.post_line(line)
+        if self.editor is not None:
+            self._proxy.announce_commands(self.editor)
 
     def backlog(self) -> Awaitable[None] | None:
         return self._proxy.wire.backlog()
@@ -526,8 +543,8 @@ class Proxy:
         if method in ("session/new", "session/fork"):
             response["sessionId"] = session.id
         # After the response is written (it is written as soon as this returns, before the loop
-        # runs anything else): the editor knows the session when the commands arrive.
-        asyncio.get_running_loop().call_soon(self._announce_commands, editor)
+        # runs anything else): the editor knows the session when its updates arrive.
+        asyncio.get_running_loop().call_soon(editor.relay.answered)
         return response
 
     async def _delete(self, params: dict[str, Any]) -> None:
@@ -707,7 +724,7 @@ class Proxy:
         offered = update.get("availableCommands")
         editor.agent_commands = list(offered) if isinstance(offered, list) else []
         if forward:
-            self._announce_commands(editor)
+            self.announce_commands(editor)
 
     def forward_notification(self, method: str, params: Any) -> None:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
@@ -841,7 +858,7 @@ class Proxy:
         ]
         return ours + theirs
 
-    def _announce_commands(self, editor: _EditorSession) -> None:
+    def announce_commands(self, editor: _EditorSession) -> None:
         update = {
             "sessionUpdate": "available_commands_update",
             "availableCommands": self._commands(editor),

@@ -294,11 +294,12 @@ const app = acp
   .onRequest(acp.methods.agent.session.new, ({ params }) => {
     const id = `ts-${randomUUID()}`;
     save(open(id, params.cwd, []));
+    // Once the client knows the session: after the response has gone out (TS_AGENT_COMMANDS_MS
+    // later, 20 by default; 0 sends them right behind it, as some agents do).
     setTimeout(() => {
-      // once the client knows the session: after the response has gone out
       const update = commandsUpdate;
       client?.notify(acp.methods.client.session.update, { sessionId: id, update }).catch(() => {});
-    }, 20);
+    }, Number(process.env.TS_AGENT_COMMANDS_MS ?? 20));
     return { sessionId: id };
   })
   .onRequest(acp.methods.agent.session.load, ({ params, client: ctx }) => {
