@@ -45,7 +45,7 @@ from typing import Any
 
 import turnback
 from turnback.acp import commands, offered, transcript
-from turnback.acp.launch import INITIALIZE_ID, Launched, initialized
+from turnback.acp.launch import DEFAULT_MAX_FRAME, INITIALIZE_ID, Launched, initialized
 from turnback.acp.wire import REQUEST_ID, EditorWire, open_stdio
 from turnback.engine.handle import Session, Turnback
 from turnback.engine.turns import validate_prompt
@@ -90,7 +90,6 @@ from turnback.runtime.wire import (
 
 log = logging.getLogger("turnback.acp")
 
-DEFAULT_MAX_FRAME = 32 * 2**20
 #: turnback's own errors use JSON-RPC's codes as an agent would: ACP keeps -32000 for
 #: "authentication required", which an editor may answer with a login prompt.
 INVALID_PARAMS = -32602
