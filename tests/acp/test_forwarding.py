@@ -10,7 +10,13 @@ import pytest
 
 from turnback import jsontext
 from turnback.acp.proxy import Proxy, _SessionRelay
-from turnback.runtime.wire import UpdateFrame, _text_chunk, read_update, with_session_id
+from turnback.runtime.wire import (
+    UpdateFrame,
+    _chunk_update,
+    _text_chunk,
+    read_update,
+    with_session_id,
+)
 
 EDITOR_ID = "editor-session"
 
@@ -191,7 +197,14 @@ def test_chunks_of_plain_text_in_the_sdks_forms_are_read_without_the_json_scanne
         ('{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"a\\"b"}}', '"b"}'),
     ):
         text = HEAD.decode() + update + "}}"
-        assert _text_chunk(text, start) == json.loads(update)
+        read = _text_chunk(text, start)
+        assert read is not None
+        kind, chunk, written, kind_first = read
+        assert _chunk_update(kind, chunk, kind_first) == json.loads(update)
+        assert list(json.dumps(_chunk_update(kind, chunk, kind_first))) == list(
+            json.dumps(json.loads(update))
+        )  # its keys in the order they were written
+        assert written == 'a\\"b'
         more = content_end[:-1] + ',"x":1}'
         assert _text_chunk(text.replace(content_end, more), start) is None
         assert _text_chunk(text.replace("chunk", "chunks"), start) is None

@@ -18,7 +18,7 @@ from acp.schema import (
 
 import turnback
 from tests.acp.harness import SCRIPTED, Editor, connect, prompt, proxy_command, run, start, wait_for
-from turnback.model import EventKind, TurnStatus
+from turnback.model import EventKind, MessageKind, TurnStatus
 
 
 def test_prompts_are_durable_turns_with_files_diffs_and_commands_offered(
@@ -330,3 +330,30 @@ def test_rewind_shows_its_plan_and_asks_through_elicitation_before_writing(
     with turnback.open(home) as tb:
         [revert] = tb.session(session_id).reverts()
         assert revert.state is turnback.RevertState.COMMITTED
+
+
+def test_a_streamed_message_reaches_the_editor_chunk_by_chunk_and_is_stored_whole(
+    home: Path, workspace: Path
+) -> None:
+    editor = Editor()
+
+    async def scenario() -> str:
+        async with connect(editor, proxy_command(home, SCRIPTED), workspace) as (conn, _):
+            session_id = await start(conn, workspace)
+            assert await prompt(conn, session_id, "stream 2000\nsay done") == "end_turn"
+            await wait_for(lambda: editor.text(session_id).endswith("done\n"))
+            return session_id
+
+    session_id = run(scenario())
+    chunks = [f"chunk {index}\n" for index in range(1, 2001)]
+    # every chunk forwarded as the agent wrote it, one update each, in order
+    forwarded = [u["content"]["text"] for u in editor.of(session_id, "agent_message_chunk")]
+    assert forwarded[:2000] == chunks
+    with turnback.open(home) as tb:
+        session = tb.session(session_id)
+        [message] = [m for m in session.turn_messages(1) if m.kind is MessageKind.AGENT]
+        assert message.text == editor.text(session_id)
+        # chunks read together were recorded together, their texts joined in order
+        events = [e.event for e in session.run_events(1) if e.kind == "agent_message_chunk"]
+        assert "".join(e["content"]["text"] for e in events) == editor.text(session_id)
+        assert len(events) < len(forwarded)

@@ -154,7 +154,7 @@ class Sidecar:
         """Start the agent process -- or take ``early``, the agent command already started --
         and connect to it; raises AgentUnavailable naming the command."""
         if early is not None:
-            reader, writer = await self._adopt(early.process, early.output)
+            reader, writer, source = await self._adopt(early.process, early.output)
             self._process = early.process
             self.exited = asyncio.ensure_future(asyncio.to_thread(early.process.wait))
             self._started = early
@@ -164,11 +164,17 @@ class Sidecar:
         else:
             process = await self._start()
             assert process.stdout is not None and process.stdin is not None
-            reader, writer = process.stdout, process.stdin
+            reader, writer, source = process.stdout, process.stdin, None
             self._process = process
             self.exited = asyncio.ensure_future(process.wait())
         wire = Wire(
-            reader, writer, MAX_FRAME, rejected=self._refuse, watch=self._see, pace=self._pace
+            reader,
+            writer,
+            MAX_FRAME,
+            rejected=self._refuse,
+            watch=self._see,
+            pace=self._pace,
+            source=source,
         )
         self._wire = wire
         self._rpc = Connection(self._handler, wire)
@@ -219,16 +225,18 @@ class Sidecar:
 
     async def _adopt(
         self, process: subprocess.Popen[bytes], output: bytes
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, asyncio.ReadTransport]:
         """Streams over a process started without asyncio (``output``: what was read from it
-        already), and its shutdown as for one it starts: stdin closed, then terminated, then
-        killed."""
+        already) and the transport its output is read through, and its shutdown as for one it
+        starts: stdin closed, then terminated, then killed."""
         assert process.stdin is not None and process.stdout is not None
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=MAX_FRAME)
         if output:
             reader.feed_data(output)
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), process.stdout)
+        source, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), process.stdout
+        )
         transport, protocol = await loop.connect_write_pipe(
             asyncio.streams.FlowControlMixin, process.stdin
         )
@@ -245,7 +253,7 @@ class Sidecar:
                     return
 
         self._stack.push_async_callback(stop)
-        return reader, writer
+        return reader, writer, source
 
     async def open(
         self, initialize_timeout: float, initialize: Mapping[str, Any] | None = None

@@ -19,6 +19,13 @@ durable proxy needs it to:
   an unpaired surrogate goes out as the ``\\uXXXX`` escape it came in as.
 * **Large reads.** Lines are split out of reads of up to 64 KiB, so a burst of lines costs one
   read and one wake-up of the loop, not one each.
+* **A stream left to gather.** An agent writes each streamed chunk on its own, and a reader that
+  keeps up wakes for each write (a wake-up, a read and asyncio's own steps cost more than what
+  the proxy does with a chunk). So while a stream flows -- the last read held more than one
+  line -- a wire given its pipe's transport (``source``) stops reading it for ``SETTLE`` (half a
+  millisecond; epoll rounds it up to one) before it reads again, and the lines written meanwhile
+  come in one read. A line that comes alone is read at once: a notification is delayed only
+  inside a stream, by at most that moment.
 * **A frame limit.** A line longer than ``max_frame`` bytes is skipped (no more than the limit of
   it is ever held) and rejected with ``-32600``, in its place among the other lines; its id is
   read from the frame's first bytes (JSON-RPC writers put it before the params), so a request
@@ -37,6 +44,14 @@ durable proxy needs it to:
   where its parts are: it comes out as an :class:`UpdateFrame`, whose update's JSON text the
   journal stores as written and whose session id is replaced by slicing, so a chunk is decoded
   once and encoded never. Any other line is read as any JSON.
+* **A run of text chunks seen once.** The agent writes faster than a busy reader takes its lines,
+  so a read holds a dozen of them, most of them chunks of one message. Plain text chunks of one
+  session and kind that follow each other among the lines read are handed to the watch as one
+  :class:`UpdateFrame` whose text is theirs joined (as written: nothing is encoded again), and
+  which keeps every line it was read from: the journal records one event where it would have
+  recorded a dozen, the frame is routed once, and each line is still forwarded as it was
+  written (:func:`with_session_id`). A message's chunks fold into the same text either way.
+  Only a wire with a watch joins them; only lines already read are joined, so nothing waits.
 
 A request sent through :meth:`Wire.send` is noted in :data:`SENT_REQUESTS` when a relay listens,
 so a ``$/cancel_request`` for the request that led to it can follow it hop by hop.
@@ -71,6 +86,8 @@ INTERNAL_ERROR = -32603
 BACKLOG = 1 << 20
 _HEAD = 4096
 _READ = 1 << 16  # bytes asked for in one read
+#: Seconds a wire stops reading a flowing stream, so that its next lines come in one read.
+SETTLE = 0.0005
 _SESSION_KEY = b'"sessionId"'
 _METHOD = b'"method"'
 _YIELD_EVERY = 16
@@ -93,13 +110,20 @@ class UpdateFrame(dict[str, Any]):
     (``{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":…,"update":…}}``), which
     knows where its parts are in that line: a dict like any frame."""
 
-    __slots__ = ("rest", "update_text")
+    __slots__ = ("chunk_text", "lines", "rest", "update_text")
 
     #: the update's JSON text as the line holds it; None when it must be encoded again (it
     #: holds an unpaired surrogate written raw, or a value JSON has no text for, like NaN)
     update_text: str | None
     #: where ``,"update":`` begins in the line's bytes (just after the session id)
     rest: int
+    #: for a message chunk of plain text and nothing else: its text as the line writes it
+    #: between its quotes, to which the texts of the chunks after it can be joined as written
+    #: (it holds no surrogate, escaped or not); None for any other update
+    chunk_text: str | None
+    #: for a run of chunks joined into one frame: the lines they were read from, in order (each
+    #: with the same bytes up to ``rest``); None for a frame read from one line
+    lines: list[bytes] | None
 
 
 class Output(Protocol):
@@ -171,8 +195,10 @@ class Wire:
         rejected: Callable[[Rejected], None],
         watch: Watch | None = None,
         pace: Pace | None = None,
+        source: asyncio.ReadTransport | None = None,
     ) -> None:
         self._reader = reader
+        self._source = source  # the transport ``reader`` is fed from, paused to let lines gather
         self._writer = writer
         self.max_frame = max_frame
         self._rejected = rejected
@@ -189,6 +215,7 @@ class Wire:
         self._skipped: int | None = None  # the size so far of an over-long line being skipped
         self._head = b""  # the first bytes of that line
         self._eof = False
+        self._flowing = False  # whether the last read held more than one line
         self._posted: list[Wire] = []  # wires its watch posted to, written before it waits
 
     # -- writing -----------------------------------------------------------------------------
@@ -295,6 +322,13 @@ class Wire:
             message: Frame | None = None
             try:
                 message = self._check(line)
+                if (
+                    type(message) is UpdateFrame
+                    and message.chunk_text is not None
+                    and lines
+                    and watch is not None
+                ):
+                    _join_run(message, line, lines)
                 taken = False
                 if message is not None and watch is not None:
                     # what the watch posts waits in _posted (see post_line)
@@ -382,12 +416,15 @@ class Wire:
             if self._eof:
                 return None
             try:
+                if self._flowing:
+                    await self._settle()
                 data = await self._reader.read(_READ)
             except (ConnectionError, OSError) as error:
                 log.warning("the other side's output failed (%s)", error)
                 return None
             if data:
                 self._split(data)
+                self._flowing = len(self._lines) > 1
                 continue
             self._eof = True
             if self._skipped is not None:
@@ -399,6 +436,18 @@ class Wire:
             self._too_long(*line)
             return b""
         return line
+
+    async def _settle(self) -> None:
+        """Let a flowing stream gather in the pipe for :data:`SETTLE` seconds (see the module
+        docstring): its transport stops reading, unless its reader has stopped it already."""
+        source = self._source
+        if source is None or not source.is_reading():
+            return
+        source.pause_reading()
+        try:
+            await asyncio.sleep(SETTLE)
+        finally:
+            source.resume_reading()
 
     def _split(self, data: bytes) -> None:
         """Queue the lines ``data`` completes; keep the start of the next one (or, past the
@@ -487,13 +536,16 @@ def read_update(line: bytes) -> UpdateFrame | None:
         if not isinstance(session_id, str) or not text.startswith(_UPDATE_KEY, end):
             return None
         start = end + len(_UPDATE_KEY)
-        update = _text_chunk(text, start)
-        if update is None:
+        chunk = _text_chunk(text, start)
+        chunk_text: str | None = None
+        if chunk is None:
             update, stop = scan(text, start)
             if text[stop:] != "}}":
                 return None
             check = True
         else:
+            kind, text_of, chunk_text, kind_first = chunk
+            update = _chunk_update(kind, text_of, kind_first)
             stop, check = len(text) - 2, False
     except StopIteration:  # not JSON there: parse() says what is wrong
         return None
@@ -508,7 +560,57 @@ def read_update(line: bytes) -> UpdateFrame | None:
         check = not jsontext.finite(written)
     frame.update_text = None if check or jsontext.has_surrogates(written) else written
     frame.rest = end if line.isascii() else len(text[:end].encode("utf-8", "surrogatepass"))
+    frame.chunk_text = (
+        chunk_text if frame.update_text is not None and _joinable(chunk_text) else None
+    )
+    frame.lines = None
     return frame
+
+
+def _joinable(written: str | None) -> bool:
+    """Whether a chunk's text as written (between its quotes) can be joined to its neighbours'
+    as written: it holds no surrogate, raw or escaped (joined, two halves of a pair written in
+    two chunks would read as one character)."""
+    return (
+        written is not None
+        and "\\ud" not in written
+        and "\\uD" not in written
+        and not jsontext.has_surrogates(written)
+    )
+
+
+def _join_run(frame: UpdateFrame, line: bytes, lines: deque[bytes | tuple[bytes, int]]) -> None:
+    """Join to ``frame`` (read from ``line``, a plain text chunk) the chunks of its session and
+    kind that come next among the ``lines`` read, taking their lines (see the module
+    docstring). Each is read as :func:`read_update` would read it: the same bytes up to its
+    update, then a plain text chunk written as an SDK writes one, up to the end of its line."""
+    head = line[: frame.rest + len(_UPDATE_KEY)]
+    update = frame["params"]["update"]
+    kind = update["sessionUpdate"]
+    taken: list[bytes] | None = None
+    texts: list[str] = []
+    written: list[str] = []
+    while lines:
+        after = lines[0]
+        if not isinstance(after, bytes) or not after.startswith(head):
+            break
+        chunk = _text_chunk(after[len(head) :].decode("utf-8", "surrogatepass"), 0)
+        if chunk is None or chunk[0] != kind or not _joinable(chunk[2]):
+            break
+        lines.popleft()
+        if taken is None:
+            taken, texts, written = [line], [update["content"]["text"]], [frame.chunk_text or ""]
+        taken.append(after)
+        texts.append(chunk[1])
+        written.append(chunk[2])
+    if taken is None:
+        return
+    update["content"]["text"] = "".join(texts)
+    frame.chunk_text = "".join(written)
+    frame.update_text = (
+        f'{{"content":{{"text":"{frame.chunk_text}","type":"text"}},"sessionUpdate":"{kind}"}}'
+    )
+    frame.lines = taken
 
 
 #: How the SDKs write a message chunk of plain text, around its text's JSON string: the Python
@@ -525,10 +627,12 @@ _KIND_HEADS = {
 _KIND_FIRST_TAIL = "}}}}"
 
 
-def _text_chunk(text: str, start: int) -> dict[str, Any] | None:
+def _text_chunk(text: str, start: int) -> tuple[str, str, str, bool] | None:
     """The update at ``start`` when it is a message chunk of plain text written as an SDK writes
-    one, up to the end of the line: read without the general JSON scanner (its one string is
-    read by the scanner's own string reader). None otherwise: the general scanner reads it."""
+    one, up to the end of the line: its kind, its text, its text as written between its quotes,
+    and whether the kind came first (the TypeScript SDK's form). Read without the general JSON
+    scanner (its one string is read by the scanner's own string reader). None otherwise: the
+    general scanner reads it."""
     kind: str | None = None  # known before the text in the TypeScript SDK's form
     if text.startswith(_CONTENT_FIRST, start):
         at = start + len(_CONTENT_FIRST)
@@ -550,11 +654,18 @@ def _text_chunk(text: str, start: int) -> dict[str, Any] | None:
     if kind is not None:
         if text[stop:] != _KIND_FIRST_TAIL:
             return None
-        return {"sessionUpdate": kind, "content": {"type": "text", "text": chunk}}
+        return kind, chunk, text[at + 1 : stop - 1], True
     kind = _KIND_AFTER.get(text[stop:])
     if kind is None:
         return None
-    return {"content": {"text": chunk, "type": "text"}, "sessionUpdate": kind}
+    return kind, chunk, text[at + 1 : stop - 1], False
+
+
+def _chunk_update(kind: str, text: str, kind_first: bool) -> dict[str, Any]:
+    """A plain text chunk's update, its keys in the order its SDK wrote them."""
+    if kind_first:
+        return {"sessionUpdate": kind, "content": {"type": "text", "text": text}}
+    return {"content": {"text": text, "type": "text"}, "sessionUpdate": kind}
 
 
 @functools.lru_cache(maxsize=256)
@@ -577,7 +688,10 @@ def with_session_id(frame: Frame, line: bytes, session_id: str) -> bytes:
     by the old id as ``json.dumps`` writes it. Otherwise -- whitespace, escapes written
     differently, a nested sessionId -- the frame is encoded again, which is always right."""
     if isinstance(frame, UpdateFrame):  # the one place is known
-        return _update_head(session_id) + line[frame.rest :]
+        head, rest = _update_head(session_id), frame.rest
+        if frame.lines is not None:  # a run of chunks: each of its lines
+            return b"\n".join([head + joined[rest:] for joined in frame.lines])
+        return head + line[rest:]
     params = frame.get("params")
     old = params.get("sessionId") if isinstance(params, dict) else None
     if isinstance(old, str) and line.count(_SESSION_KEY) == 1:
@@ -598,6 +712,7 @@ __all__ = [
     "INVALID_REQUEST",
     "PARSE_ERROR",
     "SENT_REQUESTS",
+    "SETTLE",
     "Frame",
     "Output",
     "Pace",
