@@ -35,6 +35,10 @@ interleaved rounds, so a slow stretch of the machine hits both sides alike.
       the pages of ``events`` and ``messages`` and their indexes from SQLite's ``dbstat``
                                                                 goal: <= 1.25x (d0) + 40 bytes
 (D0), (D) the same for chunks of 4,000 characters                 goal: <= 1.25x (D0) + 40 bytes
+(sm0) a plain ``SELECT group_concat(text, '')`` of the texts of 100 turns of 1,000 chunks,
+      by turn, from a table of their own keyed (turn, seq), in a file of their own
+(sm)  ``Session.messages()`` of a session of those turns (what ``session/load`` replays),
+      interleaved with (sm0), medians                                 goal: <= 2x (sm0)
 (lg)  LangGraph's SQLite checkpointer (``SqliteSaver.put_writes``, langgraph-checkpoint-sqlite in
       a virtualenv of its own, ``bench/.langgraph``, which ``make`` makes) storing chunk events
       of 4,000 characters, 100 to a call (a committed transaction each), in a process of its own
@@ -177,6 +181,8 @@ class Sizes:
     memory_chunks: int
     storage_events: int
     rounds: int
+    message_turns: int = 100
+    message_chunks: int = 1_000
     pg_events: int = 0
     pg_batched_events: int = 0
 
@@ -434,6 +440,73 @@ def bench_storage(scratch: Path, workspace: Path, text: int, events: int, ids: s
             per_event / payload,
             f"<= {STORAGE_GOAL[0]}x ({ids}0) + {STORAGE_GOAL[1]} B",
             per_event <= goal,
+        ),
+    ]
+
+
+MESSAGES_GOAL = 2.0  # Session.messages() <= this x a plain group_concat of the same texts
+
+
+def bench_messages(
+    scratch: Path, workspace: Path, turns: int, chunks: int, rounds: int
+) -> list[Row]:
+    """(sm0), (sm): reading back the conversation of ``turns`` turns of ``chunks`` chunks each,
+    against a plain ``SELECT group_concat`` of the same texts from a table of their own, in
+    interleaved rounds (medians)."""
+    text = CHUNK["content"]["text"]
+    home = scratch / "messages"
+    texts = sqlite3.connect(scratch / "texts.db", isolation_level=None)
+    texts.execute(  # in key order: group_concat by turn reads it without sorting
+        "CREATE TABLE chunks (turn INTEGER NOT NULL, seq INTEGER NOT NULL, text TEXT NOT NULL, "
+        "PRIMARY KEY (turn, seq)) WITHOUT ROWID"
+    )
+    texts.execute("BEGIN")
+    with turnback.open(home, durability="turn", **journal_only()) as tb:
+        session = tb.create_session(workspace, title="messages")
+        for number in range(turns):
+            with session.turn(f"prompt {number}") as turn:
+                for seq in range(chunks):
+                    chunk_text = f"{text}{seq:06d}"
+                    turn.record({**CHUNK, "content": {"type": "text", "text": chunk_text}})
+                    texts.execute("INSERT INTO chunks VALUES (?, ?, ?)", (number, seq, chunk_text))
+    texts.execute("COMMIT")
+    plain: list[float] = []
+    read: list[float] = []
+    try:
+        with turnback.open(home, **journal_only()) as tb:
+            session = tb.session(session.id)
+            for i in range(rounds):
+                for side in ("plain", "read") if i % 2 else ("read", "plain"):
+                    started = time.perf_counter()
+                    if side == "plain":
+                        joined = texts.execute(
+                            "SELECT group_concat(text, '') FROM chunks GROUP BY turn"
+                        ).fetchall()
+                        plain.append(time.perf_counter() - started)
+                        assert len(joined) == turns
+                    else:
+                        messages = session.messages()
+                        read.append(time.perf_counter() - started)
+                        assert len(messages) == 2 * turns and messages[1].text.startswith(text)
+    finally:
+        texts.close()
+    baseline, measured = statistics.median(plain), statistics.median(read)
+    return [
+        Row(
+            "sm0",
+            f"plain SELECT group_concat of the texts of {turns} x {chunks:,} chunks, by turn",
+            baseline,
+            "ms",
+        ),
+        Row(
+            "sm",
+            f"Session.messages() of a session of {turns} turns x {chunks:,} chunks",
+            measured,
+            "ms",
+            "sm0",
+            measured / baseline,
+            f"<= {MESSAGES_GOAL:.0f}x (sm0)",
+            measured <= MESSAGES_GOAL * baseline,
         ),
     ]
 
@@ -882,6 +955,8 @@ def main(argv: list[str] | None = None) -> int:
         rounds=args.rounds or (4 if small else 20),
         memory_chunks=2_000 if small else 100_000,
         storage_events=2_000 if small else 20_000,
+        message_turns=10 if small else 100,
+        message_chunks=100 if small else 1_000,
         pg_events=args.pg_events or (100 if small else 5_000),
         pg_batched_events=(2_000 if small else 100_000),
     )
@@ -912,6 +987,10 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"storage: {sizes.storage_events:,} events of 120 and 4,000 characters ...")
         rows += bench_storage(scratch, workspace, 120, sizes.storage_events, "d")
         rows += bench_storage(scratch, workspace, 4000, sizes.storage_events // 4, "D")
+        progress(f"messages: {sizes.message_turns} turns of {sizes.message_chunks:,} chunks ...")
+        rows += bench_messages(
+            scratch, workspace, sizes.message_turns, sizes.message_chunks, sizes.rounds // 2 + 1
+        )
         progress(f"4 KB: {sizes.batched_events // 25:,} events against LangGraph's put_writes ...")
         rows += bench_langgraph(scratch, workspace, sizes.batched_events // 25, sizes.rounds)
         progress(f"recover: {sizes.turns:,} turns left by a killed process ...")

@@ -95,6 +95,16 @@ UNREADABLE = "_turnback/unreadable"
 TEXT_RUNS = "_turnback/runs"
 
 
+def whole_event(event: Any, text: str | None) -> Any:
+    """The event a journal entry's parsed ``payload`` and ``text`` hold together: its text put
+    back into its content block."""
+    if text is not None and isinstance(event, dict):
+        content = event.get("content")
+        block = content if isinstance(content, dict) else {"type": "text"}
+        event["content"] = {**block, "text": text}
+    return event
+
+
 def unreadable(text: object, error: Exception) -> dict[str, Any]:
     return {UNREADABLE: str(text)[:200], "error": f"{type(error).__name__}: {error}"[:200]}
 
@@ -187,6 +197,10 @@ class JournalEntry:
     kind: str
     payload: str  # the event, as JSON text; parsed only when folded
     at: float
+    #: The text of a plain text chunk, kept apart from ``payload`` (which then holds the event
+    #: without it) so that recording never escapes it into JSON, and a run of chunks is read
+    #: back by joining a column; None for every other event (see :func:`whole_event`).
+    text: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,13 +28,15 @@ ROWS = (
     "d",
     "D0",
     "D",
+    "sm0",
+    "sm",
     "lg",
     "b4",
     "b4t",
     "r",
     "r'",
 )
-GOALS = {"s", "b", "m", "d", "D", "b4", "r", "r'"}
+GOALS = {"s", "b", "m", "d", "D", "sm", "b4", "r", "r'"}
 GOAL_LINES = tuple(f"| ({row}) |" for row in GOALS)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import turnback
+from turnback.model import whole_event
 
 CHILD = Path(__file__).with_name("child.py")
 TABLES = (
@@ -125,22 +126,32 @@ def event_id(event: dict[str, Any]) -> str | None:
 
 
 def durable_ids(home: Path, token: str) -> list[str]:
-    """Ids of the stream's events that survived, from the journal or the committed timeline."""
+    """Ids of the stream's events that survived, from the journal or the committed timeline.
+    Each chunk among them reads back whole, its text (stored apart) included."""
     rows = query(
         home,
-        "SELECT id - id / 4294967296 * 4294967296, payload FROM events "
+        "SELECT id - id / 4294967296 * 4294967296, payload, text FROM events "
         "WHERE id / 4294967296 = (SELECT id FROM turns WHERE token = ?) ORDER BY id",
         (token,),
     )
     ids = []
-    for _seq, payload in rows:
+    for _seq, payload, text in rows:
         try:
-            found = event_id(json.loads(payload))
+            event = whole_event(json.loads(payload), text)
         except ValueError:
             continue  # a row the test corrupted on purpose
+        found = event_id(event)
+        if found and event.get("sessionUpdate") == "agent_message_chunk":
+            assert text is not None, f"the text of {found} was stored in its payload"
+            assert event["content"] == {"type": "text", "text": f"chunk {found[1:]} "}, found
         if found:
             ids.append(found)
     return ids
+
+
+def durable_text(ids: Sequence[str]) -> str:
+    """The text the stream's chunks among ``ids`` hold, in order (see ``child.event``)."""
+    return "".join(f"chunk {i[1:]} " for i in ids if i.startswith("e") and int(i[1:]) % 5)
 
 
 def recorded_order(events: int, steps: bool) -> list[str]:
@@ -203,3 +214,5 @@ def check_stream(
     with turnback.open(home) as tb:
         messages = tb.session(session_id).turn_messages(turn.token)
     assert [m.kind for m in messages].count(turnback.MessageKind.USER) == 1, "applied twice"
+    agent = "".join(m.text for m in messages if m.kind is turnback.MessageKind.AGENT)
+    assert agent == durable_text(ids), "the conversation does not hold the durable chunks' text"

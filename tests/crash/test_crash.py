@@ -169,7 +169,7 @@ def test_killed_while_reopening_an_interrupted_turn(
 def _journal_rows(home: Path, token: str) -> list[tuple[Any, ...]]:
     return query(
         home,
-        "SELECT id - id / 4294967296 * 4294967296, kind, payload FROM events "
+        "SELECT id - id / 4294967296 * 4294967296, kind, payload, text FROM events "
         "WHERE id / 4294967296 = (SELECT id FROM turns WHERE token = ?) ORDER BY id",
         (token,),
     )

@@ -31,16 +31,17 @@ def chunk(text: str) -> str:
 
 
 @contextmanager
-def schema_5(url: str) -> Iterator[Run]:
-    """A way to run SQL on an empty store at schema 5 (made here), as a turnback of then would."""
+def old_schema(url: str, version: int = 5) -> Iterator[Run]:
+    """A way to run SQL on an empty store at an earlier schema ``version`` (made here), as a
+    turnback of then would."""
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///"))
         path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(path, isolation_level=None)
-        for migration in MIGRATIONS[:5]:
+        for migration in MIGRATIONS[:version]:
             conn.executescript(migration)
         conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
-        conn.execute("PRAGMA user_version=5")
+        conn.execute(f"PRAGMA user_version={version}")
         try:
             yield lambda sql, params: conn.execute(sql, params)
         finally:
@@ -48,8 +49,8 @@ def schema_5(url: str) -> Iterator[Run]:
         return
     pg = psycopg.connect(url, autocommit=True)
     pg.execute("CREATE TABLE turnback_schema (application_id BIGINT NOT NULL, version INTEGER)")
-    pg.execute("INSERT INTO turnback_schema VALUES (%s, 5)", (APPLICATION_ID,))
-    for migration in MIGRATIONS[:5]:
+    pg.execute("INSERT INTO turnback_schema VALUES (%s, %s)", (APPLICATION_ID, version))
+    for migration in MIGRATIONS[:version]:
         for statement in postgres_migration(migration).split(";"):
             if statement.strip():
                 pg.execute(statement)
@@ -77,7 +78,7 @@ def schema_5_version(url: str) -> Iterator[int]:
 
 def fill_schema_5(url: str) -> None:
     """A store at schema 5 holding a session with a completed turn and a running one."""
-    with schema_5(url) as run:
+    with old_schema(url) as run:
         run(
             "INSERT INTO sessions (id, workspace, created_at, updated_at) VALUES (?, '/w', 1, 1)",
             ("s",),
@@ -202,7 +203,7 @@ def test_a_damaged_event_makes_its_message_unreadable_and_keeps_the_others(
     conn = sqlite3.connect(home / "turnback.db")
     with conn:
         conn.execute(
-            "UPDATE events SET payload = '{' "
+            "UPDATE events SET payload = '{', text = NULL "
             "WHERE id = (SELECT id FROM turns WHERE token = ?) * 4294967296 + 2",
             (second.token,),
         )

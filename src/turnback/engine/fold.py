@@ -19,7 +19,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from turnback.model import JSON, TEXT_RUNS, EventKind, JournalEntry, MessageKind
+from turnback.model import JSON, TEXT_RUNS, EventKind, JournalEntry, MessageKind, whole_event
 
 _CHUNKS = {
     EventKind.USER_MESSAGE_CHUNK.value: MessageKind.USER,
@@ -57,7 +57,7 @@ def parse(entry: JournalEntry, *, keep_unreadable: bool = False) -> JSON:
     try:
         event = json.loads(entry.payload)
         if isinstance(event, dict):
-            return event
+            return whole_event(event, entry.text)  # type: ignore[no-any-return]
         why = "not a JSON object"
     except ValueError as error:
         why = str(error)

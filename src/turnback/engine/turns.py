@@ -156,13 +156,42 @@ def encode(value: Any, what: str) -> str:
             f"{what} is not JSON-serialisable ({error}); nothing was written. "
             "Pass plain dicts, lists, strings, numbers, booleans and None"
         ) from error
+    _check_size(text, what)
+    return text
+
+
+def _check_size(text: str, what: str) -> None:
     if len(text) > MAX_EVENT_BYTES // 4 and len(text.encode()) > MAX_EVENT_BYTES:
         raise InvalidEvent(
             f"{what} is {len(text.encode()) / 2**20:.1f} MiB, over the "
             f"{MAX_EVENT_BYTES // 2**20} MiB limit; nothing was written. Write large content to "
             "a file and put its path in the event"
         )
-    return text
+
+
+#: The payload of a plain text chunk that holds nothing else, its text kept apart.
+_BARE_CHUNK = {
+    kind: f'{{"sessionUpdate":"{kind}","content":{{"type":"text"}}}}'
+    for kind in (
+        EventKind.USER_MESSAGE_CHUNK.value,
+        EventKind.AGENT_MESSAGE_CHUNK.value,
+        EventKind.AGENT_THOUGHT_CHUNK.value,
+    )
+}
+
+
+def _text_apart(kind: str, update: JSON, raw: str | None) -> tuple[str, str | None]:
+    """A plain text chunk's payload and text (see ``JournalEntry.text``): the text is stored
+    as it is, never escaped into JSON, which costs 5-7 ns a character. A text the database
+    could not hold as it is (an unpaired surrogate, a NUL) stays in the payload, escaped."""
+    what = f"the {kind} event"
+    text = update["content"].get("text")
+    if text is None or "\x00" in text or jsontext.has_surrogates(text):
+        return (raw if raw is not None else encode(update, what)), None
+    _check_size(text, what)
+    if len(update) == 2:  # nothing but its kind and content
+        return _BARE_CHUNK[kind], text
+    return encode({**update, "content": {"type": "text"}}, what), text
 
 
 #: ACP's content blocks (the schema's ``ContentBlock``): for each ``type``, its required string
@@ -591,18 +620,23 @@ class RunningTurn:
             )
         if kind == _STEP:
             _validate_step(update)
-        payload = text if text is not None else encode(update, f"the {kind} event")
         seq = self._seq + 1
+        plain = is_text_chunk(kind, update)
+        if plain:
+            payload, apart = _text_apart(kind, update, text)
+        else:
+            payload = text if text is not None else encode(update, f"the {kind} event")
+            apart = None
         folder = self._folder
         if folder is not None:
-            if is_text_chunk(kind, update):
+            if plain:
                 folder.add_text(kind, "", update.get("messageId"), seq)  # seqs, no text
             elif kind == _REWIND:
                 self._folder = None
             else:
                 folder.add(json.loads(payload), seq)  # a copy the caller cannot change
         self._seq = seq
-        entry = JournalEntry(self.turn.token, seq, kind, payload, time.time())
+        entry = JournalEntry(self.turn.token, seq, kind, payload, time.time(), apart)
         faults.point("turn.record.before")
         self._journal.append(
             entry,

@@ -54,8 +54,8 @@ _MANY_ENTRIES = 16
 _FENCED_FLUSH = (
     "BEGIN; SELECT s.id FROM turns t JOIN sessions s ON s.id = t.session_id "
     "WHERE t.token IN (SELECT json_array_elements_text(%s::json)) ORDER BY s.id FOR UPDATE OF s; "
-    "INSERT INTO events (id, kind, payload, at) "
-    "SELECT t.id * 4294967296 + (e->>1)::bigint, e->>2, e->>3, (e->>4)::float8 "
+    "INSERT INTO events (id, kind, payload, at, text) "
+    "SELECT t.id * 4294967296 + (e->>1)::bigint, e->>2, e->>3, (e->>4)::float8, e->>6 "
     "FROM json_array_elements(%s::json) AS e JOIN turns t ON t.token = e->>0 "
     "WHERE t.status = 'running' AND (e->>5 IS NULL OR t.fence = e->>5); "
     "SELECT token, status, fence FROM turns "
@@ -66,10 +66,10 @@ _LOCK_TURNS = (
     "WHERE t.token = ANY(%s) ORDER BY s.id FOR UPDATE OF s"
 )
 _INSERT_FENCED = (
-    "INSERT INTO events (id, kind, payload, at) "
-    "SELECT t.id * 4294967296 + v.seq, v.kind, v.payload, v.at FROM unnest("
-    "%b::text[], %b::bigint[], %b::text[], %b::text[], %b::float8[], %b::text[]"
-    ") AS v (turn, seq, kind, payload, at, fence) JOIN turns t ON t.token = v.turn "
+    "INSERT INTO events (id, kind, payload, at, text) "
+    "SELECT t.id * 4294967296 + v.seq, v.kind, v.payload, v.at, v.text FROM unnest("
+    "%b::text[], %b::bigint[], %b::text[], %b::text[], %b::float8[], %b::text[], %b::text[]"
+    ") AS v (turn, seq, kind, payload, at, fence, text) JOIN turns t ON t.token = v.turn "
     "WHERE t.status = 'running' AND (v.fence IS NULL OR t.fence = v.fence)"
 )
 _TURN_STATES = "SELECT token, status, fence FROM turns WHERE token = ANY(%s)"
@@ -107,6 +107,17 @@ class _PostgresTx(SQLTx):
         if rows:
             with self._c.cursor() as cursor:
                 cursor.executemany(_dialect(sql), rows)
+
+    def _joined_texts(self, spans: Sequence[tuple[int, int]]) -> dict[tuple[int, int], str]:
+        rows = self._all(
+            "SELECT r.low, r.high, count(e.text), string_agg(e.text, '' ORDER BY e.id) "
+            "FROM unnest(?::bigint[], ?::bigint[]) AS r (low, high) "
+            "LEFT JOIN events e ON e.id BETWEEN r.low AND r.high GROUP BY r.low, r.high",
+            ([low for low, _ in spans], [high for _, high in spans]),
+        )
+        return {
+            (low, high): text or "" for low, high, count, text in rows if count == high - low + 1
+        }
 
     def now(self) -> float:
         row = self._one("SELECT extract(epoch FROM clock_timestamp())::float8")
@@ -307,7 +318,9 @@ class PostgresStore(SQLStore):
     def _flush_few(
         self, tokens: list[str], entries: Sequence[JournalEntry], fences: Mapping[str, str | None]
     ) -> list[tuple[Any, ...]]:
-        rows = [(e.turn, e.seq, e.kind, e.payload, e.at, fences.get(e.turn)) for e in entries]
+        rows = [
+            (e.turn, e.seq, e.kind, e.payload, e.at, fences.get(e.turn), e.text) for e in entries
+        ]
         listed = json.dumps(tokens)
         with psycopg.ClientCursor(self._conn) as cursor:
             cursor.execute(_FENCED_FLUSH, (listed, json.dumps(rows, ensure_ascii=False), listed))
@@ -325,6 +338,7 @@ class PostgresStore(SQLStore):
             [e.payload for e in entries],
             [e.at for e in entries],
             [fences.get(e.turn) for e in entries],
+            [e.text for e in entries],
         )
         conn = self._conn
         with conn.pipeline():

@@ -210,6 +210,13 @@ MIGRATIONS: tuple[str, ...] = (
     DROP TABLE events;
     ALTER TABLE turn_events RENAME TO events;
     """,
+    # 7: the text of a plain text chunk in a column of its own, the event's payload then holding
+    # the rest (see ``JournalEntry.text``): recording never escapes the text into JSON, and a
+    # run of chunks is read back as the database's join of that column. Events recorded before
+    # keep their text in their payload and are read as they were.
+    """
+    ALTER TABLE events ADD COLUMN text TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

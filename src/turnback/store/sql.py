@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from json.decoder import scanstring  # type: ignore[attr-defined]
@@ -53,6 +53,7 @@ from turnback.model import (
     Turn,
     TurnStatus,
     unreadable,
+    whole_event,
 )
 
 
@@ -435,9 +436,13 @@ class SQLTx:
                 )
             )
         kept = [
-            (ids[e.turn] * _SPAN + e.seq, e.kind, e.payload, e.at) for e in entries if e.turn in ids
+            (ids[e.turn] * _SPAN + e.seq, e.kind, e.payload, e.at, e.text)
+            for e in entries
+            if e.turn in ids
         ]
-        self._run_many("INSERT INTO events (id, kind, payload, at) VALUES (?, ?, ?, ?)", kept)
+        self._run_many(
+            "INSERT INTO events (id, kind, payload, at, text) VALUES (?, ?, ?, ?, ?)", kept
+        )
         return len(entries) - len(kept)
 
     def append_fenced(
@@ -458,7 +463,7 @@ class SQLTx:
 
     def journal(self, token: str) -> list[JournalEntry]:
         rows = self._all(
-            f"SELECT t.token, {_SEQ}, e.kind, e.payload, e.at FROM turns t JOIN events e "
+            f"SELECT t.token, {_SEQ}, e.kind, e.payload, e.at, e.text FROM turns t JOIN events e "
             f"ON {_OF_TURN} WHERE t.token = ? AND t.status IN (?, ?) ORDER BY e.id",
             (token, *_KEEPS_JOURNAL),
         )
@@ -504,21 +509,55 @@ class SQLTx:
         self, rows: list[tuple[Any, ...]], turns: str, params: Sequence[Any]
     ) -> list[Message]:
         """Messages from their rows, each run of text chunks (``TEXT_RUNS``) read back from the
-        events it joins: those of the turns ``turns`` selects, in one query, and only if some
-        message has a run."""
+        events it joins (of the turns ``turns`` selects): the database joins the text column of
+        each run, so a run of a thousand chunks comes back as one string, not a thousand rows."""
         messages = [_message(row) for row in rows]
         if not any(TEXT_RUNS in m.data for m in messages):
             return messages
         numbers = dict(self._all(f"SELECT t.token, t.id FROM turns t WHERE {turns}", params))
-        rows = self._all(
-            f"SELECT e.id, e.payload FROM turns t JOIN events e ON {_OF_TURN} "
-            f"WHERE {turns} AND e.kind IN ({_marks(_CHUNK_KINDS)})",
-            (*params, *_CHUNK_KINDS),
-        )
-        texts = {key: _chunk_text(payload) for key, payload in rows}
+        spans: set[tuple[int, int]] = set()
+        for m in messages:
+            base = (numbers.get(m.turn) or 0) * _SPAN
+            for run in m.data.get(TEXT_RUNS) or ():
+                if isinstance(run, list) and len(run) == 3 and all(type(n) is int for n in run):
+                    spans.add((base + run[1], base + run[2]))
+        joined = self._joined_texts(sorted(spans)) if spans else {}
+
+        def text_of(base: int) -> Callable[[int, int], str]:
+            return lambda first, last: self._run_text(joined, base, first, last)
+
         return [
-            _joined(m, numbers.get(m.turn), texts) if TEXT_RUNS in m.data else m for m in messages
+            _joined(m, text_of((numbers.get(m.turn) or 0) * _SPAN)) if TEXT_RUNS in m.data else m
+            for m in messages
         ]
+
+    def _joined_texts(self, spans: Sequence[tuple[int, int]]) -> dict[tuple[int, int], str]:
+        """For each range of event keys whose every event has its text apart (``text`` not
+        null), the texts joined in key order. A backend's own aggregate."""
+        raise NotImplementedError
+
+    def _run_text(
+        self, joined: Mapping[tuple[int, int], str], base: int, first: int, last: int
+    ) -> str:
+        """The text of the events ``first`` to ``last`` of a turn (keys from ``base``): joined by
+        the database, or else (an event written before schema 7, or whose text stayed in its
+        payload) read event by event; ValueError naming the first that is missing or damaged."""
+        text = joined.get((base + first, base + last))
+        if text is not None:
+            return text
+        if not 0 <= last - first < _SPAN:
+            raise ValueError(f"a run of text chunks from {first} to {last} is not one")
+        rows = self._all(
+            "SELECT id, payload, text FROM events "
+            f"WHERE id BETWEEN ? AND ? AND kind IN ({_marks(_CHUNK_KINDS)})",
+            (base + first, base + last, *_CHUNK_KINDS),
+        )
+        texts = {key: apart if apart is not None else _chunk_text(p) for key, p, apart in rows}
+        parts = [texts.get(base + seq) for seq in range(first, last + 1)]
+        if None in parts:
+            seq = first + parts.index(None)
+            raise ValueError(f"event {seq} of its turn, a text chunk, is missing or damaged")
+        return "".join(parts)  # type: ignore[arg-type]
 
     def insert_run_events(self, events: Sequence[RunEvent]) -> None:
         self._run_many(
@@ -536,12 +575,14 @@ class SQLTx:
 
     def run_events(self, token: str) -> list[RunEvent]:
         rows = self._all(
-            f"SELECT t.session_id, t.token, {_SEQ}, e.kind, e.payload, e.at "
+            f"SELECT t.session_id, t.token, {_SEQ}, e.kind, e.payload, e.at, e.text "
             f"FROM turns t JOIN events e ON {_OF_TURN} "
             "WHERE t.token = ? AND t.status NOT IN (?, ?) ORDER BY e.id",
             (token, *_KEEPS_JOURNAL),
         )
-        return [RunEvent(r[0], r[1], r[2], r[3], _loads(r[4]), r[5]) for r in rows]
+        return [
+            RunEvent(r[0], r[1], r[2], r[3], whole_event(_loads(r[4]), r[6]), r[5]) for r in rows
+        ]
 
     # step checkpoints
 
@@ -828,8 +869,9 @@ def _marks(values: Sequence[object]) -> str:
     return ", ".join("?" for _ in values)
 
 
-#: How turnback encodes a plain text chunk, up to its text: most payloads, whose text is then
-#: read with the JSON decoder's string scanner alone (a tenth of the cost of parsing them).
+#: How turnback encoded a plain text chunk before schema 7 kept its text apart, up to its text:
+#: such a payload's text is read with the JSON decoder's string scanner alone (a tenth of the
+#: cost of parsing it).
 _CHUNK_PREFIXES = tuple(
     f'{{"sessionUpdate":"{kind}","content":{{"type":"text","text":"' for kind in _CHUNK_KINDS
 )
@@ -858,20 +900,14 @@ def _chunk_text(payload: str) -> str | None:
     return text if isinstance(text, str) else None
 
 
-def _joined(message: Message, number: int | None, texts: Mapping[int, str | None]) -> Message:
-    """A message whose runs of text chunks are given their text, joined from ``texts`` (by
-    event key; ``number`` is the turn's); unreadable, saying which event, when one of them is
-    missing or damaged."""
+def _joined(message: Message, text_of: Callable[[int, int], str]) -> Message:
+    """A message whose runs of text chunks are given their text, ``text_of(first, last)``;
+    unreadable, saying why, when one of them cannot be read."""
     data = dict(message.data)
     content = list(data.get("content") or ())
-    base = (number or 0) * _SPAN
     try:
         for index, first, last in data.pop(TEXT_RUNS):
-            parts = [texts.get(base + seq) for seq in range(first, last + 1)]
-            if None in parts:
-                seq = first + parts.index(None)
-                raise ValueError(f"event {seq} of its turn, a text chunk, is missing or damaged")
-            content[index] = {"type": "text", "text": "".join(parts)}  # type: ignore[arg-type]
+            content[index] = {"type": "text", "text": text_of(first, last)}
     except (ValueError, TypeError, IndexError) as error:
         return replace(message, kind=MessageKind.UNREADABLE, data=unreadable(message.data, error))
     return replace(message, data={**data, "content": content})

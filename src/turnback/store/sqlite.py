@@ -269,6 +269,17 @@ def _writable(directory: Path) -> bool:
         return False
 
 
+#: A run of text chunks joined: one search of the table's own key. ``events`` has no index but
+#: that key (a test checks it), so SQLite reads the range in key order and group_concat joins
+#: in that order; from SQLite 3.44 the order is also said. (An ordered subquery would say it on
+#: any version, but SQLite then copies every row through a co-routine: three times as long.)
+_JOIN_RUN = (
+    "SELECT count(text), group_concat(text, ''"
+    + (" ORDER BY id" if sqlite3.sqlite_version_info >= (3, 44) else "")
+    + ") FROM events WHERE id BETWEEN ? AND ?"
+)
+
+
 class _SQLiteTx(SQLTx):
     """The shared queries on the store's one connection. Every write transaction holds the
     whole file (``BEGIN IMMEDIATE``), which is more than the per-session lock asks for."""
@@ -284,6 +295,14 @@ class _SQLiteTx(SQLTx):
 
     def now(self) -> float:
         return time.time()
+
+    def _joined_texts(self, spans: Sequence[tuple[int, int]]) -> dict[tuple[int, int], str]:
+        joined = {}
+        for low, high in spans:
+            count, text = self._c.execute(_JOIN_RUN, (low, high)).fetchone()
+            if count == high - low + 1:
+                joined[low, high] = text if text is not None else ""
+        return joined
 
     def integrity_problems(self) -> list[str]:
         problems = [str(row[0]) for row in self._all("PRAGMA integrity_check") if row[0] != "ok"]
