@@ -19,6 +19,7 @@ from tests.acp.harness import SCRIPTED, run
 from turnback.acp import launch
 from turnback.cli import cli
 from turnback.errors import AgentUnavailable
+from turnback.runtime.policy import ResumePolicy
 from turnback.runtime.rpc import RequestError
 from turnback.runtime.sidecar import Sidecar, Started
 
@@ -276,6 +277,11 @@ def test_the_start_knows_every_option_of_turnback_acp() -> None:
         if name.startswith("--")
     }
     assert options - {"--help"} == launch.ACP_OPTIONS
+
+
+def test_the_starts_default_attempts_are_the_resume_policys() -> None:
+    # the start holds its own copy, to answer before the runtime is loaded
+    assert ResumePolicy().attempts == launch.DEFAULT_RESTART_ATTEMPTS
 
 
 def turnback_acp(*args: str, editor: bytes = b"") -> subprocess.CompletedProcess[bytes]:
