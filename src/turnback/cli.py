@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -26,6 +26,7 @@ from turnback.acp import launch
 
 if TYPE_CHECKING:
     from turnback import Session, Turnback
+    from turnback.errors import TurnbackError
     from turnback.model import (
         Activity,
         FileChange,
@@ -949,8 +950,8 @@ def doctor(state: Context, as_json: bool) -> None:
 )
 @click.option(
     "--max-frame",
-    type=click.IntRange(min=1024),
-    default=32 * 2**20,
+    type=click.IntRange(min=launch.LEAST_MAX_FRAME),
+    default=launch.DEFAULT_MAX_FRAME,
     show_default=True,
     help="The largest JSON-RPC message accepted from the editor, in bytes.",
 )
@@ -965,15 +966,15 @@ def doctor(state: Context, as_json: bool) -> None:
 @click.option(
     "--restart-attempts",
     type=click.IntRange(min=0),
-    default=2,
+    default=launch.DEFAULT_RESTART_ATTEMPTS,
     show_default=True,
     metavar="N",
     help="Restarts of an agent that dies during one turn before the turn fails.",
 )
 @click.option(
     "--on-agent-crash",
-    type=click.Choice(["continue", "stop"]),
-    default="continue",
+    type=click.Choice(launch.ON_AGENT_CRASH),
+    default=launch.ON_AGENT_CRASH[0],
     show_default=True,
     help="When the agent dies mid-turn before saving a step checkpoint: restart it and have it "
     "continue the turn, or end the turn as interrupted.",
@@ -994,19 +995,18 @@ def acp(
     Configure the editor to start `turnback acp -- AGENT_COMMAND…` instead of the agent. Sessions
     are listed, loaded, resumed and forked from turnback's store, and /checkpoints, /diff,
     /rewind and /undo-rewind are answered by turnback."""
-    # Started before the proxy is imported, so the agent's start-up overlaps the proxy's; the
-    # ``turnback`` command has usually done it already, before importing anything.
+    # Started before the proxy is imported, so the agent's start-up overlaps the proxy's (the
+    # ``turnback`` command serves a plain command line itself, without the CLI).
     early = launch.take() or launch.started(agent_command)
-    from turnback.acp import main as serve_acp
-    from turnback.runtime import OnCrash, ResumePolicy
-
-    policy = ResumePolicy(
-        attempts=restart_attempts,
-        on_crash=OnCrash(on_agent_crash),
+    line = launch.AcpLine(
+        list(agent_command),
+        home=acp_home or state.home,
+        max_frame=max_frame,
         initialize_timeout=initialize_timeout,
+        restart_attempts=restart_attempts,
+        on_agent_crash=on_agent_crash,
     )
-    home = acp_home or state.home
-    sys.exit(serve_acp(agent_command, home=home, max_frame=max_frame, policy=policy, early=early))
+    sys.exit(launch.serve(line, early))
 
 
 @cli.command()
@@ -1069,8 +1069,13 @@ def _errors_to_exit_codes() -> Iterator[None]:
     try:
         yield
     except TurnbackError as error:
-        click.echo(_colour(f"error: {error}{_hint(error)}", fg="red"), err=True)
-        sys.exit(error.exit_code)
+        fail(error)
+
+
+def fail(error: TurnbackError) -> NoReturn:
+    """Say what went wrong, and what settles it, and exit with the error's status."""
+    click.echo(_colour(f"error: {error}{_hint(error)}", fg="red"), err=True)
+    sys.exit(error.exit_code)
 
 
 def _hint(error: Exception) -> str:

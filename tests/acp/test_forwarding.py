@@ -36,15 +36,30 @@ class Recorder:
         self.commands.append((update, forward))
 
 
+async def reply(frame: dict[str, Any]) -> None:
+    raise AssertionError("a notification is not answered")
+
+
 def forward(line: bytes, *, replay: bool = False) -> Recorder:
     recorder = Recorder()
     relay = _SessionRelay(cast(Proxy, recorder), EDITOR_ID, [])
-
-    async def reply(frame: dict[str, Any]) -> None:
-        raise AssertionError("a notification is not answered")
-
+    relay.answered()  # the editor knows the session
     assert relay.agent_frame(json.loads(line), replay, reply, line)
     return recorder
+
+
+def test_updates_before_the_editor_knows_the_session_wait_for_its_answer() -> None:
+    recorder = Recorder()
+    relay = _SessionRelay(cast(Proxy, recorder), EDITOR_ID, [])
+    commands = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"agent-1",'
+    commands += b'"update":{"sessionUpdate":"available_commands_update","availableCommands":[]}}}'
+    for line in (COMPACT, commands, COMPACT):
+        assert relay.agent_frame(json.loads(line), False, reply, line)
+    assert recorder.lines == []
+    assert [forwarded for _, forwarded in recorder.commands] == [False]  # kept, not sent
+    relay.answered()
+    assert len(recorder.lines) == 2 and recorder.lines[0] == recorder.lines[1]
+    assert b'"sessionId":"editor-session"' in recorder.lines[0]
 
 
 COMPACT = (

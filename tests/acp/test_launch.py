@@ -19,6 +19,7 @@ from tests.acp.harness import SCRIPTED, run
 from turnback.acp import launch
 from turnback.cli import cli
 from turnback.errors import AgentUnavailable
+from turnback.runtime.policy import ResumePolicy
 from turnback.runtime.rpc import RequestError
 from turnback.runtime.sidecar import Sidecar, Started
 
@@ -186,17 +187,35 @@ def test_an_agent_gone_before_answering_is_an_error_naming_it() -> None:
     run(scenario())
 
 
+def line(agent: list[str], **options: Any) -> launch.AcpLine:
+    return launch.AcpLine(agent, **options)
+
+
 @pytest.mark.parametrize(
-    ("argv", "line"),
+    ("argv", "expected"),
     [
-        (["acp", "--", "agent", "--flag"], (["agent", "--flag"], None)),
-        (["--home", "h", "--no-pager", "acp", "--max-frame", "9999", "--", "a"], (["a"], None)),
+        (["acp", "--", "agent", "--flag"], line(["agent", "--flag"])),
+        (
+            ["--home", "h", "--no-pager", "acp", "--max-frame", "9999", "--", "a"],
+            line(["a"], home="h", max_frame=9999),
+        ),
         (
             ["--home=h", "acp", "--restart-attempts=1", "--", "a", "--", "b"],
-            (["a", "--", "b"], None),
+            line(["a", "--", "b"], home="h", restart_attempts=1),
         ),
-        (["acp", "--initialize-timeout", "2.5", "--", "a"], (["a"], 2.5)),
-        (["acp", "--initialize-timeout=soon", "--", "a"], None),  # the CLI says what is wrong
+        (
+            ["--home", "h", "acp", "--home", "i", "--on-agent-crash", "stop", "--", "a"],
+            line(["a"], home="i", on_agent_crash="stop"),
+        ),
+        (["acp", "--initialize-timeout", "2.5", "--", "a"], line(["a"], initialize_timeout=2.5)),
+        # the CLI says what is wrong with each of these
+        (["acp", "--initialize-timeout=soon", "--", "a"], None),
+        (["acp", "--initialize-timeout=0", "--", "a"], None),
+        (["acp", "--initialize-timeout=inf", "--", "a"], None),
+        (["acp", "--max-frame", "10", "--", "a"], None),
+        (["acp", "--restart-attempts", "-1", "--", "a"], None),
+        (["acp", "--on-agent-crash", "panic", "--", "a"], None),
+        (["acp", "--home", "", "--", "a"], None),
         (["acp", "--bogus", "--", "a"], None),
         (["acp", "agent"], None),
         (["acp", "--"], None),
@@ -205,10 +224,47 @@ def test_an_agent_gone_before_answering_is_an_error_naming_it() -> None:
         (["--json", "acp", "--", "a"], None),
     ],
 )
-def test_only_a_plain_command_line_is_read_before_the_cli(
-    argv: list[str], line: tuple[list[str], float | None] | None
+def test_only_a_plain_command_line_with_valid_values_is_read_before_the_cli(
+    argv: list[str], expected: launch.AcpLine | None
 ) -> None:
-    assert launch.command_line(argv) == line
+    assert launch.command_line(argv) == expected
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["acp", "--", "true", "x"],
+        ["--home", "h", "acp", "--max-frame=4096", "--initialize-timeout", "0.5", "--", "true"],
+        ["--home=h", "acp", "--home", "i", "--restart-attempts", "0", "--", "true"],
+        ["acp", "--on-agent-crash=stop", "--", "true", "--", "y"],
+    ],
+)
+def test_the_cli_serves_a_plain_command_line_as_the_start_does(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain command line is served without the CLI; the CLI must serve it alike."""
+    monkeypatch.delenv("TURNBACK_HOME", raising=False)
+    served: list[launch.AcpLine] = []
+
+    def serve(line: launch.AcpLine, early: launch.Launched | None) -> int:
+        if early is not None and early.process is not None:
+            early.process.kill()
+            early.process.wait()
+        served.append(line)
+        return 0
+
+    monkeypatch.setattr(launch, "serve", serve)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(args=argv, prog_name="turnback")
+    assert exited.value.code == 0
+    assert served == [launch.command_line(argv)]
+
+
+def test_a_home_that_is_a_file_is_refused_by_the_cli(tmp_path: Path) -> None:
+    (home := tmp_path / "home").write_text("a file")
+    assert launch.command_line(["acp", "--home", str(home), "--", "a"]) is None
+    done = turnback_acp("--home", str(home), "--", sys.executable, "-c", "pass")
+    assert done.returncode == 2 and b"is a file" in done.stderr
 
 
 def test_the_start_knows_every_option_of_turnback_acp() -> None:
@@ -221,6 +277,11 @@ def test_the_start_knows_every_option_of_turnback_acp() -> None:
         if name.startswith("--")
     }
     assert options - {"--help"} == launch.ACP_OPTIONS
+
+
+def test_the_starts_default_attempts_are_the_resume_policys() -> None:
+    # the start holds its own copy, to answer before the runtime is loaded
+    assert ResumePolicy().attempts == launch.DEFAULT_RESTART_ATTEMPTS
 
 
 def turnback_acp(*args: str, editor: bytes = b"") -> subprocess.CompletedProcess[bytes]:

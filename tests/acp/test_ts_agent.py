@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import acp
+import pytest
 from acp.schema import ClientCapabilities, FileSystemCapabilities
 
 import turnback
@@ -210,3 +212,73 @@ def test_a_cancelled_prompt_ends_alike_directly_and_through_the_proxy(
             TurnStatus.CANCELLED,
             TurnStatus.COMPLETED,
         ]
+
+
+@pytest.mark.parametrize("ms", ["0", "-1"])
+def test_updates_sent_right_behind_session_new_reach_the_editor_after_its_answer(
+    home: Path, tmp_path: Path, ms: str
+) -> None:
+    """An agent may offer its commands in the same breath as it answers session/new (gemini-cli
+    does); the proxy answers the editor later. Directly and through the proxy alike, the editor
+    is answered first, then offered the commands (through the proxy, turnback's may come on
+    their own first, as for an agent that offers none). An agent that offers them even ahead of
+    its answer (``ms`` -1) is the editor's to see so directly; through the proxy, whose session
+    id the editor learns from its answer, they come after it."""
+    agent = list(ts_agent())
+    env = {**os.environ, "TS_AGENT_COMMANDS_MS": ms}
+    commands = "session/update available_commands_update"
+
+    async def frames(command: list[str], cwd: Path) -> tuple[list[str], set[str]]:
+        process = await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+        )
+        assert process.stdin is not None and process.stdout is not None
+        seen: list[str] = []
+        offered: list[set[str]] = []
+
+        async def read() -> str:
+            assert process.stdout is not None
+            frame = json.loads(await asyncio.wait_for(process.stdout.readline(), 30))
+            if "method" in frame:
+                update = frame["params"].get("update", {})
+                said = f"{frame['method']} {update.get('sessionUpdate')}"
+                offered.append({c["name"] for c in update.get("availableCommands", [])})
+            else:
+                said = f"answer {frame['id']}"
+            seen.append(said)
+            return said
+
+        async def ask(rpc_id: int, method: str, params: dict[str, Any]) -> None:
+            assert process.stdin is not None
+            request = {"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params}
+            process.stdin.write(json.dumps(request).encode() + b"\n")
+            while await read() != f"answer {rpc_id}":
+                pass
+
+        try:
+            await ask(1, "initialize", {"protocolVersion": 1})
+            await ask(2, "session/new", {"cwd": str(cwd), "mcpServers": []})
+            while not offered or not offered[-1] & TS_COMMANDS:
+                await read()
+            await ask(3, "_ts/echo", {})  # answered after whatever came before it
+        finally:
+            process.stdin.close()
+            await asyncio.wait_for(process.wait(), 15)
+        return seen, offered[-1]
+
+    (direct_cwd := tmp_path / "direct").mkdir()
+    (proxied_cwd := tmp_path / "proxied").mkdir()
+    seen, offered = run(frames(agent, direct_cwd))
+    if ms == "0":
+        assert seen == ["answer 1", "answer 2", commands, "answer 3"]
+    else:
+        assert seen == ["answer 1", commands, "answer 2", "answer 3"]
+    assert offered == TS_COMMANDS
+    seen, offered = run(frames(proxy_command(home, agent), proxied_cwd))
+    assert seen[:2] == ["answer 1", "answer 2"]  # nothing about the session before its answer
+    assert set(seen[2:-1]) == {commands} and seen[-1] == "answer 3"
+    assert offered == TS_COMMANDS | TURNBACK_COMMANDS

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +141,72 @@ def test_no_agent_command_is_a_usage_error(home: Path, tmp_path: Path) -> None:
         return await asyncio.wait_for(process.wait(), 15)
 
     assert run(scenario()) == 2
+
+
+INITIALIZE = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n'
+
+
+@pytest.mark.parametrize("stdin", ["devnull", "file", "pipe", "socket", "tty"])
+def test_the_editor_gone_ends_the_proxy_whatever_its_stdin_and_stdout_are(
+    home: Path, tmp_path: Path, stdin: str
+) -> None:
+    """End of input, whatever the input is, means the editor has gone: the proxy stops the agent
+    and exits at once, saying so. Its output here is a regular file."""
+    pidfile = tmp_path / "agent.pid"
+    agent = ("sh", "-c", f'echo $$ > "{pidfile}"; exec "$@"', "agent", *SCRIPTED)
+    out = tmp_path / "out.jsonl"
+    with out.open("wb") as output:
+        if stdin == "devnull":
+            source: Any = subprocess.DEVNULL
+        elif stdin == "file":
+            (tmp_path / "in.jsonl").write_bytes(INITIALIZE)
+            source = (tmp_path / "in.jsonl").open("rb")
+        elif stdin == "pipe":
+            source = subprocess.PIPE
+        elif stdin == "socket":
+            ours, source = socket.socketpair()
+        else:
+            terminal, source = os.openpty()
+        proxy = subprocess.Popen(
+            proxy_command(home, agent),
+            stdin=source,
+            stdout=output,
+            stderr=subprocess.PIPE,
+            cwd=tmp_path,
+        )
+        if stdin == "socket":
+            source.close()
+            ours.sendall(INITIALIZE)
+            ours.shutdown(socket.SHUT_WR)
+        elif stdin == "tty":
+            os.close(source)
+            os.write(terminal, INITIALIZE + b"\x04")  # a line, then end of file (Ctrl-D)
+        elif stdin == "file":
+            source.close()
+        try:
+            sent = INITIALIZE if stdin == "pipe" else None  # then its end
+            _, stderr = proxy.communicate(sent, timeout=30)
+        finally:
+            proxy.kill()
+        if stdin == "socket":
+            ours.close()
+        elif stdin == "tty":
+            os.close(terminal)
+    assert proxy.returncode == 0, stderr
+    assert b"the editor has gone" in stderr
+    if stdin != "devnull":  # what it had been sent ahead of its end is answered
+        answer = json.loads(out.read_bytes().splitlines()[0])
+        assert answer["id"] == 1 and answer["result"]["protocolVersion"] == 1
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(pid), "the agent outlived the proxy"
+
+
+def _running(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return status.rsplit(")", 1)[1].split()[0] != "Z"

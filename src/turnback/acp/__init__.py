@@ -12,7 +12,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # not at run time: ``turnback acp`` starts its agent before ``typing`` loads
     from typing import Any
 
-    from turnback.acp.proxy import DEFAULT_MAX_FRAME, Proxy, main, serve
+    from turnback.acp.launch import DEFAULT_MAX_FRAME
+    from turnback.acp.proxy import Proxy, main, serve
 
 __all__ = ["DEFAULT_MAX_FRAME", "Proxy", "main", "serve"]
 

@@ -7,9 +7,11 @@ some agents' start-up; done before the agent starts it adds all of that to the w
 answer's path it makes the answer wait for modules the answer does not need. So:
 
 1. the command line is read with nothing imported (:func:`command_line`; anything but a plain
-   ``turnback [--home H] acp [--option VALUE]… -- AGENT…`` goes the ordinary way, through the
-   CLI, which says what is wrong with it), and nothing but what starting a process needs is
-   imported before the agent starts (not even ``typing`` or ``dataclasses``);
+   ``turnback [--home H] acp [--option VALUE]… -- AGENT…`` with valid values goes the ordinary
+   way, through the CLI, which says what is wrong with it), and nothing but what starting a
+   process needs is imported before the agent starts (not even ``typing`` or ``dataclasses``);
+   a plain command line is then served without the CLI (:func:`serve`), whose loading (click,
+   every command) would only take CPU from the agent's start-up;
 2. the agent is started at once, and a thread relays ``initialize`` (:func:`relay`) while the
    proxy loads and opens its store as usual, so both are ready by the time the editor's next
    request comes;
@@ -51,13 +53,67 @@ ACP_OPTIONS = frozenset(
 INITIALIZE_ID = "turnback-initialize"
 #: ``--initialize-timeout``'s default: generous, since some agents take seconds to start.
 DEFAULT_INITIALIZE_TIMEOUT = 60.0
+#: ``--max-frame``'s default and least value, in bytes.
+DEFAULT_MAX_FRAME, LEAST_MAX_FRAME = 32 * 2**20, 1024
+#: ``--restart-attempts``'s default.
+DEFAULT_RESTART_ATTEMPTS = 2
+#: ``--on-agent-crash``'s choices, the default first.
+ON_AGENT_CRASH = ("continue", "stop")
+
+
+class AcpLine:
+    """A plain ``turnback acp`` command line, read (:func:`command_line`): the agent command and
+    every option's value, defaults filled in."""
+
+    __slots__ = (
+        "agent",
+        "home",
+        "initialize_timeout",
+        "max_frame",
+        "on_agent_crash",
+        "restart_attempts",
+    )
+
+    def __init__(
+        self,
+        agent: list[str],
+        *,
+        home: str | None = None,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        initialize_timeout: float = DEFAULT_INITIALIZE_TIMEOUT,
+        restart_attempts: int = DEFAULT_RESTART_ATTEMPTS,
+        on_agent_crash: str = ON_AGENT_CRASH[0],
+    ) -> None:
+        self.agent = agent
+        self.home = home
+        self.max_frame = max_frame
+        self.initialize_timeout = initialize_timeout
+        self.restart_attempts = restart_attempts
+        self.on_agent_crash = on_agent_crash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AcpLine) and repr(self) == repr(other)
+
+    def __repr__(self) -> str:
+        values = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"AcpLine({values})"
 
 
 class Launched:
     """What the start hands the proxy (see the module docstring). A plain class, not a
     dataclass: ``dataclasses`` imports ``inspect``, which the start cannot wait for."""
 
-    __slots__ = ("agent", "answer", "editor", "params", "process", "relaying", "sent", "sent_at")
+    __slots__ = (
+        "agent",
+        "answer",
+        "editor",
+        "ended",
+        "params",
+        "process",
+        "relaying",
+        "sent",
+        "sent_at",
+    )
 
     def __init__(
         self,
@@ -68,6 +124,8 @@ class Launched:
         self.process = process
         #: read from the editor and not handled: the proxy reads these first
         self.editor = b""
+        #: the editor's input was read to its end (a terminal shows its end only once)
+        self.ended = False
         #: read from the agent and not handled: the proxy's connection to it reads these first
         self.agent = b""
         #: the ``initialize`` params sent to the agent under :data:`INITIALIZE_ID`, if it was sent
@@ -98,16 +156,20 @@ def take() -> Launched | None:
     return launched
 
 
-def command_line(argv: Sequence[str]) -> tuple[list[str], float | None] | None:
-    """The agent command of a plain ``[--home H] [--no-pager] acp [--option VALUE]… -- AGENT…``
-    command line, and its ``--initialize-timeout`` when given; None for any other command
-    line."""
+def command_line(argv: Sequence[str]) -> AcpLine | None:
+    """A plain ``[--home H] [--no-pager] acp [--option VALUE]… -- AGENT…`` command line whose
+    values are all valid; None for any other command line (the CLI then says what is wrong)."""
     args = list(argv)
     at = 0
+    home: str | None = None
     while at < len(args) and args[at] != "acp":
-        if args[at] == "--no-pager" or args[at].startswith("--home="):
+        if args[at] == "--no-pager":
             at += 1
-        elif args[at] == "--home":
+        elif args[at].startswith("--home="):
+            home = args[at].partition("=")[2]
+            at += 1
+        elif args[at] == "--home" and at + 1 < len(args):
+            home = args[at + 1]
             at += 2
         else:
             return None
@@ -122,11 +184,30 @@ def command_line(argv: Sequence[str]) -> tuple[list[str], float | None] | None:
     agent = args[at + 1 :]
     if at >= len(args) or not agent:
         return None
+    home = options.get("--home", home)
+    on_agent_crash = options.get("--on-agent-crash", ON_AGENT_CRASH[0])
     try:
-        timeout = options.get("--initialize-timeout")
-        return agent, None if timeout is None else float(timeout)
+        line = AcpLine(
+            agent,
+            home=home,
+            max_frame=int(options.get("--max-frame", DEFAULT_MAX_FRAME)),
+            initialize_timeout=float(
+                options.get("--initialize-timeout", DEFAULT_INITIALIZE_TIMEOUT)
+            ),
+            restart_attempts=int(options.get("--restart-attempts", DEFAULT_RESTART_ATTEMPTS)),
+            on_agent_crash=on_agent_crash,
+        )
     except ValueError:
         return None
+    if (
+        (home is not None and (not home or os.path.isfile(home)))  # the CLI says why
+        or line.max_frame < LEAST_MAX_FRAME
+        or not 0 < line.initialize_timeout < float("inf")
+        or line.restart_attempts < 0
+        or on_agent_crash not in ON_AGENT_CRASH
+    ):
+        return None
+    return line
 
 
 def initialized(agent: dict[str, Any]) -> dict[str, Any]:
@@ -190,6 +271,7 @@ def relay(
         _ready(editor[:1])
         data = os.read(editor[0], 1 << 16)
         if not data:
+            launched.ended = True
             return
         launched.editor += data
     line = launched.editor.partition(b"\n")[0]
@@ -219,7 +301,7 @@ def relay(
             data = os.read(editor[0], 1 << 16)
             launched.editor += data
             if not data:
-                ready = []
+                launched.ended, ready = True, []
         if not ready:
             launched.agent = received
             return
@@ -300,14 +382,36 @@ def _relay(launched: Launched, initialize_timeout: float) -> None:
         relay(launched, initialize_timeout=initialize_timeout)
 
 
+def serve(line: AcpLine, early: Launched | None) -> int:
+    """Run the proxy for ``line`` (``early``: how :func:`start` started, if it did); returns
+    its exit status."""
+    from turnback.acp.proxy import main as proxy
+    from turnback.runtime import OnCrash, ResumePolicy
+
+    policy = ResumePolicy(
+        attempts=line.restart_attempts,
+        on_crash=OnCrash(line.on_agent_crash),
+        initialize_timeout=line.initialize_timeout,
+    )
+    return proxy(line.agent, home=line.home, max_frame=line.max_frame, policy=policy, early=early)
+
+
 def main() -> None:
-    """The ``turnback`` command: ``turnback acp -- AGENT…`` starts as above, everything else
-    (and then the proxy) runs through :mod:`turnback.cli`."""
+    """The ``turnback`` command: a plain ``turnback acp -- AGENT…`` starts as above and is served
+    without the CLI; everything else runs through :mod:`turnback.cli`."""
     global _launched
     argv = sys.argv[1:]
     line = command_line(argv)
     if line is not None:
-        _launched = start(*line)
+        _launched = start(line.agent, line.initialize_timeout)
+        from turnback.errors import TurnbackError
+
+        try:
+            sys.exit(serve(line, take()))
+        except TurnbackError as error:
+            from turnback.cli import fail
+
+            fail(error)
     from turnback.cli import main as cli
 
     try:

@@ -45,7 +45,7 @@ from typing import Any
 
 import turnback
 from turnback.acp import commands, offered, transcript
-from turnback.acp.launch import INITIALIZE_ID, Launched, initialized
+from turnback.acp.launch import DEFAULT_MAX_FRAME, INITIALIZE_ID, Launched, initialized
 from turnback.acp.wire import REQUEST_ID, EditorWire, open_stdio
 from turnback.engine.handle import Session, Turnback
 from turnback.engine.turns import validate_prompt
@@ -90,7 +90,6 @@ from turnback.runtime.wire import (
 
 log = logging.getLogger("turnback.acp")
 
-DEFAULT_MAX_FRAME = 32 * 2**20
 #: turnback's own errors use JSON-RPC's codes as an agent would: ACP keeps -32000 for
 #: "authentication required", which an editor may answer with a login prompt.
 INVALID_PARAMS = -32602
@@ -188,6 +187,9 @@ class _SessionRelay:
         self._session_id = session_id  # None: the agent-wide relay, for frames of no session
         self._servers = list(mcp_servers)
         self.editor: _EditorSession | None = None
+        #: the agent's updates held until the editor has been answered and knows the session
+        #: (an agent may send them as soon as it has answered; the proxy answers later)
+        self._held: list[bytes] | None = [] if session_id is not None else None
 
     @property
     def initialize(self) -> Mapping[str, Any]:
@@ -210,9 +212,14 @@ class _SessionRelay:
             update = params.get("update")
             if isinstance(update, dict) and update.get("sessionUpdate") == _COMMANDS:
                 # turnback's commands are added to the agent's; after a load or a restart too
-                self._proxy.agent_commands(self.editor, update, forward=not replay)
+                forward = not replay and self._held is None  # else they go with the answer
+                self._proxy.agent_commands(self.editor, update, forward=forward)
             elif not replay and "id" not in frame and self._session_id is not None:
-                self._proxy.wire.post_line(with_session_id(frame, line, self._session_id))
+                line = with_session_id(frame, line, self._session_id)
+                if self._held is None:
+                    self._proxy.wire.post_line(line)
+                else:
+                    self._held.append(line)
             return True
         if method == "_turnback/checkpoint":
             return True  # addressed to turnback, which has recorded it
@@ -228,6 +235,15 @@ class _SessionRelay:
         else:
             self._proxy.forward_notification(str(method), params)
         return True
+
+    def answered(self) -> None:
+        """The editor has been answered for the session (new, load, resume, fork): send it the
+        agent's updates held till then, then the commands, the agent's with turnback's."""
+        held, self._held = self._held or [], None
+        for line in held:
+            self._proxy.wire.post_line(line)
+        if self.editor is not None:
+            self._proxy.announce_commands(self.editor)
 
     def backlog(self) -> Awaitable[None] | None:
         return self._proxy.wire.backlog()
@@ -526,8 +542,8 @@ class Proxy:
         if method in ("session/new", "session/fork"):
             response["sessionId"] = session.id
         # After the response is written (it is written as soon as this returns, before the loop
-        # runs anything else): the editor knows the session when the commands arrive.
-        asyncio.get_running_loop().call_soon(self._announce_commands, editor)
+        # runs anything else): the editor knows the session when its updates arrive.
+        asyncio.get_running_loop().call_soon(editor.relay.answered)
         return response
 
     async def _delete(self, params: dict[str, Any]) -> None:
@@ -707,7 +723,7 @@ class Proxy:
         offered = update.get("availableCommands")
         editor.agent_commands = list(offered) if isinstance(offered, list) else []
         if forward:
-            self._announce_commands(editor)
+            self.announce_commands(editor)
 
     def forward_notification(self, method: str, params: Any) -> None:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
@@ -841,7 +857,7 @@ class Proxy:
         ]
         return ours + theirs
 
-    def _announce_commands(self, editor: _EditorSession) -> None:
+    def announce_commands(self, editor: _EditorSession) -> None:
         update = {
             "sessionUpdate": "available_commands_update",
             "availableCommands": self._commands(editor),
@@ -915,7 +931,7 @@ async def serve(
         agent.spawn(Started(early.process, *handed))
     else:
         agent.spawn()
-    reader, writer = await open_stdio(max_frame, early.editor)
+    reader, writer = await open_stdio(max_frame, early.editor, ended=early.ended)
     wire = EditorWire(reader, writer, max_frame)
     proxy = Proxy(opening, command, wire, env=env, policy=policy, agent=agent)
     if early.params is not None:
@@ -932,6 +948,12 @@ async def serve(
     await asyncio.wait({gone, stopped, opening}, return_when=asyncio.FIRST_COMPLETED)
     if opening.done() and opening.exception() is None:  # open: serve on
         await asyncio.wait({gone, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if gone.done():
+        print(
+            "turnback acp: the editor has gone (end of its input, or our output closed); "
+            "stopping the agent and exiting",
+            file=sys.stderr,
+        )
     gone.cancel()
     stopped.cancel()
     try:

@@ -16,6 +16,8 @@ import asyncio
 import contextvars
 import logging
 import os
+import selectors
+import stat
 import sys
 import threading
 from typing import Any
@@ -54,34 +56,57 @@ class _FileOutput:
         return False
 
 
-async def open_stdio(limit: int, read: bytes = b"") -> tuple[asyncio.StreamReader, Output]:
-    """This process's stdin (after ``read``, what was read from it already) and stdout for the
-    wire; a regular file works as well as a pipe."""
+async def open_stdio(
+    limit: int, read: bytes = b"", *, ended: bool = False
+) -> tuple[asyncio.StreamReader, Output]:
+    """This process's stdin (after ``read``, what was read from it already; ``ended``: read to
+    its end) and stdout for the wire. Whatever they are -- a pipe, a socket, a terminal,
+    ``/dev/null``, a regular file -- works: what the event loop cannot watch is read by a
+    thread, or written in place."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=limit)
     if read:
         reader.feed_data(read)
-    try:
+    if ended:
+        reader.feed_eof()
+    elif _watchable(sys.stdin.fileno()):
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    except ValueError:
+    else:
 
         def feed() -> None:
             try:
                 while data := os.read(sys.stdin.fileno(), 1 << 16):
                     loop.call_soon_threadsafe(reader.feed_data, data)
+            except OSError:
+                pass  # unreadable from here on: as good as its end
             finally:
                 loop.call_soon_threadsafe(reader.feed_eof)
 
         threading.Thread(target=feed, name="turnback-acp-stdin", daemon=True).start()
     output: Output
-    try:
+    if _watchable(sys.stdout.fileno()):
         transport, protocol = await loop.connect_write_pipe(
             asyncio.streams.FlowControlMixin, sys.stdout
         )
         output = asyncio.StreamWriter(transport, protocol, None, loop)
-    except ValueError:
+    else:
         output = _FileOutput(sys.stdout.fileno())
     return reader, output
+
+
+def _watchable(fd: int) -> bool:
+    """Whether the event loop can watch ``fd`` as a pipe: a pipe, a socket or a terminal can
+    be; a regular file cannot, nor can ``/dev/null`` (epoll refuses both), and the loop
+    would find that out only later, in a callback, leaving the wire waiting forever."""
+    mode = os.fstat(fd).st_mode
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
+        return False
+    with selectors.DefaultSelector() as selector:
+        try:
+            selector.register(fd, selectors.EVENT_READ)
+        except OSError:
+            return False
+    return True
 
 
 class EditorWire(Wire):

@@ -31,6 +31,7 @@ The modules, one job each:
 * ``resume`` -- what a turn does when the agent (or turnback) died in it;
 * ``rollback`` -- the agent's side of reverts and their undo;
 * ``reactor`` -- the engine's work, one event at a time, on one engine thread;
+* ``parts`` -- what the runtime hands each of its parts for a session, in one record;
 * ``policy`` and ``relay`` -- the options, and the seam for a proxy in front of the agent.
 """
 

@@ -25,15 +25,11 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from turnback.engine.handle import Session
 from turnback.errors import AgentDied, AgentError, AgentUnavailable
 from turnback.model import ActivityLevel, Message, MessageKind
-from turnback.runtime.connection import AgentConnection
+from turnback.runtime.parts import SessionParts
 from turnback.runtime.policy import AgentState
-from turnback.runtime.reactor import EngineThread, Notice, Reactor
-from turnback.runtime.recording import Recorder
-from turnback.runtime.relay import Relay
-from turnback.runtime.requests import PendingRequests
+from turnback.runtime.reactor import Notice
 from turnback.runtime.rpc import RequestError
 from turnback.runtime.wire import Frame, Rejected
 
@@ -51,32 +47,14 @@ class AgentSession:
     :class:`~turnback.runtime.connection.Host` for that session: the session's frames go to the
     recorder, then to the relay; the agent's requests to the pending requests."""
 
-    def __init__(
-        self,
-        session: Session,
-        command: tuple[str, ...],
-        agent: AgentConnection,
-        *,
-        engine: EngineThread,
-        reactor: Reactor,
-        recorder: Recorder,
-        requests: PendingRequests,
-        relay: Relay | None,
-    ) -> None:
-        self.session = session
-        self.command = command
-        self._agent = agent
-        self._engine = engine
-        self._reactor = reactor
-        self._recorder = recorder
-        self._requests = requests
-        self._relay = relay
+    def __init__(self, parts: SessionParts) -> None:
+        self._parts = parts
         self._opened_in = 0  # the agent process generation the session was opened in
         self._opening = asyncio.Lock()  # one opening at a time
         self._reopens: set[asyncio.Task[None]] = set()
         self._reopening = False  # the agent replays its session's history: not news to a relay
-        self._reply = agent.replier(0)  # answers to the current agent process
-        self._state = AgentState(command=command)
+        self._reply = parts.agent.replier(0)  # answers to the current agent process
+        self._state = AgentState(command=parts.command)
         self._state_read = False
         self._context: list[Message] | None = None  # the transcript a rollback left, if given
         #: the agent's answer when its session was last opened (new, loaded or resumed)
@@ -85,23 +63,25 @@ class AgentSession:
     @property
     def id(self) -> str | None:
         """The agent's session id, once opened."""
-        return self._recorder.agent_session
+        return self._parts.recorder.agent_session
 
     @property
     def open(self) -> bool:
         """Whether the session is open in the agent process that runs now."""
         return (
-            self._agent.alive and self.id is not None and self._opened_in == self._agent.generation
+            self._parts.agent.alive
+            and self.id is not None
+            and self._opened_in == self._parts.agent.generation
         )
 
     async def cancel(self) -> None:
         """Ask the agent to stop the session's running prompt (``session/cancel``), if it runs."""
         if self.id is not None:
-            await self._agent.notify("session/cancel", {"sessionId": self.id})
+            await self._parts.agent.notify("session/cancel", {"sessionId": self.id})
 
     def close(self) -> None:
         """Stop routing the session's frames here; give up reopening it."""
-        self._agent.detach(self.id, self)
+        self._parts.agent.detach(self.id, self)
         for task in list(self._reopens):
             task.cancel()
 
@@ -111,10 +91,14 @@ class AgentSession:
         """Have a live, initialized agent with this session open in it; start the agent if it
         exited (reopening the session there). ``between_turns``: no turn is being driven, so
         an exit found here is news worth an activity."""
-        if self._opened_in and self._opened_in == self._agent.generation and self._agent.alive:
+        if (
+            self._opened_in
+            and self._opened_in == self._parts.agent.generation
+            and self._parts.agent.alive
+        ):
             return
         exited_between_turns = self._opened_in and between_turns
-        generation = await self._agent.ensure()
+        generation = await self._parts.agent.ensure()
         async with self._opening:
             if generation == self._opened_in:
                 return
@@ -122,7 +106,8 @@ class AgentSession:
                 await self._notice(
                     ActivityLevel.WARNING,
                     "agent.exited",
-                    f"agent {self._agent.described!r} had exited between turns; started it again",
+                    f"agent {self._parts.agent.described!r} had exited between turns; "
+                    "started it again",
                 )
             await self._open_in(generation)
 
@@ -131,7 +116,7 @@ class AgentSession:
         another session already started the next one), which cancels handlers still waiting on
         it (a permission being asked)."""
         if self._opened_in:
-            await self._agent.lost(self._opened_in)
+            await self._parts.agent.lost(self._opened_in)
 
     def agent_restarted(self, generation: int) -> None:
         """The connection's host: a new agent process runs; reopen this session in it now."""
@@ -142,7 +127,7 @@ class AgentSession:
 
     async def _reopen(self, generation: int) -> None:
         async with self._opening:
-            if self._opened_in == generation or self._agent.generation != generation:
+            if self._opened_in == generation or self._parts.agent.generation != generation:
                 return  # opened already, or that process has gone too
             try:
                 await self._open_in(generation)
@@ -156,15 +141,15 @@ class AgentSession:
 
     async def _open_in(self, generation: int) -> None:
         """Open this session in the agent process of ``generation``."""
-        self._reply = self._agent.replier(generation)
-        self._recorder.new_process(generation)
+        self._reply = self._parts.agent.replier(generation)
+        self._parts.recorder.new_process(generation)
         try:
             await self._open()
             await self._restore_settings()
         except (AgentDied, RequestError) as error:
             raise AgentUnavailable(
-                f"agent {self._agent.described!r} could not open a session "
-                f"(status {self._agent.returncode}): "
+                f"agent {self._parts.agent.described!r} could not open a session "
+                f"(status {self._parts.agent.returncode}): "
                 f"{error.described if isinstance(error, RequestError) else error}"
             ) from error
         self._opened_in = generation
@@ -173,10 +158,10 @@ class AgentSession:
         """Load (or resume) the agent session this turnback session used last; else open a new
         one, and give it the conversation so far ahead of the next prompt."""
         if not self._state_read:
-            self._state = await self._engine.run(self._last_state)
+            self._state = await self._parts.engine.run(self._last_state)
             self._state_read = True
         previous = self._state.agent_session_id
-        features = self._agent.features
+        features = self._parts.agent.features
         if previous is not None and (features.load_session or features.resume_session):
             method, how = (
                 ("session/load", "loaded")
@@ -186,12 +171,12 @@ class AgentSession:
             self._reopening = True
             self._attach(previous)
             try:
-                params = {"cwd": str(self.session.workspace), "sessionId": previous}
-                opened = await self._agent.request(
+                params = {"cwd": str(self._parts.session.workspace), "sessionId": previous}
+                opened = await self._parts.agent.request(
                     method, {**params, "mcpServers": self._mcp_servers()}
                 )
             except RequestError as error:
-                self._agent.detach(previous, self)
+                self._parts.agent.detach(previous, self)
                 await self._notice(
                     ActivityLevel.WARNING,
                     "agent.session.load.failed",
@@ -205,7 +190,7 @@ class AgentSession:
                 return
             finally:
                 self._reopening = False
-        messages = await self._engine.run(self.session.messages)
+        messages = await self._parts.engine.run(self._parts.session.messages)
         await self._new(messages, context=None)
 
     async def fresh(self, transcript: list[Message]) -> str:
@@ -220,12 +205,12 @@ class AgentSession:
         the session's conversation as stored (a revert not committed yet); else the next
         prompt reads the conversation then."""
         params: dict[str, Any] = {
-            "cwd": str(self.session.workspace),
+            "cwd": str(self._parts.session.workspace),
             "mcpServers": self._mcp_servers(),
         }
         if transcript or context is not None:
             params["_meta"] = {"turnback": {"transcript": transcript_json(transcript)}}
-        response = await self._agent.request("session/new", params)
+        response = await self._parts.agent.request("session/new", params)
         response = response if isinstance(response, dict) else {}
         session_id = response.get("sessionId")
         if not isinstance(session_id, str):
@@ -233,21 +218,21 @@ class AgentSession:
                 {"details": f"the agent answered session/new without a sessionId: {response}"}
             )
         self.response = response
-        self._agent.detach(self.id, self)
+        self._parts.agent.detach(self.id, self)
         self._attach(session_id)
         self._context = list(context) if context is not None else None
         await self._remember("new", context_pending=bool(transcript))
         return session_id
 
     def _attach(self, agent_session: str) -> None:
-        self._recorder.agent_session = agent_session
+        self._parts.recorder.agent_session = agent_session
         self._state = AgentState(
-            agent_session, self.command, self._state.context_pending, self._state.settings
+            agent_session, self._parts.command, self._state.context_pending, self._state.settings
         )
-        self._agent.attach(agent_session, self)
+        self._parts.agent.attach(agent_session, self)
 
     def _mcp_servers(self) -> list[Any]:
-        return list(self._relay.mcp_servers) if self._relay is not None else []
+        return list(self._parts.relay.mcp_servers) if self._parts.relay is not None else []
 
     # -- settings ----------------------------------------------------------------------------
 
@@ -268,7 +253,7 @@ class AgentSession:
         for key, params in self._state.settings.items():
             method = key.split(" ")[0]
             try:
-                await self._agent.request(
+                await self._parts.agent.request(
                     method, {**params, "sessionId": self._state.agent_session_id}
                 )
             except RequestError as error:
@@ -285,36 +270,40 @@ class AgentSession:
     def _last_state(self) -> AgentState:
         """What this turnback session kept about its agent session, if it ran the same
         command (another agent cannot reopen it)."""
-        state = AgentState.from_json(self.session.record.agent_state)
-        return state if state.command == self.command else AgentState(command=self.command)
+        state = AgentState.from_json(self._parts.session.record.agent_state)
+        return (
+            state
+            if state.command == self._parts.command
+            else AgentState(command=self._parts.command)
+        )
 
     async def _remember(self, how: str, *, context_pending: bool) -> None:
         await self._save_state(context_pending=context_pending)
         # a line for people, recorded in order with what follows; the opener does not wait
-        self._reactor.post(self._opened_notice(how, context_pending))
+        self._parts.reactor.post(self._opened_notice(how, context_pending))
 
     async def _save_state(
         self, *, context_pending: bool | None = None, settings: dict[str, Any] | None = None
     ) -> None:
         self._state = AgentState(
             self.id,
-            self.command,
+            self._parts.command,
             self._state.context_pending if context_pending is None else context_pending,
             self._state.settings if settings is None else settings,
         )
-        await self._engine.run(self.session.set_agent_state, self._state.to_json())
+        await self._parts.engine.run(self._parts.session.set_agent_state, self._state.to_json())
 
     def _opened_notice(self, how: str, context_pending: bool) -> Notice:
         """A line for people saying which agent session serves this one (the runtime reads it
         back from the session's ``agent_state``, not from here)."""
-        features = self._agent.features
+        features = self._parts.agent.features
         return Notice(
             ActivityLevel.INFO,
             "agent.session",
             f"agent session {self.id} {how}",
             {
                 "agentSessionId": self.id,
-                "command": list(self.command),
+                "command": list(self._parts.command),
                 "opened": how,
                 "contextPending": context_pending,
                 "features": {
@@ -337,14 +326,14 @@ class AgentSession:
         if self._context is not None:
             messages: list[Message] = self._context
         else:
-            messages = await self._engine.run(self.session.messages)
+            messages = await self._parts.engine.run(self._parts.session.messages)
         if not messages:
             return blocks
         text = render_transcript(messages)
         context: dict[str, Any]
-        if self._agent.features.embedded_context:
+        if self._parts.agent.features.embedded_context:
             resource = {
-                "uri": f"turnback://session/{self.session.id}/transcript",
+                "uri": f"turnback://session/{self._parts.session.id}/transcript",
                 "text": text,
                 "mimeType": "text/plain",
             }
@@ -367,27 +356,27 @@ class AgentSession:
     def agent_frame(self, frame: Frame, line: bytes) -> bool:
         """Called for every frame naming this session, in wire order, before the connection
         handles it. Returns whether it was taken (the connection then never sees it)."""
-        if self._recorder.frame(frame):
+        if self._parts.recorder.frame(frame):
             return True
-        if self._relay is None or frame.get("method") is None:
+        if self._parts.relay is None or frame.get("method") is None:
             return False
-        return self._relay.agent_frame(frame, self._reopening, self._reply, line)
+        return self._parts.relay.agent_frame(frame, self._reopening, self._reply, line)
 
     async def agent_request(self, method: str, params: dict[str, Any]) -> Any:
         if method in ("session/request_permission", "elicitation/create"):
-            return await self._requests.answer(method, params)
+            return await self._parts.requests.answer(method, params)
         raise RequestError.method_not_found(method)
 
     def agent_rejected(self, rejected: Rejected) -> None:
-        self._recorder.rejected(rejected)
+        self._parts.recorder.rejected(rejected)
 
     def pending_input(self) -> bool:
-        return self._requests.waiting_input
+        return self._parts.requests.waiting_input
 
     async def _notice(
         self, level: ActivityLevel, code: str, message: str, data: dict[str, Any] | None = None
     ) -> None:
-        await self._reactor.submit(Notice(level, code, message, data or {}))
+        await self._parts.reactor.submit(Notice(level, code, message, data or {}))
 
 
 def text_block(text: str) -> dict[str, Any]:

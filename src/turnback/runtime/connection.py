@@ -210,6 +210,11 @@ class AgentConnection:
 
     async def close(self) -> None:
         async with self._lock:
+            spawning, self._spawning = self._spawning, None
+            if spawning is not None:
+                # A start still under way hands its process's shutdown to the sidecar only
+                # when done: closed before that, the agent would be left running.
+                await asyncio.wait({spawning})
             if self._sidecar is not None:
                 await self._sidecar.close()
                 self._sidecar, self._ready = None, False

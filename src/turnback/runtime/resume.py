@@ -23,7 +23,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from turnback.engine.handle import Session
 from turnback.engine.turns import RunningTurn
 from turnback.errors import AgentDied, AgentError, ResumeUnavailable
 from turnback.model import (
@@ -35,11 +34,9 @@ from turnback.model import (
     TurnStatus,
 )
 from turnback.runtime.agent_session import AgentSession, render_transcript, text_block
-from turnback.runtime.connection import AgentConnection
-from turnback.runtime.policy import OnCrash, ResumePolicy
-from turnback.runtime.reactor import EngineThread, Notice, Reactor, ResumeRequested
-from turnback.runtime.recording import Recorder
-from turnback.runtime.requests import PendingRequests
+from turnback.runtime.parts import SessionParts
+from turnback.runtime.policy import OnCrash
+from turnback.runtime.reactor import Notice, ResumeRequested
 
 #: How a turn goes on after its agent died: from a step checkpoint (rewound to it), as a
 #: continuation (no checkpoint: what it did is kept), stopped (interrupted), or failed.
@@ -63,40 +60,23 @@ class CrashResume:
     activities, the journal settled before the agent is started again, the attempts. It never
     starts the agent itself; the runtime's turn loop does, then sends :func:`resume_prompt`."""
 
-    def __init__(
-        self,
-        session: Session,
-        policy: ResumePolicy,
-        agent: AgentConnection,
-        agent_session: AgentSession,
-        *,
-        engine: EngineThread,
-        reactor: Reactor,
-        recorder: Recorder,
-        requests: PendingRequests,
-    ) -> None:
-        self.session = session
-        self.policy = policy
-        self._agent = agent
+    def __init__(self, parts: SessionParts, agent_session: AgentSession) -> None:
+        self._parts = parts
         self._agent_session = agent_session
-        self._engine = engine
-        self._reactor = reactor
-        self._recorder = recorder
-        self._requests = requests
 
     async def after_crash(
         self, turn: RunningTurn, error: AgentError, attempt: int, *, cancelling: bool
     ) -> Then:
         """Settle the journal after the agent went away; returns how the turn goes on.
         Persisted before the agent is started again."""
-        self._recorder.live = None
-        returncode = self._agent.returncode
+        self._parts.recorder.live = None
+        returncode = self._parts.agent.returncode
         if isinstance(error, AgentDied):
             await self._agent_session.lost()
-        self._requests.clear()
+        self._parts.requests.clear()
         level = ActivityLevel.WARNING if isinstance(error, AgentDied) else ActivityLevel.ERROR
         code = "agent.crashed" if isinstance(error, AgentDied) else "agent.restart.failed"
-        command = list(self._agent_session.command)
+        command = list(self._parts.command)
         await self._notice(
             level,
             code,
@@ -106,19 +86,19 @@ class CrashResume:
         )
         if cancelling:
             return "continue"
-        if attempt >= self.policy.attempts:
+        if attempt >= self._parts.policy.attempts:
             await self._notice(
                 ActivityLevel.ERROR,
                 "turn.resume.failed",
                 f"turn {turn.number} failed: the agent kept exiting; gave up after {attempt} "
                 f"restart{'s' if attempt != 1 else ''} "
-                f"(ResumePolicy.attempts={self.policy.attempts})",
+                f"(ResumePolicy.attempts={self._parts.policy.attempts})",
                 {"attempts": attempt},
                 turn.token,
             )
             return "fail"
-        checkpoint = await self._engine.run(turn.last_checkpoint)
-        if checkpoint is None and self.policy.on_crash is OnCrash.STOP:
+        checkpoint = await self._parts.engine.run(turn.last_checkpoint)
+        if checkpoint is None and self._parts.policy.on_crash is OnCrash.STOP:
             await self._notice(
                 ActivityLevel.WARNING,
                 "turn.interrupted",
@@ -129,13 +109,13 @@ class CrashResume:
             )
             return "stop"
         if checkpoint is None:
-            await self._engine.run(turn.clear_requests)
+            await self._parts.engine.run(turn.clear_requests)
         else:
-            await self._engine.run(turn.rewind, checkpoint)
+            await self._parts.engine.run(turn.rewind, checkpoint)
         where = f"from step {checkpoint.step}" if checkpoint else "where it had got to"
         # In the turn, after the rewind: the conversation says where the turn went on from (a
         # session/load shows this line; the editor was told live by the activity below).
-        self._recorder.record(
+        self._parts.recorder.record(
             turn,
             {
                 "sessionUpdate": EventKind.NOTICE.value,
@@ -148,7 +128,7 @@ class CrashResume:
             ActivityLevel.INFO,
             "turn.resuming",
             f"restarting the agent to {'resume' if checkpoint else 'continue'} turn "
-            f"{turn.number} {where} (attempt {attempt + 1} of {self.policy.attempts})",
+            f"{turn.number} {where} (attempt {attempt + 1} of {self._parts.policy.attempts})",
             {
                 "attempt": attempt + 1,
                 "step": checkpoint.step if checkpoint else None,
@@ -174,16 +154,19 @@ class CrashResume:
         from its last step checkpoint, or as a continuation; ``ensure_agent`` has the agent
         running with its session open before the turn is reopened. Raises ResumeUnavailable
         when there is no such turn, or it has no checkpoint and the policy is to stop."""
-        turns = await self._engine.run(self.session.turns)
+        turns = await self._parts.engine.run(self._parts.session.turns)
         conversation = [t for t in turns if t.in_conversation]
         if not conversation or conversation[-1].status is not TurnStatus.INTERRUPTED:
             raise ResumeUnavailable(
-                f"session {self.session.id[:12]} has no interrupted turn at its head to resume"
+                f"session {self._parts.session.id[:12]} has no interrupted turn at its head "
+                "to resume"
             )
         interrupted = conversation[-1]
-        checkpoints = await self._engine.run(self.session.step_checkpoints, interrupted.token)
+        checkpoints = await self._parts.engine.run(
+            self._parts.session.step_checkpoints, interrupted.token
+        )
         checkpoint = checkpoints[-1] if checkpoints else None
-        if checkpoint is None and self.policy.on_crash is OnCrash.STOP:
+        if checkpoint is None and self._parts.policy.on_crash is OnCrash.STOP:
             message = (
                 f"turn {interrupted.number} cannot be resumed: the agent saved no step "
                 "checkpoint before the process stopped, and the policy is to stop. Prompt "
@@ -197,10 +180,10 @@ class CrashResume:
         reported = (
             None
             if checkpoint is not None
-            else await self._engine.run(self.session.turn_messages, interrupted.token)
+            else await self._parts.engine.run(self._parts.session.turn_messages, interrupted.token)
         )
         await ensure_agent()
-        turn: RunningTurn = await self._reactor.submit(ResumeRequested(interrupted.token))
+        turn: RunningTurn = await self._parts.reactor.submit(ResumeRequested(interrupted.token))
         where = f"step {checkpoint.step}" if checkpoint else "where it had got to"
         turn.record(
             {
@@ -210,7 +193,7 @@ class CrashResume:
             },
             sync=False,
         )
-        await self._engine.run(turn.sync)
+        await self._parts.engine.run(turn.sync)
         await self._notice(
             ActivityLevel.INFO,
             "turn.continued",
@@ -229,7 +212,7 @@ class CrashResume:
         data: dict[str, Any],
         turn: str | None = None,
     ) -> None:
-        await self._reactor.submit(Notice(level, code, message, data, turn))
+        await self._parts.reactor.submit(Notice(level, code, message, data, turn))
 
 
 def resume_prompt(

@@ -29,14 +29,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from turnback.engine.handle import Session
 from turnback.engine.turns import RunningTurn
 from turnback.errors import WAIT, RollbackUnavailable
 from turnback.model import ActivityLevel, Message, Revert
 from turnback.runtime.agent_session import AgentSession
-from turnback.runtime.connection import AgentConnection
-from turnback.runtime.policy import ResumePolicy
-from turnback.runtime.reactor import EngineThread, Notice, Reactor
+from turnback.runtime.parts import SessionParts
+from turnback.runtime.reactor import Notice
 from turnback.runtime.rpc import RequestError
 
 ROLLBACK_METHOD = "_turnback/rollback"
@@ -48,22 +46,14 @@ class AgentRollback:
 
     def __init__(
         self,
-        session: Session,
-        policy: ResumePolicy,
-        agent: AgentConnection,
+        parts: SessionParts,
         agent_session: AgentSession,
         *,
-        engine: EngineThread,
-        reactor: Reactor,
         running: Callable[[], RunningTurn | None],
         loop: asyncio.AbstractEventLoop,
     ) -> None:
-        self.session = session
-        self.policy = policy
-        self._agent = agent
+        self._parts = parts
         self._agent_session = agent_session
-        self._engine = engine
-        self._reactor = reactor
         self._running = running  # the turn being driven, if any
         self._loop = loop
 
@@ -75,14 +65,17 @@ class AgentRollback:
         if turns == 0:
             return
         self._refuse_while_running("back")
-        if not self._agent.alive:
+        if not self._parts.agent.alive:
             raise RollbackUnavailable(
-                f"agent {self._agent.described!r} is not running, so its conversation cannot "
+                f"agent {self._parts.agent.described!r} is not running, so its conversation cannot "
                 "be rolled back; AgentRuntime.revert starts it first"
             )
-        if not self._agent.features.rollback and not self.policy.fresh_session_rollback:
+        if (
+            not self._parts.agent.features.rollback
+            and not self._parts.policy.fresh_session_rollback
+        ):
             raise RollbackUnavailable(
-                f"agent {self._agent.described!r} cannot roll its conversation back (it does "
+                f"agent {self._parts.agent.described!r} cannot roll its conversation back (it does "
                 "not advertise _meta.turnback.rollback) and fresh-session rollback is off; revert "
                 "the files only (conversation=False), or allow ResumePolicy(fresh_session_rollback)"
             )
@@ -95,18 +88,18 @@ class AgentRollback:
         steps), so it only talks to the agent, writes the agent's state through the engine
         thread (free between those steps) and posts activities; it never waits on the reactor."""
         agent_session = self._agent_session.id
-        if not self._agent.alive or agent_session is None:
+        if not self._parts.agent.alive or agent_session is None:
             raise RollbackUnavailable(
-                f"agent {self._agent.described!r} is not running, so its conversation cannot "
+                f"agent {self._parts.agent.described!r} is not running, so its conversation cannot "
                 "be rolled back; start it (AgentRuntime.revert does) and revert again"
             )
-        if self._agent.features.rollback:
+        if self._parts.agent.features.rollback:
             try:
-                await self._agent.request(
+                await self._parts.agent.request(
                     ROLLBACK_METHOD, {"sessionId": agent_session, "turns": turns}
                 )
             except RequestError as error:
-                self._reactor.post(
+                self._parts.reactor.post(
                     Notice(
                         ActivityLevel.WARNING,
                         "agent.rollback.failed",
@@ -116,7 +109,7 @@ class AgentRollback:
                     )
                 )
             else:
-                self._reactor.post(
+                self._parts.reactor.post(
                     Notice(
                         ActivityLevel.INFO,
                         "agent.rolled_back",
@@ -125,10 +118,10 @@ class AgentRollback:
                     )
                 )
                 return
-        if not self.policy.fresh_session_rollback:
+        if not self._parts.policy.fresh_session_rollback:
             raise RollbackUnavailable("the agent could not roll back and fresh sessions are off")
         session_id = await self._agent_session.fresh(transcript)
-        self._reactor.post(
+        self._parts.reactor.post(
             Notice(
                 ActivityLevel.INFO,
                 "agent.rolled_back",
@@ -154,19 +147,21 @@ class AgentRollback:
                 "own thread; await AgentRuntime.revert (or AgentRollback.roll_back) there"
             )
         work = self.roll_back(turns, transcript)
-        asyncio.run_coroutine_threadsafe(work, self._loop).result(self.policy.rollback_timeout)
+        asyncio.run_coroutine_threadsafe(work, self._loop).result(
+            self._parts.policy.rollback_timeout
+        )
 
     async def undo(self, ensure_agent: Callable[[], Awaitable[None]]) -> Revert:
         """Undo the session's last revert through the engine; when that revert had rolled the
         conversation back, a fresh agent session is given the whole restored transcript ahead
         of the next prompt (``ensure_agent`` has the agent running first)."""
         self._refuse_while_running("forward")
-        undone: Revert = await self._engine.run(self.session.undo_revert)
+        undone: Revert = await self._parts.engine.run(self._parts.session.undo_revert)
         if undone.conversation:
             await ensure_agent()
-            transcript = await self._engine.run(self.session.messages)
+            transcript = await self._parts.engine.run(self._parts.session.messages)
             session_id = await self._agent_session.fresh(transcript)
-            await self._reactor.submit(
+            await self._parts.reactor.submit(
                 Notice(
                     ActivityLevel.INFO,
                     "agent.rolled_forward",

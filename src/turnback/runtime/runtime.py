@@ -36,6 +36,7 @@ from turnback.errors import (
 from turnback.model import Message, Revert, StepCheckpoint, Turn, TurnStatus
 from turnback.runtime.agent_session import AgentSession
 from turnback.runtime.connection import AgentConnection
+from turnback.runtime.parts import SessionParts
 from turnback.runtime.policy import AgentState, OnCrash, ResumePolicy
 from turnback.runtime.reactor import (
     EngineThread,
@@ -103,24 +104,22 @@ class AgentRuntime:
         self._requests = requests = PendingRequests(engine, reactor, on_permission, on_input)
         self._recorder = recorder = Recorder(reactor, requests, relayed=relay is not None)
         recorder.on_lost = self._ownership_lost
-        self._agent_session = AgentSession(
+        parts = SessionParts(
             session,
             self.command,
+            self.policy,
             self._agent,
-            engine=engine,
-            reactor=reactor,
-            recorder=recorder,
-            requests=requests,
-            relay=relay,
+            engine,
+            reactor,
+            recorder,
+            requests,
+            relay,
         )
-        parts = (session, self.policy, self._agent, self._agent_session)
-        self._crash = CrashResume(
-            *parts, engine=engine, reactor=reactor, recorder=recorder, requests=requests
-        )
+        self._agent_session = AgentSession(parts)
+        self._crash = CrashResume(parts, self._agent_session)
         self._rollback = AgentRollback(
-            *parts,
-            engine=engine,
-            reactor=reactor,
+            parts,
+            self._agent_session,
             running=lambda: self._current,
             loop=asyncio.get_running_loop(),
         )

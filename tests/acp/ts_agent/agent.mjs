@@ -291,14 +291,17 @@ const app = acp
       _meta: { tsAgent: { sdk: "@agentclientprotocol/sdk" } },
     };
   })
-  .onRequest(acp.methods.agent.session.new, ({ params }) => {
+  .onRequest(acp.methods.agent.session.new, async ({ params }) => {
     const id = `ts-${randomUUID()}`;
     save(open(id, params.cwd, []));
-    setTimeout(() => {
-      // once the client knows the session: after the response has gone out
-      const update = commandsUpdate;
-      client?.notify(acp.methods.client.session.update, { sessionId: id, update }).catch(() => {});
-    }, 20);
+    // Once the client knows the session: after the response has gone out (TS_AGENT_COMMANDS_MS
+    // later, 20 by default; 0 sends them right behind it, as some agents do; below 0, ahead of
+    // it, which no client can place, to see what a proxy does with that).
+    const offer = () =>
+      client?.notify(acp.methods.client.session.update, { sessionId: id, update: commandsUpdate });
+    const ms = Number(process.env.TS_AGENT_COMMANDS_MS ?? 20);
+    if (ms < 0) await offer();
+    else setTimeout(() => offer()?.catch(() => {}), ms);
     return { sessionId: id };
   })
   .onRequest(acp.methods.agent.session.load, ({ params, client: ctx }) => {
