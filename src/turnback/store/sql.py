@@ -245,15 +245,19 @@ class SQLTx:
     def lock_turns(self, tokens: Sequence[str]) -> dict[str, tuple[TurnStatus, str | None]]:
         """:meth:`lock_sessions` for the sessions of these turns, in the same statement that
         reads each turn's (status, fencing token)."""
+        return {row[0]: (TurnStatus(row[1]), row[2]) for row in self._locked_turns(tokens)}
+
+    def _locked_turns(self, tokens: Sequence[str]) -> list[tuple[Any, ...]]:
+        """:meth:`lock_turns`' statement: each turn's token, status, fencing token and number."""
         if not tokens:
-            return {}
-        rows = self._all(
-            "SELECT t.token, t.status, t.fence FROM turns t JOIN sessions s ON s.id = t.session_id "
+            return []
+        return self._all(
+            "SELECT t.token, t.status, t.fence, t.id FROM turns t "
+            "JOIN sessions s ON s.id = t.session_id "
             f"WHERE t.token IN ({_marks(tokens)}) ORDER BY s.id"
             + (f"{self._FOR_UPDATE} OF s" if self._FOR_UPDATE else ""),
             tuple(tokens),
         )
-        return {row[0]: (TurnStatus(row[1]), row[2]) for row in rows}
 
     def renew_lease(self, owner_id: str, seconds: float) -> float | None:
         """Extend an owner's lease to ``seconds`` from now (database time); the new expiry, or
@@ -435,14 +439,19 @@ class SQLTx:
                     (TurnStatus.RUNNING.value, *ordered),
                 )
             )
+        return self._insert_events(entries, ids)
+
+    def _insert_events(self, entries: Sequence[JournalEntry], ids: Mapping[str, int]) -> int:
+        """Write the entries of the turns numbered in ``ids``; how many others were dropped."""
         kept = [
             (ids[e.turn] * _SPAN + e.seq, e.kind, e.payload, e.at, e.text)
             for e in entries
             if e.turn in ids
         ]
-        self._run_many(
-            "INSERT INTO events (id, kind, payload, at, text) VALUES (?, ?, ?, ?, ?)", kept
-        )
+        if kept:
+            self._run_many(
+                "INSERT INTO events (id, kind, payload, at, text) VALUES (?, ?, ?, ?, ?)", kept
+            )
         return len(entries) - len(kept)
 
     def append_fenced(
@@ -451,14 +460,13 @@ class SQLTx:
         """Under the locks of the entries' sessions: write the entries of each turn that runs
         under its fencing token in ``fences`` (a turn absent from it, or with None there: that
         runs at all); return each turn's (status, fencing token) as found under the locks."""
-        tokens = sorted({e.turn for e in entries})
-        states = self.lock_turns(tokens)
-        kept = {
-            token
-            for token, (status, fence) in states.items()
-            if status is TurnStatus.RUNNING and fences.get(token) in (None, fence)
-        }
-        self.append_journal([e for e in entries if e.turn in kept], kept)
+        states: dict[str, tuple[TurnStatus, str | None]] = {}
+        ids: dict[str, int] = {}  # the numbers of the turns written to
+        for token, status, fence, number in self._locked_turns(sorted({e.turn for e in entries})):
+            states[token] = (TurnStatus(status), fence)
+            if status == TurnStatus.RUNNING.value and fences.get(token) in (None, fence):
+                ids[token] = number
+        self._insert_events(entries, ids)
         return states
 
     def journal(self, token: str) -> list[JournalEntry]:
