@@ -8,7 +8,7 @@ asked for, so the embedded default never pays for another.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -110,14 +110,10 @@ class Tx(Protocol):
 
     # A turn's events, kept in place: its journal while it runs or is set aside, its run
     # timeline once it has ended (ending a turn copies nothing).
-    def append_journal(
-        self, entries: Sequence[JournalEntry], running: Collection[str] | None = None
-    ) -> int:
+    def append_journal(self, entries: Sequence[JournalEntry]) -> int:
         """Write the entries of running turns. Entries of a turn that is not running (it was
         ended by another process, or never existed) are not written: a turn's journal grows only
-        while it runs. ``running`` is the tokens of the turns the caller found running in this
-        transaction (under :meth:`lock_turns`), saving the store the reading of them. Returns how
-        many were dropped."""
+        while it runs. Returns how many were dropped."""
         ...
 
     def append_fenced(

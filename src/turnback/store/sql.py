@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from json.decoder import scanstring  # type: ignore[attr-defined]
@@ -421,24 +421,16 @@ class SQLTx:
 
     # a turn's events: its journal while it runs or is set aside, its run timeline once ended
 
-    def append_journal(
-        self, entries: Sequence[JournalEntry], running: Collection[str] | None = None
-    ) -> int:
+    def append_journal(self, entries: Sequence[JournalEntry]) -> int:
         if not entries:
             return 0
-        tokens = {e.turn for e in entries}
-        if running is not None:
-            tokens &= set(running)
-        ids: dict[str, int] = {}
-        if tokens:
-            ordered = sorted(tokens)
-            ids = dict(  # the turns' numbers, and which of them still run
-                self._all(
-                    "SELECT token, id FROM turns WHERE status = ? "
-                    f"AND token IN ({_marks(ordered)})",
-                    (TurnStatus.RUNNING.value, *ordered),
-                )
+        ordered = sorted({e.turn for e in entries})
+        ids = dict(  # the turns' numbers, and which of them still run
+            self._all(
+                f"SELECT token, id FROM turns WHERE status = ? AND token IN ({_marks(ordered)})",
+                (TurnStatus.RUNNING.value, *ordered),
             )
+        )
         return self._insert_events(entries, ids)
 
     def _insert_events(self, entries: Sequence[JournalEntry], ids: Mapping[str, int]) -> int:
