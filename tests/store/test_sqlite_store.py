@@ -393,6 +393,36 @@ def test_a_fenced_flush_writes_only_the_turns_running_under_their_fence(
         assert len(tx.run_events(ours.token)) == size, "an ended turn's events do not grow"
 
 
+def test_a_fenced_flush_of_one_entry_checks_its_fence_as_it_writes(store: Store) -> None:
+    """One entry at a time, as strict appends come: written only under its turn's fence, and
+    the state found is returned whether it was written or not."""
+    record, other = add_session(store), add_session(store)
+    ours = dataclasses.replace(new_turn(record.id), fence="ours")
+    taken = dataclasses.replace(new_turn(other.id), fence="theirs")
+    with store.atomic() as tx:
+        tx.insert_turn(ours)
+        tx.insert_turn(taken)
+    first, refused = entry(ours.token, 1, "kept"), entry(taken.token, 1, "refused")
+    assert store.append_fenced([first], {ours.token: "ours"}) == {
+        ours.token: (TurnStatus.RUNNING, "ours")
+    }
+    assert store.append_fenced([refused], {taken.token: "ours"}) == {
+        taken.token: (TurnStatus.RUNNING, "theirs")
+    }
+    unheld = entry(taken.token, 2, "no fence asked")  # a turn not held: written while it runs
+    assert store.append_fenced([unheld], {}) == {taken.token: (TurnStatus.RUNNING, "theirs")}
+    with store.atomic() as tx:
+        tx.end_turn(ours.token, TurnStatus.INTERRUPTED, 1.0, None, 1, expected=TurnStatus.RUNNING)
+    late = entry(ours.token, 2, "after its end")
+    assert store.append_fenced([late], {ours.token: "ours"}) == {
+        ours.token: (TurnStatus.INTERRUPTED, "ours")
+    }
+    with store.read() as tx:
+        assert tx.journal(taken.token) == [unheld]
+        assert tx.run_events(ours.token)[0].seq == 1
+        assert len(tx.run_events(ours.token)) == 1
+
+
 def test_an_ended_turns_journal_is_its_timeline_verbatim(store: Store) -> None:
     record = add_session(store)
     turn = add_turn(store, record.id)

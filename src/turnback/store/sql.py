@@ -82,9 +82,9 @@ _ENDED = tuple(status.value for status in TurnStatus if status.ended)
 _KEEPS_JOURNAL = (TurnStatus.RUNNING.value, TurnStatus.SET_ASIDE.value)
 #: An event's key is one integer: its turn's ``id`` times 2**32 plus its seq (schema 6), so the
 #: events of turn ``t`` are one range of the primary key (``_OF_TURN``), each at its seq.
-_SPAN = 4294967296
-_OF_TURN = f"e.id BETWEEN t.id * {_SPAN} AND t.id * {_SPAN} + {_SPAN - 1}"
-_SEQ = f"(e.id - t.id * {_SPAN})"
+SPAN = 4294967296
+_OF_TURN = f"e.id BETWEEN t.id * {SPAN} AND t.id * {SPAN} + {SPAN - 1}"
+_SEQ = f"(e.id - t.id * {SPAN})"
 _CHUNK_KINDS = ("user_message_chunk", "agent_message_chunk", "agent_thought_chunk")
 _KEEPS_STEPS = (*_KEEPS_JOURNAL, TurnStatus.INTERRUPTED.value)
 
@@ -311,7 +311,7 @@ class SQLTx:
         turn, they do not go by cascade."""
         self._run_many(
             "DELETE FROM events WHERE id BETWEEN ? AND ?",
-            [(i * _SPAN, i * _SPAN + _SPAN - 1) for i in turn_ids if i is not None],
+            [(i * SPAN, i * SPAN + SPAN - 1) for i in turn_ids if i is not None],
         )
 
     def set_head(self, session_id: str, head: str | None, now: float) -> None:
@@ -436,7 +436,7 @@ class SQLTx:
     def _insert_events(self, entries: Sequence[JournalEntry], ids: Mapping[str, int]) -> int:
         """Write the entries of the turns numbered in ``ids``; how many others were dropped."""
         kept = [
-            (ids[e.turn] * _SPAN + e.seq, e.kind, e.payload, e.at, e.text)
+            (ids[e.turn] * SPAN + e.seq, e.kind, e.payload, e.at, e.text)
             for e in entries
             if e.turn in ids
         ]
@@ -517,7 +517,7 @@ class SQLTx:
         numbers = dict(self._all(f"SELECT t.token, t.id FROM turns t WHERE {turns}", params))
         spans: set[tuple[int, int]] = set()
         for m in messages:
-            base = (numbers.get(m.turn) or 0) * _SPAN
+            base = (numbers.get(m.turn) or 0) * SPAN
             for run in m.data.get(TEXT_RUNS) or ():
                 if isinstance(run, list) and len(run) == 3 and all(type(n) is int for n in run):
                     spans.add((base + run[1], base + run[2]))
@@ -527,7 +527,7 @@ class SQLTx:
             return lambda first, last: self._run_text(joined, base, first, last)
 
         return [
-            _joined(m, text_of((numbers.get(m.turn) or 0) * _SPAN)) if TEXT_RUNS in m.data else m
+            _joined(m, text_of((numbers.get(m.turn) or 0) * SPAN)) if TEXT_RUNS in m.data else m
             for m in messages
         ]
 
@@ -545,7 +545,7 @@ class SQLTx:
         text = joined.get((base + first, base + last))
         if text is not None:
             return text
-        if not 0 <= last - first < _SPAN:
+        if not 0 <= last - first < SPAN:
             raise ValueError(f"a run of text chunks from {first} to {last} is not one")
         rows = self._all(
             "SELECT id, payload, text FROM events "
@@ -561,7 +561,7 @@ class SQLTx:
 
     def insert_run_events(self, events: Sequence[RunEvent]) -> None:
         self._run_many(
-            f"INSERT INTO events (id, kind, payload, at) SELECT id * {_SPAN} + ?, ?, ?, ? "
+            f"INSERT INTO events (id, kind, payload, at) SELECT id * {SPAN} + ?, ?, ?, ? "
             "FROM turns WHERE token = ?",
             [(e.seq, e.kind, _dumps(e.event), e.at, e.turn) for e in events],
         )
@@ -569,7 +569,7 @@ class SQLTx:
     def replace_run_events(self, events: Sequence[RunEvent]) -> None:
         self._run_many(
             "UPDATE events SET kind = ?, payload = ? "
-            f"WHERE id = (SELECT id * {_SPAN} + ? FROM turns WHERE token = ?)",
+            f"WHERE id = (SELECT id * {SPAN} + ? FROM turns WHERE token = ?)",
             [(e.kind, _dumps(e.event), e.seq, e.turn) for e in events],
         )
 

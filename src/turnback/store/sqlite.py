@@ -32,7 +32,7 @@ from turnback import faults
 from turnback.errors import SchemaTooNew, StoreCorrupt, StoreError, StoreLocked, StoreUnavailable
 from turnback.model import JournalEntry, TurnStatus
 from turnback.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
-from turnback.store.sql import Cursor, SQLStore, SQLTx
+from turnback.store.sql import SPAN, Cursor, SQLStore, SQLTx
 
 
 class SQLiteStore(SQLStore):
@@ -187,14 +187,19 @@ class SQLiteStore(SQLStore):
 
     @contextmanager
     def atomic(self) -> Iterator[_SQLiteTx]:
-        with self._lock, self._translated():
-            self._conn.execute("BEGIN IMMEDIATE")
+        # Errors translated here rather than by _translated(): one generator fewer, on the way
+        # of every strict append.
+        with self._lock:
             try:
-                yield self._tx
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._rollback()
-                raise
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._tx
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._rollback()
+                    raise
+            except sqlite3.Error as error:
+                raise self._translate_error(error) from error
 
     @contextmanager
     def read(self) -> Iterator[_SQLiteTx]:
@@ -280,6 +285,14 @@ _JOIN_RUN = (
 )
 
 
+#: A journal entry written only if its turn still runs under the fencing token given: the check
+#: and the write in one statement (the transaction holds the whole file, so nothing comes between).
+_APPEND_FENCED = (
+    f"INSERT INTO events (id, kind, payload, at, text) SELECT id * {SPAN} + ?, ?, ?, ?, ? "
+    f"FROM turns WHERE token = ? AND status = '{TurnStatus.RUNNING.value}' AND fence = ?"
+)
+
+
 class _SQLiteTx(SQLTx):
     """The shared queries on the store's one connection. Every write transaction holds the
     whole file (``BEGIN IMMEDIATE``), which is more than the per-session lock asks for."""
@@ -295,6 +308,21 @@ class _SQLiteTx(SQLTx):
 
     def now(self) -> float:
         return time.time()
+
+    def append_fenced(
+        self, entries: Sequence[JournalEntry], fences: Mapping[str, str | None]
+    ) -> dict[str, tuple[TurnStatus, str | None]]:
+        """One entry of a fenced turn, as every strict append is, goes in one statement: a
+        quarter of an append's Python and one statement fewer. When it is not written, the
+        shared code reads why (and writes nothing more, since it checks the same)."""
+        if len(entries) == 1:
+            e = entries[0]
+            fence = fences.get(e.turn)
+            if fence is not None:
+                row = (e.seq, e.kind, e.payload, e.at, e.text, e.turn, fence)
+                if self._c.execute(_APPEND_FENCED, row).rowcount == 1:
+                    return {e.turn: (TurnStatus.RUNNING, fence)}
+        return super().append_fenced(entries, fences)
 
     def _joined_texts(self, spans: Sequence[tuple[int, int]]) -> dict[tuple[int, int], str]:
         joined = {}
