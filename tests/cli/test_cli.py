@@ -160,6 +160,21 @@ def test_log_names_set_aside_turns(
     assert statuses == ["completed", "set_aside"]
 
 
+def test_an_unreadable_journal_row_shows_as_an_unreadable_message(
+    home: Path, session: turnback.Session, set_aside: turnback.Turn
+) -> None:
+    def shown_as_unreadable() -> None:
+        text = ok(home, "show", session.id, set_aside.token[:8])
+        assert "[agent] half\n[unreadable message]\n" in text and "[other]" not in text
+        messages = ok_json(home, "show", session.id, set_aside.token[:8])["messages"]
+        assert [m["kind"] for m in messages][:3] == ["user", "agent", "unreadable"]
+        assert messages[2]["data"]["sessionUpdate"] == "_turnback/unreadable"
+
+    shown_as_unreadable()
+    ok(home, "unrecovered", session.id, "apply", set_aside.token[:8])
+    shown_as_unreadable()
+
+
 def test_log_of_a_session_without_turns(home: Path, session: turnback.Session) -> None:
     assert "No turns yet" in ok(home, "log", session.id)
     assert ok_json(home, "log", session.id)["turns"] == []

@@ -675,6 +675,26 @@ def test_an_unreadable_journal_sets_the_turn_aside(
     assert "one " in texts and "three" in texts
 
 
+def test_an_unreadable_journal_entry_is_an_unreadable_message(
+    tb: turnback.Turnback, home: Path, session: turnback.Session, abandoned_turn: AbandonTurn
+) -> None:
+    turn = abandoned_turn(session, [chunk("one "), chunk("two "), chunk("three")])
+    corrupt(home, turn.token, 2)
+    tb.recover()
+    set_aside = session.turn_messages(turn.token)
+    session.apply(turn.token)
+    applied = session.turn_messages(turn.token)
+    for messages in (set_aside, applied):
+        assert [(m.kind, m.text) for m in messages][1:4] == [
+            (MessageKind.AGENT, "one "),
+            (MessageKind.UNREADABLE, "[unreadable message]"),
+            (MessageKind.AGENT, "three"),
+        ]
+        assert messages[2].data["raw"] == '{"sessionUpdate": "agent_mess'
+    rows = {c.name: c for c in tb.doctor()}["stored rows"]
+    assert not rows.ok and f"session {session.id[:12]} turn 1: message 2" in rows.detail
+
+
 def test_discard_removes_a_set_aside_turn(
     tb: turnback.Turnback, home: Path, session: turnback.Session, abandoned_turn: AbandonTurn
 ) -> None:
