@@ -695,6 +695,30 @@ def test_an_unreadable_journal_entry_is_an_unreadable_message(
     assert not rows.ok and f"session {session.id[:12]} turn 1: message 2" in rows.detail
 
 
+def test_the_events_of_a_running_or_set_aside_turn_are_its_journal_so_far(
+    tb: turnback.Turnback, home: Path, session: turnback.Session, abandoned_turn: AbandonTurn
+) -> None:
+    with session.turn("live") as live:
+        live.record(tool_call("t1"))  # a boundary event: durable once recorded
+        [event] = session.run_events(live.turn.token)
+        assert (event.seq, event.kind, event.event) == (1, "tool_call", tool_call("t1"))
+    turn = abandoned_turn(session, [chunk("one "), chunk("two ")])
+    assert [e.event for e in session.run_events(turn.token)] == [chunk("one "), chunk("two ")]
+    corrupt(home, turn.token, 2)
+    tb.recover()
+    assert session.get_turn(turn.token).status is TurnStatus.SET_ASIDE
+    timeline = session.run_events(turn.token)
+    assert [(e.seq, e.kind) for e in timeline] == [
+        (1, "agent_message_chunk"),
+        (2, "agent_message_chunk"),
+    ]
+    assert timeline[0].event == chunk("one ")
+    assert timeline[1].event["_turnback/unreadable"] == '{"sessionUpdate": "agent_mess'
+    rows = {c.name: c for c in tb.doctor()}["stored rows"]
+    assert not rows.ok
+    assert f"session {session.id[:12]} turn 2 (set_aside): event 2" in rows.detail
+
+
 def test_discard_removes_a_set_aside_turn(
     tb: turnback.Turnback, home: Path, session: turnback.Session, abandoned_turn: AbandonTurn
 ) -> None:

@@ -566,6 +566,8 @@ class Session:
             return tx.turn_messages(turn.token)
 
     def run_events(self, ref: int | str) -> list[RunEvent]:
+        """A turn's raw events, in order; a running turn's those durable so far, and a
+        set-aside turn's its journal as recovery left it."""
         token = self.get_turn(ref).token
         with self._tb.store.read() as tx:
             return tx.run_events(token)
