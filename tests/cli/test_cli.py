@@ -186,6 +186,18 @@ def test_doctor_names_an_unreadable_row_of_a_set_aside_turn(
     assert f"session {session.id[:12]} turn 2: message 2" in doctor.stdout
 
 
+def test_a_set_aside_turn_is_reached_by_its_number(
+    home: Path, session: turnback.Session, set_aside: turnback.Turn
+) -> None:
+    assert set_aside.token in ok(home, "show", session.id, "2")
+    assert ok_json(home, "show", session.id, "2")["turn"]["token"] == set_aside.token
+    missing = run(home, "show", session.id, "3")
+    assert missing.returncode == 1 and "has no turn 3 (it has 2)" in missing.stderr
+    assert f"applied turn {set_aside.token[:12]}" in ok(
+        home, "unrecovered", session.id, "apply", "2"
+    )
+
+
 def test_an_unreadable_journal_row_shows_as_an_unreadable_message(
     home: Path, session: turnback.Session, set_aside: turnback.Turn
 ) -> None:

@@ -24,7 +24,7 @@ import turnback
 from tests.conftest import insert_next_turn
 from turnback import MessageKind, TurnInProgress, TurnStatus
 from turnback.engine.owners import current_owner, host_identity, process_state
-from turnback.errors import NotSetAside, TurnNotFound, TurnNotRunning
+from turnback.errors import AmbiguousId, NotSetAside, TurnNotFound, TurnNotRunning
 from turnback.model import JournalEntry, Owner, StepCheckpoint, Turn
 
 AbandonTurn = Callable[..., Turn]
@@ -717,6 +717,31 @@ def test_the_events_of_a_running_or_set_aside_turn_are_its_journal_so_far(
     rows = {c.name: c for c in tb.doctor()}["stored rows"]
     assert not rows.ok
     assert f"session {session.id[:12]} turn 2 (set_aside): event 2" in rows.detail
+
+
+def test_a_set_aside_turn_is_reached_by_its_number(
+    tb: turnback.Turnback, home: Path, session: turnback.Session, abandoned_turn: AbandonTurn
+) -> None:
+    def set_aside() -> Turn:
+        turn = abandoned_turn(session, [chunk("a")])  # begun on turn 1: turn 2
+        corrupt(home, turn.token, 1)
+        tb.recover()
+        return session.get_turn(turn.token)
+
+    with session.turn("first"):
+        pass
+    first = set_aside()
+    assert session.get_turn(2) == session.get_turn("2") == first
+    with pytest.raises(TurnNotFound, match=r"has no turn 3 \(it has 2\)"):
+        session.get_turn(3)
+    again = set_aside()
+    with pytest.raises(AmbiguousId, match="'2' matches 2 turns"):
+        session.get_turn("2")
+    session.discard(again.token)
+    with session.turn("second") as second:  # a running turn 2 comes before a set-aside one
+        assert session.get_turn(2).token == second.turn.token
+    assert session.get_turn(2).token == second.turn.token  # and the conversation's turn 2
+    assert session.get_turn(first.token[:8]) == first
 
 
 def test_discard_removes_a_set_aside_turn(
