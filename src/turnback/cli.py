@@ -543,7 +543,7 @@ def show(state: Context, session: str, turn: str, events: bool, as_json: bool) -
         body = message.text
         if message.kind == "tool_call":
             body = f"{message.data.get('title', '')} ({message.data.get('status', '?')})"
-        lines.append(f"{label} {body}")
+        lines.append(body if message.kind == "unreadable" else f"{label} {body}")
     if not events:
         click.echo("\n".join(lines))
         return

@@ -238,7 +238,8 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class RunEvent:
-    """One committed event of a turn's run timeline: the journal entry after commit."""
+    """One event of a turn's run timeline: a journal entry as stored, read back whole (of a turn
+    that runs or is set aside, what its journal holds so far)."""
 
     session_id: str
     turn: str

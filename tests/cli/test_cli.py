@@ -160,6 +160,59 @@ def test_log_names_set_aside_turns(
     assert statuses == ["completed", "set_aside"]
 
 
+def test_show_events_of_a_set_aside_turn(
+    home: Path, session: turnback.Session, set_aside: turnback.Turn
+) -> None:
+    text = ok(home, "show", session.id, set_aside.token[:8], "--events")
+    assert "its events are still in the journal" in text
+    first, second = text.splitlines()[-2:]
+    assert first.startswith("    1 agent_message_chunk") and '"half"' in first
+    assert second.startswith("    2 agent_message_chunk") and "_turnback/unreadable" in second
+    events = ok_json(home, "show", session.id, set_aside.token[:8])["events"]
+    assert [e["seq"] for e in events] == [1, 2]
+    assert events[0]["event"] == chunk("half")
+    assert events[1]["event"]["_turnback/unreadable"] == "{"
+
+
+def test_doctor_names_an_unreadable_row_of_a_set_aside_turn(
+    home: Path, session: turnback.Session, set_aside: turnback.Turn
+) -> None:
+    doctor = run(home, "doctor")
+    assert doctor.returncode == 1
+    assert f"session {session.id[:12]} turn 2 (set_aside): event 2" in doctor.stdout
+    ok(home, "unrecovered", session.id, "apply", set_aside.token[:8])
+    doctor = run(home, "doctor")
+    assert doctor.returncode == 1
+    assert f"session {session.id[:12]} turn 2: message 2" in doctor.stdout
+
+
+def test_a_set_aside_turn_is_reached_by_its_number(
+    home: Path, session: turnback.Session, set_aside: turnback.Turn
+) -> None:
+    assert set_aside.token in ok(home, "show", session.id, "2")
+    assert ok_json(home, "show", session.id, "2")["turn"]["token"] == set_aside.token
+    missing = run(home, "show", session.id, "3")
+    assert missing.returncode == 1 and "has no turn 3 (it has 2)" in missing.stderr
+    assert f"applied turn {set_aside.token[:12]}" in ok(
+        home, "unrecovered", session.id, "apply", "2"
+    )
+
+
+def test_an_unreadable_journal_row_shows_as_an_unreadable_message(
+    home: Path, session: turnback.Session, set_aside: turnback.Turn
+) -> None:
+    def shown_as_unreadable() -> None:
+        text = ok(home, "show", session.id, set_aside.token[:8])
+        assert "[agent] half\n[unreadable message]\n" in text and "[other]" not in text
+        messages = ok_json(home, "show", session.id, set_aside.token[:8])["messages"]
+        assert [m["kind"] for m in messages][:3] == ["user", "agent", "unreadable"]
+        assert messages[2]["data"]["sessionUpdate"] == "_turnback/unreadable"
+
+    shown_as_unreadable()
+    ok(home, "unrecovered", session.id, "apply", set_aside.token[:8])
+    shown_as_unreadable()
+
+
 def test_log_of_a_session_without_turns(home: Path, session: turnback.Session) -> None:
     assert "No turns yet" in ok(home, "log", session.id)
     assert ok_json(home, "log", session.id)["turns"] == []

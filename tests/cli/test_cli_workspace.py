@@ -171,6 +171,12 @@ def test_a_running_turn_is_first_class_in_log_show_and_diff(
         text = ok(home, "log", session_id)
         assert "3 events so far" in text and "process is gone" not in text
         assert "still at work" in ok(home, "show", session_id, "3")
+        timeline = ok(home, "show", session_id, "3", "--events").splitlines()[-3:]
+        assert [line.split()[:2] for line in timeline] == [
+            [str(seq), "agent_message_chunk"] for seq in (1, 2, 3)
+        ]
+        events = ok_json(home, "show", session_id, "3")["events"]
+        assert [e["event"]["content"]["text"] for e in events] == ["one", "two", "three"]
         data = ok_json(home, "diff", session_id, "3")
         assert data["available"] and [f["path"] for f in data["files"]] == ["new.py"]
         assert "+so far" in ok(home, "diff", session_id, "3")

@@ -24,7 +24,7 @@ import turnback
 from tests.conftest import insert_next_turn
 from turnback import MessageKind, TurnInProgress, TurnStatus
 from turnback.engine.owners import current_owner, host_identity, process_state
-from turnback.errors import NotSetAside, TurnNotFound, TurnNotRunning
+from turnback.errors import AmbiguousId, NotSetAside, TurnNotFound, TurnNotRunning
 from turnback.model import JournalEntry, Owner, StepCheckpoint, Turn
 
 AbandonTurn = Callable[..., Turn]
@@ -673,6 +673,75 @@ def test_an_unreadable_journal_sets_the_turn_aside(
     assert unreadable["raw"] == '{"sessionUpdate": "agent_mess'
     texts = [m.text for m in session.turn_messages(turn.token)]
     assert "one " in texts and "three" in texts
+
+
+def test_an_unreadable_journal_entry_is_an_unreadable_message(
+    tb: turnback.Turnback, home: Path, session: turnback.Session, abandoned_turn: AbandonTurn
+) -> None:
+    turn = abandoned_turn(session, [chunk("one "), chunk("two "), chunk("three")])
+    corrupt(home, turn.token, 2)
+    tb.recover()
+    set_aside = session.turn_messages(turn.token)
+    session.apply(turn.token)
+    applied = session.turn_messages(turn.token)
+    for messages in (set_aside, applied):
+        assert [(m.kind, m.text) for m in messages][1:4] == [
+            (MessageKind.AGENT, "one "),
+            (MessageKind.UNREADABLE, "[unreadable message]"),
+            (MessageKind.AGENT, "three"),
+        ]
+        assert messages[2].data["raw"] == '{"sessionUpdate": "agent_mess'
+    rows = {c.name: c for c in tb.doctor()}["stored rows"]
+    assert not rows.ok and f"session {session.id[:12]} turn 1: message 2" in rows.detail
+
+
+def test_the_events_of_a_running_or_set_aside_turn_are_its_journal_so_far(
+    tb: turnback.Turnback, home: Path, session: turnback.Session, abandoned_turn: AbandonTurn
+) -> None:
+    with session.turn("live") as live:
+        live.record(tool_call("t1"))  # a boundary event: durable once recorded
+        [event] = session.run_events(live.turn.token)
+        assert (event.seq, event.kind, event.event) == (1, "tool_call", tool_call("t1"))
+    turn = abandoned_turn(session, [chunk("one "), chunk("two ")])
+    assert [e.event for e in session.run_events(turn.token)] == [chunk("one "), chunk("two ")]
+    corrupt(home, turn.token, 2)
+    tb.recover()
+    assert session.get_turn(turn.token).status is TurnStatus.SET_ASIDE
+    timeline = session.run_events(turn.token)
+    assert [(e.seq, e.kind) for e in timeline] == [
+        (1, "agent_message_chunk"),
+        (2, "agent_message_chunk"),
+    ]
+    assert timeline[0].event == chunk("one ")
+    assert timeline[1].event["_turnback/unreadable"] == '{"sessionUpdate": "agent_mess'
+    rows = {c.name: c for c in tb.doctor()}["stored rows"]
+    assert not rows.ok
+    assert f"session {session.id[:12]} turn 2 (set_aside): event 2" in rows.detail
+
+
+def test_a_set_aside_turn_is_reached_by_its_number(
+    tb: turnback.Turnback, home: Path, session: turnback.Session, abandoned_turn: AbandonTurn
+) -> None:
+    def set_aside() -> Turn:
+        turn = abandoned_turn(session, [chunk("a")])  # begun on turn 1: turn 2
+        corrupt(home, turn.token, 1)
+        tb.recover()
+        return session.get_turn(turn.token)
+
+    with session.turn("first"):
+        pass
+    first = set_aside()
+    assert session.get_turn(2) == session.get_turn("2") == first
+    with pytest.raises(TurnNotFound, match=r"has no turn 3 \(it has 2\)"):
+        session.get_turn(3)
+    again = set_aside()
+    with pytest.raises(AmbiguousId, match="'2' matches 2 turns"):
+        session.get_turn("2")
+    session.discard(again.token)
+    with session.turn("second") as second:  # a running turn 2 comes before a set-aside one
+        assert session.get_turn(2).token == second.turn.token
+    assert session.get_turn(2).token == second.turn.token  # and the conversation's turn 2
+    assert session.get_turn(first.token[:8]) == first
 
 
 def test_discard_removes_a_set_aside_turn(

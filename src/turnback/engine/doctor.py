@@ -137,14 +137,21 @@ def _rows(tb: Turnback) -> HealthCheck:
     found: list[str] = []
     with tb.store.read() as tx:
         for session in tx.list_sessions():
+            names: dict[str, str] = {}  # each turn as the findings name it
             for turn in tx.session_turns(session.id):
+                name = f"session {session.id[:12]} turn {turn.number}"
+                if not turn.status.ended:
+                    name += f" ({turn.status.value})"
+                names[turn.token] = name
                 if is_unreadable(turn.prompt):
-                    found.append(f"session {session.id[:12]} turn {turn.number}: the prompt")
-                if any(is_unreadable(e.event) for e in tx.run_events(turn.token)):
-                    found.append(f"session {session.id[:12]} turn {turn.number}: an event")
+                    found.append(f"{name}: the prompt")
+                # a turn's events whatever its status: a running or set-aside one's journal too
+                for event in tx.run_events(turn.token):
+                    if is_unreadable(event.event):
+                        found.append(f"{name}: event {event.seq}")
             for message in tx.messages(session.id):
                 if message.kind is MessageKind.UNREADABLE:
-                    found.append(f"session {session.id[:12]}: message {message.index} of a turn")
+                    found.append(f"{names[message.turn]}: message {message.index}")
     if not found:
         return HealthCheck("stored rows", True, "every prompt, message and event reads back")
     return HealthCheck(

@@ -8,7 +8,8 @@
 * a ``plan`` replaces the turn's previous plan, in place;
 * an update kind turnback does not know is kept verbatim as an ``other`` message and replayed,
   never dropped. turnback's own bookkeeping kinds (permissions, input, step checkpoints) stay in
-  the run timeline only.
+  the run timeline only, and a journal entry that could not be read is an ``unreadable``
+  message.
 
 Pure functions: no I/O, so recovery can fold the same journal any number of times.
 """
@@ -135,6 +136,8 @@ class Folder:
             messages.append((MessageKind.ERROR, body))
         elif kind == EventKind.NOTICE:
             messages.append((MessageKind.NOTICE, body))
+        elif kind == UNREADABLE:
+            messages.append((MessageKind.UNREADABLE, dict(event)))
         else:
             messages.append((MessageKind.OTHER, dict(event)))
 

@@ -259,6 +259,13 @@ class Turnback:
         self.close()
 
 
+def _ambiguous(ref: int | str, found: list[Turn], remedy: str) -> AmbiguousId:
+    names = ", ".join(f"{t.token[:12]} (turn {t.number}, {t.status})" for t in found[:5])
+    return AmbiguousId(
+        f"{ref!r} matches {len(found)} turns: {names}{' …' if len(found) > 5 else ''}; {remedy}"
+    )
+
+
 def _live_counts(tx: Tx, turns: list[Turn]) -> list[Turn]:
     """``turns`` with a running turn's event count read from its journal."""
     return [
@@ -520,30 +527,34 @@ class Session:
             return is_alive(tx.get_owner(turn.owner_id) if turn.owner_id else None, tx.now())
 
     def get_turn(self, ref: int | str) -> Turn:
-        """A turn by number (its position in the conversation) or by token prefix."""
+        """A turn by number or by token prefix. A number is a turn's position in the
+        conversation; a running or set-aside turn keeps the number it was begun with, and is
+        reached by it unless a turn of the conversation has that number too."""
         turns = self.turns()
         if isinstance(ref, int) or (isinstance(ref, str) and ref.strip().isdigit()):
             number = int(ref)
-            found = [t for t in turns if t.number == number and t.in_conversation]
-            found = found or [t for t in turns if t.number == number and t.status == "running"]
+            numbered = [t for t in turns if t.number == number]
+            found = (
+                [t for t in numbered if t.in_conversation]
+                or [t for t in numbered if t.status is TurnStatus.RUNNING]
+                or [t for t in numbered if t.status is TurnStatus.SET_ASIDE]
+            )
+            if len(found) > 1 and found[0].status is TurnStatus.SET_ASIDE:
+                raise _ambiguous(ref, found, "give a token prefix")
             if found:
                 return found[-1]
             if isinstance(ref, str) and len(ref.strip()) >= 4:  # 4+ digits: a token prefix too
                 by_token = [t for t in turns if t.token.startswith(ref.strip())]
                 if len(by_token) == 1:
                     return by_token[0]
+            reached = {t.number for t in turns if t.in_conversation or not t.status.ended}
             raise TurnNotFound(
-                f"session {self.id[:12]} has no turn {number} "
-                f"(it has {sum(t.in_conversation for t in turns)})"
+                f"session {self.id[:12]} has no turn {number} (it has {len(reached)})"
             ).settled_by(TURNS, session=self.id)
         prefix = normalise_id(str(ref), "turn")
         found = [t for t in turns if t.token.startswith(prefix)]
         if len(found) > 1:
-            names = ", ".join(f"{t.token[:12]} (turn {t.number}, {t.status})" for t in found[:5])
-            raise AmbiguousId(
-                f"{ref!r} matches {len(found)} turns: {names}{' …' if len(found) > 5 else ''}; "
-                "give more characters"
-            )
+            raise _ambiguous(ref, found, "give more characters")
         if not found:
             raise TurnNotFound(f"session {self.id[:12]} has no turn matching {ref!r}")
         return found[0]
@@ -566,6 +577,8 @@ class Session:
             return tx.turn_messages(turn.token)
 
     def run_events(self, ref: int | str) -> list[RunEvent]:
+        """A turn's raw events, in order; a running turn's those durable so far, and a
+        set-aside turn's its journal as recovery left it."""
         token = self.get_turn(ref).token
         with self._tb.store.read() as tx:
             return tx.run_events(token)

@@ -576,9 +576,8 @@ class SQLTx:
     def run_events(self, token: str) -> list[RunEvent]:
         rows = self._all(
             f"SELECT t.session_id, t.token, {_SEQ}, e.kind, e.payload, e.at, e.text "
-            f"FROM turns t JOIN events e ON {_OF_TURN} "
-            "WHERE t.token = ? AND t.status NOT IN (?, ?) ORDER BY e.id",
-            (token, *_KEEPS_JOURNAL),
+            f"FROM turns t JOIN events e ON {_OF_TURN} WHERE t.token = ? ORDER BY e.id",
+            (token,),
         )
         return [
             RunEvent(r[0], r[1], r[2], r[3], whole_event(_loads(r[4]), r[6]), r[5]) for r in rows
