@@ -94,18 +94,19 @@ def _conversation(tx: Tx, session_id: str) -> list[Turn]:
     )
 
 
-def _require_quiet(tx: Tx, session_id: str, workspace: str) -> None:
-    """No turn runs on the workspace, and no revert of this session is half done."""
+def _require_quiet(tx: Tx, session_id: str, workspace: str, then: str) -> None:
+    """No turn runs on the workspace, and no revert of it is half done; ``then`` is what the
+    caller does once they have ended (``"revert"``)."""
     running = tx.running_turns_in_workspace(workspace)
     if running:
         turn = running[0]
         where = "this session" if turn.session_id == session_id else f"session {turn.session_id}"
         raise TurnInProgress(
-            f"turn {turn.number} of {where} is running in {workspace}; revert once it has ended",
+            f"turn {turn.number} of {where} is running in {workspace}; {then} once it has ended",
             turn.token,
             turn=turn.number,
         )
-    require_no_revert(tx, workspace)
+    require_no_revert(tx, workspace, then)
 
 
 def revert(
@@ -257,7 +258,7 @@ def start_revert(
         with store.atomic() as tx:
             tx.lock_workspace(session_id)
             # Validated before the capture, which may take long: check again where it counts.
-            _require_quiet(tx, session_id, workspace)
+            _require_quiet(tx, session_id, workspace, "revert")
             moved = tx.get_session(session_id)
             if moved is None or moved.head != session.head:
                 raise TurnInProgress(
@@ -316,7 +317,7 @@ def _validate(
         session = tx.get_session(session_id)
         if session is None:
             raise SessionNotFound(f"no session {session_id}")
-        _require_quiet(tx, session_id, session.workspace)
+        _require_quiet(tx, session_id, session.workspace, "revert")
         chain = _conversation(tx, session_id)
     head = chain[-1].number if chain else 0
     if not 0 <= to_turn <= head:
@@ -467,7 +468,7 @@ def undo_revert(store: Store, checkpoints: WorkspaceCheckpoints | None, session_
         session = tx.get_session(session_id)
         if session is None:
             raise SessionNotFound(f"no session {session_id}")
-        _require_quiet(tx, session_id, session.workspace)
+        _require_quiet(tx, session_id, session.workspace, "undo the revert")
         reverts = tx.reverts(session_id, (RevertState.COMMITTED,))
         record = reverts[-1] if reverts else None
         if record is None:
