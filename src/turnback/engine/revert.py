@@ -546,24 +546,39 @@ def recover_reverts(
     for record, owner, session in unfinished:
         if is_alive(owner, now) or session is None:
             continue
-        if record.state is RevertState.UNDOING:
-            try:
-                settled.append(_finish_undo(store, checkpoints, record, session.workspace))
-            except RestoreIncomplete:
-                continue  # still unfinished, holding the workspace; the next recovery retries
-        else:
-            try:
-                _roll_back(
-                    store,
-                    checkpoints,
-                    record,
-                    session.workspace,
-                    "the process running it stopped before it finished",
-                )
-            except RestoreIncomplete:
-                continue  # still unfinished; the activity names the files
-            with store.read() as tx:
-                done = tx.get_revert(record.id)
-            if done is not None:
-                settled.append(done)
+        why = "the process running it stopped before it finished"
+        try:
+            settled.append(_settle(store, checkpoints, record, session.workspace, why))
+        except RestoreIncomplete:
+            continue  # still unfinished, holding the workspace; the next recovery retries
     return settled
+
+
+def settle_interrupted(
+    store: Store, checkpoints: WorkspaceCheckpoints | None, session_id: str
+) -> Revert | None:
+    """Settle the revert or undo of the session that this process left unfinished when it was
+    interrupted (KeyboardInterrupt), as recovery settles one whose process died: a revert is
+    rolled back, an undo finished. Returns it settled; None if this process left none.
+
+    Interrupting this too is safe: the revert stays unfinished, holding its workspace, and
+    recovery settles it once this process has exited."""
+    owner = current_owner()
+    with store.read() as tx:
+        session = tx.get_session(session_id)
+        mine = [r for r in tx.reverts(session_id, UNFINISHED_REVERTS) if r.owner_id == owner.id]
+    if session is None or not mine:
+        return None
+    return _settle(store, checkpoints, mine[-1], session.workspace, "it was interrupted")
+
+
+def _settle(
+    store: Store, checkpoints: WorkspaceCheckpoints | None, record: Revert, workspace: str, why: str
+) -> Revert:
+    if record.state is RevertState.UNDOING:
+        return _finish_undo(store, checkpoints, record, workspace)
+    _roll_back(store, checkpoints, record, workspace, why)
+    with store.read() as tx:
+        done = tx.get_revert(record.id)
+    assert done is not None
+    return done
