@@ -1,6 +1,7 @@
 """The command line: parses arguments, calls the library, renders the result. No rules here.
 
-Exit codes: 0 ok, 1 error, 2 usage, 3 conflict (a running turn, a turn in the wrong state).
+Exit codes: 0 ok, 1 error, 2 usage, 3 conflict (a running turn, a turn in the wrong state),
+130 interrupted (Ctrl-C during a revert).
 Every command takes ``--json`` for scripts; the shapes are documented in the README.
 """
 
@@ -14,7 +15,7 @@ import sys
 import time
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -250,11 +251,13 @@ def sessions_json(tb: Turnback) -> list[dict[str, Any]]:
 
 def log_json(handle: Session) -> dict[str, Any]:
     """``log --json``: the session, each turn with its files and checkpoints, the reverts, and
-    what changed since the head (``None`` while a turn runs, or when it cannot be known)."""
+    what changed since the head (``None`` while a turn runs or a revert moves the files, or when
+    it cannot be known)."""
     record = handle.record
     timeline = handle.timeline()
+    reverts = handle.reverts()
     running = [d.turn for d in timeline if d.turn.status == "running"]
-    since = None if running else handle.changes_since_head()
+    since = None if running or _moving(reverts) else handle.changes_since_head()
     return {
         "session": session_json(record),
         "turns": [
@@ -267,7 +270,7 @@ def log_json(handle: Session) -> dict[str, Any]:
             }
             for d in timeline
         ],
-        "reverts": [revert_json(r) for r in handle.reverts()],
+        "reverts": [revert_json(r) for r in reverts],
         "since_head": None if since is None else [change_json(f) for f in since],
     }
 
@@ -302,6 +305,11 @@ def diff_json(handle: Session, turn: int | str, *, patch: bool = True) -> dict[s
         "outside": [change_json(f) for f in found.outside],
         "patch": found.patch,
     }
+
+
+def _moving(reverts: Sequence[Revert]) -> list[Revert]:
+    """The reverts and undos that have not finished: their files may be moving."""
+    return [r for r in reverts if r.state in ("started", "files_restored", "undoing")]
 
 
 def _emit_json(data: Any) -> None:
@@ -450,9 +458,11 @@ def log(state: Context, session: str, as_json: bool) -> None:
     timeline = handle.timeline()
     reverts = handle.reverts()
     running = [d.turn for d in timeline if d.turn.status == "running"]
-    # The capture for "since the head" runs git while the rows are rendered.
+    moving = _moving(reverts)
+    # The capture for "since the head" runs git while the rows are rendered; not while a turn
+    # runs or a revert moves the files (it would wait for the revert to finish).
     pool = ThreadPoolExecutor(max_workers=1)
-    pending = None if running else pool.submit(handle.changes_since_head)
+    pending = None if running or moving else pool.submit(handle.changes_since_head)
     pool.shutdown(wait=False)
     width = shutil.get_terminal_size((100, 24)).columns
     lines: list[str] = []
@@ -504,6 +514,8 @@ def log(state: Context, session: str, as_json: bool) -> None:
                 ", keeping hand edits" if r.keep_user_edits else ""
             )
             when = f"undone {_when(r.ended_at)}" if r.state == "undone" else r.state.value
+            if r in moving and not handle.is_live(r):
+                when += "; interrupted, its process is gone: run `turnback recover`"
             emit(_colour(f"   <- {what} ({when})", fg="magenta"))
     since = pending.result() if pending else None
     if since:
@@ -801,10 +813,14 @@ def revert(
         if plan is not None:
             click.echo("\n".join(_plan_lines(plan, keep_user_edits)), err=True)
         click.confirm(f"{what[0].upper()}{what[1:]}?", abort=True, err=True)
-    if undo:
-        result = handle.undo_revert()
-    else:
-        result = _conflicts_as_json(as_json, handle.revert, int(turn or 0), **options)
+    before = {r.id: r.state for r in handle.reverts()}
+    try:
+        if undo:
+            result = handle.undo_revert()
+        else:
+            result = _conflicts_as_json(as_json, handle.revert, int(turn or 0), **options)
+    except KeyboardInterrupt:
+        _interrupted(handle, before, undo, as_json)
     if as_json:
         _emit_json(revert_json(result))
     elif undo:
@@ -814,6 +830,52 @@ def revert(
             f"reverted to turn {turn} (revert {result.id}); "
             f"`turnback revert --undo {handle.id[:12]}` puts it back"
         )
+
+
+def _interrupted(handle: Session, before: Mapping[int, str], undo: bool, as_json: bool) -> NoReturn:
+    """Ctrl-C stopped a revert or undo: settle it here as recovery would (a revert rolled back,
+    an undo finished), say what the files are now, and exit with 130 as interrupted commands do.
+    A second Ctrl-C while it settles leaves it to `turnback recover`."""
+    name = handle.id[:12]
+    record: Revert | None = None
+    try:
+        click.echo("interrupted: stopping safely (Ctrl-C again leaves it half done)", err=True)
+        record = handle.settle_interrupted_revert()
+        changed = [r for r in handle.reverts() if before.get(r.id) != r.state]
+        record = record or (changed[-1] if changed else None)
+        if record is None:
+            line = f"interrupted before anything changed: session {name} is as it was"
+        elif record.state == "rolled_back":
+            line = (
+                f"interrupted: revert {record.id} was rolled back midway; the files and the "
+                "conversation are as before it"
+            )
+        elif record.state == "undone" and undo:
+            line = (
+                f"interrupted: the undo of revert {record.id} cannot stop halfway, so it was "
+                "finished; the files, turns and head are as before the revert"
+            )
+        else:  # it had finished when the interrupt landed
+            line = f"interrupted, but revert {record.id} had already finished ({record.state})"
+    except KeyboardInterrupt:
+        record = None
+        line = (
+            f"interrupted midway: the undo of session {name}'s last revert is half done; "
+            "`turnback recover` finishes it"
+            if undo
+            else f"interrupted midway: session {name}'s workspace is partly reverted; "
+            "`turnback recover` rolls the revert back"
+        )
+    if as_json:
+        _emit_json(
+            {
+                "error": line,
+                "interrupted": True,
+                "revert": revert_json(record) if record is not None else None,
+            }
+        )
+    click.echo(_colour(line, fg="red"), err=True)
+    sys.exit(130)
 
 
 def _conflicts_as_json(as_json: bool, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -211,8 +211,10 @@ def test_a_killed_revert_holds_its_workspace_until_it_is_settled(
     else:
         run_child(home, "revert", {"session": session_id, "to": 1}, fault=point)
     with turnback.open(home) as tb:
-        with pytest.raises(turnback.RevertInProgress):  # the hold outlives its process
+        with pytest.raises(turnback.RevertInProgress) as held:  # the hold outlives its process
             begin(tb.store, session_id, "a turn on a half-moved workspace", lease=tb.lease)
+        assert "was interrupted midway and its process is gone" in str(held.value)
+        assert held.value.remedy == "recover"
         with tb.session(session_id).turn("a turn once the revert is settled") as turn:
             pass  # turn() settled the dead revert first
         reverts = tb.session(session_id).reverts()

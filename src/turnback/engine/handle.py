@@ -18,6 +18,7 @@ from turnback.engine.journal import Journal
 from turnback.engine.owners import Lease, host_identity, is_alive, require_here
 from turnback.engine.revert import ConversationRollback, StartedRevert
 from turnback.engine.turns import (
+    UNFINISHED_REVERTS,
     RunningTurn,
     begin,
     encode,
@@ -518,13 +519,17 @@ class Session:
             for t in turns
         ]
 
-    def is_live(self, turn: Turn) -> bool:
-        """Whether ``turn`` is running under a live process (one that died leaves it running
-        until recovery settles it)."""
-        if turn.status is not TurnStatus.RUNNING:
+    def is_live(self, item: Turn | Revert) -> bool:
+        """Whether a turn is running, or a revert or undo moving files, under a live process (one
+        that died leaves it so until recovery settles it)."""
+        if isinstance(item, Turn):
+            unfinished = item.status is TurnStatus.RUNNING
+        else:
+            unfinished = item.state in UNFINISHED_REVERTS
+        if not unfinished:
             return False
         with self._tb.store.read() as tx:
-            return is_alive(tx.get_owner(turn.owner_id) if turn.owner_id else None, tx.now())
+            return is_alive(tx.get_owner(item.owner_id) if item.owner_id else None, tx.now())
 
     def get_turn(self, ref: int | str) -> Turn:
         """A turn by number or by token prefix. A number is a turn's position in the
@@ -749,6 +754,12 @@ class Session:
     def undo_revert(self) -> Revert:
         """Undo the last revert: files, turns and head as they were just before it."""
         return revert.undo_revert(self._tb.store, self._tb.checkpoints, self.id)
+
+    def settle_interrupted_revert(self) -> Revert | None:
+        """Settle the revert or undo of this session that this process left unfinished when it
+        was interrupted (KeyboardInterrupt), as recovery would once the process is gone: a
+        revert is rolled back, an undo finished. Returns it settled; None if there is none."""
+        return revert.settle_interrupted(self._tb.store, self._tb.checkpoints, self.id)
 
     def reverts(self) -> list[Revert]:
         with self._tb.store.read() as tx:

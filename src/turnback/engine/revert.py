@@ -94,18 +94,19 @@ def _conversation(tx: Tx, session_id: str) -> list[Turn]:
     )
 
 
-def _require_quiet(tx: Tx, session_id: str, workspace: str) -> None:
-    """No turn runs on the workspace, and no revert of this session is half done."""
+def _require_quiet(tx: Tx, session_id: str, workspace: str, then: str) -> None:
+    """No turn runs on the workspace, and no revert of it is half done; ``then`` is what the
+    caller does once they have ended (``"revert"``)."""
     running = tx.running_turns_in_workspace(workspace)
     if running:
         turn = running[0]
         where = "this session" if turn.session_id == session_id else f"session {turn.session_id}"
         raise TurnInProgress(
-            f"turn {turn.number} of {where} is running in {workspace}; revert once it has ended",
+            f"turn {turn.number} of {where} is running in {workspace}; {then} once it has ended",
             turn.token,
             turn=turn.number,
         )
-    require_no_revert(tx, workspace)
+    require_no_revert(tx, workspace, then)
 
 
 def revert(
@@ -257,7 +258,7 @@ def start_revert(
         with store.atomic() as tx:
             tx.lock_workspace(session_id)
             # Validated before the capture, which may take long: check again where it counts.
-            _require_quiet(tx, session_id, workspace)
+            _require_quiet(tx, session_id, workspace, "revert")
             moved = tx.get_session(session_id)
             if moved is None or moved.head != session.head:
                 raise TurnInProgress(
@@ -316,7 +317,7 @@ def _validate(
         session = tx.get_session(session_id)
         if session is None:
             raise SessionNotFound(f"no session {session_id}")
-        _require_quiet(tx, session_id, session.workspace)
+        _require_quiet(tx, session_id, session.workspace, "revert")
         chain = _conversation(tx, session_id)
     head = chain[-1].number if chain else 0
     if not 0 <= to_turn <= head:
@@ -467,7 +468,7 @@ def undo_revert(store: Store, checkpoints: WorkspaceCheckpoints | None, session_
         session = tx.get_session(session_id)
         if session is None:
             raise SessionNotFound(f"no session {session_id}")
-        _require_quiet(tx, session_id, session.workspace)
+        _require_quiet(tx, session_id, session.workspace, "undo the revert")
         reverts = tx.reverts(session_id, (RevertState.COMMITTED,))
         record = reverts[-1] if reverts else None
         if record is None:
@@ -545,24 +546,39 @@ def recover_reverts(
     for record, owner, session in unfinished:
         if is_alive(owner, now) or session is None:
             continue
-        if record.state is RevertState.UNDOING:
-            try:
-                settled.append(_finish_undo(store, checkpoints, record, session.workspace))
-            except RestoreIncomplete:
-                continue  # still unfinished, holding the workspace; the next recovery retries
-        else:
-            try:
-                _roll_back(
-                    store,
-                    checkpoints,
-                    record,
-                    session.workspace,
-                    "the process running it stopped before it finished",
-                )
-            except RestoreIncomplete:
-                continue  # still unfinished; the activity names the files
-            with store.read() as tx:
-                done = tx.get_revert(record.id)
-            if done is not None:
-                settled.append(done)
+        why = "the process running it stopped before it finished"
+        try:
+            settled.append(_settle(store, checkpoints, record, session.workspace, why))
+        except RestoreIncomplete:
+            continue  # still unfinished, holding the workspace; the next recovery retries
     return settled
+
+
+def settle_interrupted(
+    store: Store, checkpoints: WorkspaceCheckpoints | None, session_id: str
+) -> Revert | None:
+    """Settle the revert or undo of the session that this process left unfinished when it was
+    interrupted (KeyboardInterrupt), as recovery settles one whose process died: a revert is
+    rolled back, an undo finished. Returns it settled; None if this process left none.
+
+    Interrupting this too is safe: the revert stays unfinished, holding its workspace, and
+    recovery settles it once this process has exited."""
+    owner = current_owner()
+    with store.read() as tx:
+        session = tx.get_session(session_id)
+        mine = [r for r in tx.reverts(session_id, UNFINISHED_REVERTS) if r.owner_id == owner.id]
+    if session is None or not mine:
+        return None
+    return _settle(store, checkpoints, mine[-1], session.workspace, "it was interrupted")
+
+
+def _settle(
+    store: Store, checkpoints: WorkspaceCheckpoints | None, record: Revert, workspace: str, why: str
+) -> Revert:
+    if record.state is RevertState.UNDOING:
+        return _finish_undo(store, checkpoints, record, workspace)
+    _roll_back(store, checkpoints, record, workspace, why)
+    with store.read() as tx:
+        done = tx.get_revert(record.id)
+    assert done is not None
+    return done

@@ -40,7 +40,9 @@ from turnback.engine.fold import (
     superseded,
     unfinished_tool_calls,
 )
+from turnback.engine.owners import is_alive
 from turnback.errors import (
+    RECOVER,
     TURNS,
     InvalidEvent,
     OwnershipLost,
@@ -295,7 +297,7 @@ def begin(
         if session is None:
             raise SessionNotFound(f"no session {session_id}")
         require_idle(tx, session_id, "beginning another")
-        require_no_revert(tx, session.workspace)
+        require_no_revert(tx, session.workspace, "begin")
         head = tx.get_turn(session.head) if session.head else None
         owner = lease.claim(tx)
         turn = Turn(
@@ -336,20 +338,33 @@ def require_idle(tx: Tx, session_id: str, before: str) -> None:
 UNFINISHED_REVERTS = (RevertState.STARTED, RevertState.FILES_RESTORED, RevertState.UNDOING)
 
 
-def require_no_revert(tx: Tx, workspace: str) -> None:
+def require_no_revert(tx: Tx, workspace: str, then: str) -> None:
     """Raise RevertInProgress if a revert or undo of any session on ``workspace`` has not
-    finished. A revert holds its workspace against new turns from the transaction that writes
-    its row to the one that commits or rolls it back; the row is durable, so a revert killed
-    midway still holds until recovery settles it (DESIGN.md invariant 9)."""
+    finished; ``then`` is what the caller does once it has (``"begin"``). A revert holds its
+    workspace against new turns from the transaction that writes its row to the one that commits
+    or rolls it back; the row is durable, so a revert killed midway still holds until recovery
+    settles it (DESIGN.md invariant 9), and the error then says so."""
     for record in tx.reverts(None, UNFINISHED_REVERTS):
         session = tx.get_session(record.session_id)
-        if session is not None and session.workspace == workspace:
+        if session is None or session.workspace != workspace:
+            continue
+        undoing = record.state is RevertState.UNDOING
+        what = f"{'the undo of ' if undoing else ''}revert {record.id} of session "
+        what += record.session_id[:12]
+        owner = tx.get_owner(record.owner_id) if record.owner_id else None
+        if is_alive(owner, tx.now()):
             raise RevertInProgress(
-                f"revert {record.id} of session {record.session_id[:12]} is moving the files "
-                f"of {workspace}; begin once it has finished",
+                f"{what} is moving the files of {workspace}; {then} once it has finished",
                 record.id,
                 record.owner_id,
             )
+        raise RevertInProgress(
+            f"{what} was interrupted midway and its process is gone: the files of {workspace} "
+            f"are partly {'put back' if undoing else 'reverted'} until recovery "
+            f"{'finishes the undo' if undoing else 'rolls the revert back'}",
+            record.id,
+            record.owner_id,
+        ).settled_by(RECOVER, state="interrupted")
 
 
 def reopen(store: Store, token: str, *, lease: Lease) -> tuple[Turn, int]:
@@ -385,7 +400,7 @@ def reopen(store: Store, token: str, *, lease: Lease) -> tuple[Turn, int]:
                 + (", reverted" if turn.reverted_by else "")
             )
         require_idle(tx, turn.session_id, "continuing an interrupted turn")
-        require_no_revert(tx, session.workspace)
+        require_no_revert(tx, session.workspace, "continue the turn")
         owner = lease.claim(tx)
         changed = tx.reopen_turn(token, owner.id, uuid.uuid4().hex)
         assert changed, "checked interrupted in this same transaction"
