@@ -912,7 +912,8 @@ def gc(state: Context, keep: int | None, older_than: float | None, as_json: bool
 def doctor(state: Context, as_json: bool) -> None:
     """Check git, the home, the database and the checkpoints; say what to do for each problem.
 
-    Exits 1 when something needs attention."""
+    Exits 1 when something needs attention; a home nothing has stored anything in yet is not
+    a problem, and doctor creates nothing."""
     from turnback.errors import StoreError
 
     try:
@@ -932,11 +933,17 @@ def doctor(state: Context, as_json: bool) -> None:
         )
     else:
         for check in checks:
-            mark = _colour("ok  ", fg="green") if check.ok else _colour("FAIL", fg="red")
+            mark = (
+                _colour("skip", fg="yellow")
+                if check.ok is None
+                else _colour("ok  ", fg="green")
+                if check.ok
+                else _colour("FAIL", fg="red")
+            )
             click.echo(f"{mark}  {check.name}: {check.detail}")
             if check.fix:
                 click.echo(f"      → {check.fix}{remedy_hint(check.remedy, check.session)}")
-    if not all(c.ok for c in checks):
+    if any(c.ok is False for c in checks):
         sys.exit(1)
 
 

@@ -423,11 +423,12 @@ class GcReport:
 
 @dataclass(frozen=True, slots=True)
 class HealthCheck:
-    """One finding of ``turnback doctor``: what was checked, whether it is healthy, what to do
-    (``fix``, in words; ``remedy``, as :mod:`turnback.errors` names it, of ``session``)."""
+    """One finding of ``turnback doctor``: what was checked, whether it is healthy (None: it
+    was skipped, and ``detail`` says why), what to do (``fix``, in words; ``remedy``, as
+    :mod:`turnback.errors` names it, of ``session``)."""
 
     name: str
-    ok: bool
+    ok: bool | None
     detail: str
     fix: str | None = None
     remedy: str | None = None
