@@ -340,7 +340,7 @@ def require_no_revert(tx: Tx, workspace: str) -> None:
     """Raise RevertInProgress if a revert or undo of any session on ``workspace`` has not
     finished. A revert holds its workspace against new turns from the transaction that writes
     its row to the one that commits or rolls it back; the row is durable, so a revert killed
-    midway still holds until recovery settles it (DESIGN.md invariant 9)."""
+    midway still holds until recovery settles it (README, Design, invariant 9)."""
     for record in tx.reverts(None, UNFINISHED_REVERTS):
         session = tx.get_session(record.session_id)
         if session is not None and session.workspace == workspace:
