@@ -961,6 +961,19 @@ def main(argv: list[str] | None = None) -> int:
         pg_events=args.pg_events or (100 if small else 5_000),
         pg_batched_events=(2_000 if small else 100_000),
     )
+    postgres = None
+    if args.database_url:  # before anything is measured: a URL that cannot be used is one line
+        try:
+            postgres = server_settings(args.database_url)
+        except Exception as error:  # psycopg's errors, or psycopg missing
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            print(
+                f"bench/journal.py: cannot use the PostgreSQL database --database-url names "
+                f"({reason}); check that the server is running and the URL names it (with the "
+                "postgres extra installed), then retry",
+                file=sys.stderr,
+            )
+            return 1
     parent = (args.dir or Path.cwd()).resolve()
     parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".turnback-bench-journal-", dir=parent))
@@ -997,7 +1010,7 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"recover: {sizes.turns:,} turns left by a killed process ...")
         rows += recover_rows(scratch, workspace, sizes.turns, sizes.events_per_turn, floor)
         if args.database_url:
-            machine["postgres"] = server_settings(args.database_url)
+            machine["postgres"] = postgres
             progress(f"postgres strict: {sizes.pg_events:,} events against raw commits ...")
             sqlite_batched = next(row.value for row in rows if row.id == "b")
             rows += bench_postgres(args.database_url, workspace, sizes, sqlite_batched)

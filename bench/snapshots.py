@@ -51,7 +51,7 @@ except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from turnback.workspace import Snapshots
 
-from rounds import machine
+from rounds import DIR_HELP, machine, scratch_dir
 
 GIT_ENV = {
     "PATH": os.environ.get("PATH", os.defpath),
@@ -162,17 +162,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--fresh", action="store_true", help="generate the trees again")
-    parser.add_argument(
-        "--dir", type=Path, default=None, help="where the scratch directory goes (made if missing)"
-    )
+    parser.add_argument("--dir", type=Path, default=None, help=DIR_HELP)
     parser.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     args = parser.parse_args()
     sizes = [1000] if args.smoke else [int(n) for n in args.files.split(",")]
     rounds = 3 if args.smoke else args.rounds
     turns = 10 if args.smoke else args.turns
-    if args.dir is not None:
-        args.dir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="turnback-bench-", dir=args.dir))
+    scratch = scratch_dir(args.dir, "turnback-bench-")
     if not args.json:
         print(f"git {git_version()}; {rounds} interleaved rounds per size")
     rows: list[dict[str, Any]] = []

@@ -92,3 +92,16 @@ def test_smoke_run_measures_a_fleet_store_too(tmp_path: Path, postgres_server: S
             "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'turnback_bench_%'"
         ).fetchall()
     assert schemas == [], "the benchmark left its scratch schemas behind"
+
+
+def test_a_database_url_that_cannot_be_used_is_one_line_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    done = run_bench("journal", tmp_path, "--database-url", "postgresql://nobody@127.0.0.1:1/x")
+
+    assert done.returncode == 1 and done.stdout == ""
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert (
+        "cannot use the PostgreSQL database" in done.stderr and "Connection refused" in done.stderr
+    )
+    assert list(tmp_path.iterdir()) == [], "it measured before checking the URL"
