@@ -43,6 +43,15 @@ def test_smoke_run_as_json_in_a_directory_it_makes(tmp_path: Path) -> None:
     # a row with a goal says whether it was met; one without says null, as every benchmark does
     assert {row["id"] for row in report["rows"] if row["met"] is not None} == {"n", "s", "cpu"}
     assert all(isinstance(row["met"], bool) for row in report["rows"] if row["goal"] != "-")
+    assert {row["id"]: row["unit"] for row in report["rows"]} == {
+        "n": "ms",
+        "s": "x",
+        "c": "x",
+        "cpu": "x",
+        "cpu-c": "x",
+        "cpu-a": "x",
+        "r": "ms",
+    }
     assert list(parent.iterdir()) == [], "the benchmark left its scratch directory behind"
 
 
