@@ -64,6 +64,12 @@ def main(command: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] in (["-h"], ["--help"]):  # no argparse: it would slow the start-up measured
+        print(__doc__)
+        sys.exit(0)
+    if sys.argv[1:] in ([], ["--asyncio"]):
+        print("usage: python bench/copier.py [--asyncio] AGENT_COMMAND...", file=sys.stderr)
+        sys.exit(2)
     if sys.argv[1:2] == ["--asyncio"]:
         import asyncio
 

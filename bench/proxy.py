@@ -65,7 +65,6 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -85,7 +84,7 @@ from acp.schema import (  # noqa: E402  # noqa: E402
     PromptResponse,
     TextContentBlock,
 )
-from rounds import machine, verdict  # noqa: E402
+from rounds import DIR_HELP, machine, scratch_dir, verdict  # noqa: E402
 
 AGENT = (sys.executable, str(Path(__file__).resolve()), "--agent")
 COPIER = (sys.executable, str(Path(__file__).with_name("copier.py")))
@@ -272,9 +271,10 @@ async def start_ups(rounds: int, scratch: Path, env: dict[str, str]) -> list[dic
                     "direct": statistics.median(direct),
                     "proxy": statistics.median(proxy),
                     "value": median,
+                    "unit": "ms",
                     "spread": [min(added), max(added)],
                     "goal": f"<= {goal:.0f} ms added",
-                    "ok": median <= goal,
+                    "met": median <= goal,
                 }
             )
     for key, (name, _) in STARTED_AGENTS.items():
@@ -288,9 +288,10 @@ async def start_ups(rounds: int, scratch: Path, env: dict[str, str]) -> list[dic
                 "direct": statistics.median(direct),
                 "proxy": statistics.median(copier),
                 "value": statistics.median(added),
+                "unit": "ms",
                 "spread": [min(added), max(added)],
                 "goal": "-",
-                "ok": True,
+                "met": None,
             }
         )
     return rows
@@ -334,8 +335,9 @@ def stream_rows(best: dict[str, dict[str, float]], sizes: dict[str, int]) -> lis
             "direct": d["notification"],
             "proxy": p["notification"],
             "value": added,
+            "unit": "ms",
             "goal": f"<= {NOTIFICATION_GOAL_MS} ms added",
-            "ok": added <= NOTIFICATION_GOAL_MS,
+            "met": added <= NOTIFICATION_GOAL_MS,
         },
         {
             "id": "s",
@@ -343,8 +345,9 @@ def stream_rows(best: dict[str, dict[str, float]], sizes: dict[str, int]) -> lis
             "direct": d["stream"],
             "proxy": p["stream"],
             "value": ratio,
+            "unit": "x",
             "goal": f"<= {STREAM_GOAL} x",
-            "ok": ratio <= STREAM_GOAL,
+            "met": ratio <= STREAM_GOAL,
         },
         {
             "id": "c",
@@ -352,8 +355,9 @@ def stream_rows(best: dict[str, dict[str, float]], sizes: dict[str, int]) -> lis
             "direct": d["stream"],
             "proxy": c["stream"],
             "value": c["stream"] / d["stream"],
+            "unit": "x",
             "goal": "-",
-            "ok": True,
+            "met": None,
         },
         {
             "id": "cpu",
@@ -361,8 +365,9 @@ def stream_rows(best: dict[str, dict[str, float]], sizes: dict[str, int]) -> lis
             "direct": p["client_cpu"],
             "proxy": p["served_cpu"],
             "value": cpu,
+            "unit": "x",
             "goal": f"<= {CPU_GOAL} x",
-            "ok": cpu <= CPU_GOAL,
+            "met": cpu <= CPU_GOAL,
         },
         {
             "id": "cpu-c",
@@ -370,8 +375,9 @@ def stream_rows(best: dict[str, dict[str, float]], sizes: dict[str, int]) -> lis
             "direct": c["client_cpu"],
             "proxy": c["served_cpu"],
             "value": c["served_cpu"] / c["client_cpu"],
+            "unit": "x",
             "goal": "-",
-            "ok": True,
+            "met": None,
         },
         {
             "id": "cpu-a",
@@ -379,8 +385,9 @@ def stream_rows(best: dict[str, dict[str, float]], sizes: dict[str, int]) -> lis
             "direct": a["client_cpu"],
             "proxy": a["served_cpu"],
             "value": a["served_cpu"] / a["client_cpu"],
+            "unit": "x",
             "goal": "-",
-            "ok": True,
+            "met": None,
         },
         {
             "id": "r",
@@ -388,8 +395,9 @@ def stream_rows(best: dict[str, dict[str, float]], sizes: dict[str, int]) -> lis
             "direct": d["trip"],
             "proxy": p["trip"],
             "value": p["trip"] - d["trip"],
+            "unit": "ms",
             "goal": "-",
-            "ok": True,
+            "met": None,
         },
     ]
 
@@ -412,7 +420,7 @@ def table(report: dict[str, Any]) -> str:
             value = f"{row['value']:+.0f} ms ({low:+.0f} to {high:+.0f})"
         lines.append(
             f"| ({row['id']}) | {row['what']} | {row['direct']:.3f} | {row['proxy']:.3f} | "
-            f"{value} | {row['goal']} | {verdict(None if row['goal'] == '-' else row['ok'])} |"
+            f"{value} | {row['goal']} | {verdict(row['met'])} |"
         )
     return "\n".join(lines)
 
@@ -431,7 +439,7 @@ def main() -> int:
     parser.add_argument(
         "--startups", type=int, help="start-up rounds (default 7, 1 with --smoke; 0: none)"
     )
-    parser.add_argument("--dir", type=Path, help="scratch directory (default: a temporary one)")
+    parser.add_argument("--dir", type=Path, help=DIR_HELP)
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     args = parser.parse_args()
     if args.agent:
@@ -442,7 +450,7 @@ def main() -> int:
     if args.smoke:
         sizes, rounds = {"chunks": 500, "timed": 100, "prompts": 3}, 1
         startups = 1 if args.startups is None else args.startups
-    scratch = Path(tempfile.mkdtemp(prefix="turnback-bench-proxy-", dir=args.dir))
+    scratch = scratch_dir(args.dir, "turnback-bench-proxy-")
     try:
         report = asyncio.run(bench(sizes, rounds, startups, scratch))
     except RuntimeError as error:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import tempfile
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -30,6 +32,18 @@ def interleaved(rounds: int, sides: Mapping[str, Callable[[int], T]]) -> dict[st
 def spread(values: list[float]) -> dict[str, float]:
     """The min, median and max of a row's rounds."""
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+#: ``--dir``'s help, the same in every benchmark
+DIR_HELP = "where the scratch directory goes (made if missing; default: the system's temporary one)"
+
+
+def scratch_dir(parent: Path | None, prefix: str) -> Path:
+    """A new scratch directory in ``parent`` (made first if it is missing), else in the
+    system's temporary directory."""
+    if parent is not None:
+        parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
 
 def verdict(met: bool | None) -> str:

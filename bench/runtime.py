@@ -31,7 +31,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -44,7 +43,7 @@ except ImportError:  # run from a checkout without installing
     import turnback
 
 import acp  # noqa: E402
-from rounds import interleaved, machine, verdict  # noqa: E402
+from rounds import DIR_HELP, interleaved, machine, scratch_dir, verdict  # noqa: E402
 
 from turnback.model import MessageKind, TurnStatus  # noqa: E402
 from turnback.runtime import AgentRuntime  # noqa: E402
@@ -134,12 +133,12 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="500 chunks, 1 round")
     parser.add_argument("--chunks", type=int, default=None, help="chunks per prompt (10000)")
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (5)")
-    parser.add_argument("--dir", type=Path, default=None, help="scratch directory's parent")
+    parser.add_argument("--dir", type=Path, default=None, help=DIR_HELP)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
     chunks = args.chunks or (500 if args.smoke else 10_000)
     rounds = args.rounds or (1 if args.smoke else 5)
-    scratch = Path(tempfile.mkdtemp(prefix="turnback-bench-runtime-", dir=args.dir))
+    scratch = scratch_dir(args.dir, "turnback-bench-runtime-")
     try:
         times = measure(scratch, chunks, rounds)
     finally:

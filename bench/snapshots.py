@@ -31,6 +31,8 @@ them again), because a 200,000-file tree takes minutes to write and commit.
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
 import shutil
 import statistics
@@ -41,12 +43,15 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 try:
     from turnback.workspace import Snapshots
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from turnback.workspace import Snapshots
+
+from rounds import DIR_HELP, machine, scratch_dir
 
 GIT_ENV = {
     "PATH": os.environ.get("PATH", os.defpath),
@@ -157,25 +162,76 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--fresh", action="store_true", help="generate the trees again")
-    parser.add_argument("--dir", type=Path, default=None, help="scratch directory")
+    parser.add_argument("--dir", type=Path, default=None, help=DIR_HELP)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     args = parser.parse_args()
     sizes = [1000] if args.smoke else [int(n) for n in args.files.split(",")]
     rounds = 3 if args.smoke else args.rounds
     turns = 10 if args.smoke else args.turns
-    scratch = Path(tempfile.mkdtemp(prefix="turnback-bench-", dir=args.dir))
-    print(f"git {git_version()}; {rounds} interleaved rounds per size")
+    scratch = scratch_dir(args.dir, "turnback-bench-")
+    if not args.json:
+        print(f"git {git_version()}; {rounds} interleaved rounds per size")
+    rows: list[dict[str, Any]] = []
     try:
         for files in sizes:
             # the smoke size is built afresh in the scratch directory, which is removed after
             ws = tree(scratch / "trees" if args.smoke else TREES, files, args.fresh)
             detailed = args.smoke or files == 50_000  # the size (d), (e) and (f) were set at
-            run(ws, scratch / str(files), files, rounds, turns if detailed else 0)
+            found = run(ws, scratch / str(files), files, rounds, turns if detailed else 0)
+            rows += found
+            if not args.json:
+                print_tables(files, rounds, found)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    if args.json:
+        report = {
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": machine(),
+            "git": git_version(),
+            "sizes": sizes,
+            "rounds": rounds,
+            "turns": turns,
+            "rows": rows,
+            "goals_met": all(row["met"] is not False for row in rows),
+        }
+        print(json.dumps(report, indent=2))
     return 0
 
 
-def run(ws: Path, scratch: Path, files: int, rounds: int, turns: int) -> None:
+def print_tables(files: int, rounds: int, rows: list[dict[str, Any]]) -> None:
+    """One size's tables: the warm rows with their spread, then the detailed rows if any."""
+    print(f"\nworkspace: {files:,} files; {rounds} interleaved rounds")
+    print()
+    print("| step | what | min | median | max | ratio of medians | goal |")
+    print("|---|---|---:|---:|---:|---|---|")
+    warm = [row for row in rows if "min" in row]
+    for row in warm:
+        cells = " | ".join(f"{row[k] * 1000:,.1f} ms" for k in ("min", "median", "max"))
+        print(
+            f"| ({row['id']}) | {row['what']} | {cells} | {row['ratio']} | {verdict(row['met'])} |"
+        )
+    detailed = {row["id"]: row for row in rows if "min" not in row}
+    if not detailed:
+        return
+    print()
+    print("| step | what | median | ratio | goal |")
+    print("|---|---|---:|---|---|")
+    for key in ("d", "e0", "e", "e+"):
+        row = detailed[key]
+        print(
+            f"| ({key}) | {row['what']} | {row['value'] * 1000:.1f} ms | {row['ratio']} | "
+            f"{verdict(row['met'])} |"
+        )
+    f = detailed["f"]
+    growth = f["grown"] - f["start"]
+    print(
+        f"| (f) | {f['what']} | {kib(f['start'])} → {kib(f['grown'])} (+{kib(growth)}, "
+        f"{growth / f['turns'] / 1024:.1f} KiB a turn); after gc {kib(f['value'])} | "
+        f"user's objects: {kib(f['tree'])}; edited {kib(f['edited'])} | {verdict(f['met'])} |"
+    )
+
+
+def run(ws: Path, scratch: Path, files: int, rounds: int, turns: int) -> list[dict[str, Any]]:
     scratch.mkdir(parents=True)
     step = max(1, files // 10)
     batches = iter([[path_of((r * 977 + j * step) % files) for j in range(10)] for r in range(400)])
@@ -228,26 +284,40 @@ def run(ws: Path, scratch: Path, files: int, rounds: int, turns: int) -> None:
     watched.unwatch(ws)
     by = {row.key: row for row in rows}
     a, s, c, w = (by[k].median for k in ("(a)", "(s)", "(c)", "(w)"))
-    goals = {
-        "(b)": (f"{by['(b)'].median / a:.1f}x (a); (c) is {by['(b)'].median / c:.1f}x faster", ""),
-        "(s)": (f"{s / a:.2f}x (a)", ""),
-        "(p)": (f"{by['(p)'].median / a:.3f}x (a)", ""),
-        "(a2)": (f"{by['(a2)'].median / a:.2f}x (a)", ""),
-        "(c)": (f"{c / a:.2f}x (a); {c / s:.2f}x (s)", verdict(c <= 1.2 * a and c <= s)),
+    goals: dict[str, tuple[str, bool | None]] = {
+        "(b)": (
+            f"{by['(b)'].median / a:.1f}x (a); (c) is {by['(b)'].median / c:.1f}x faster",
+            None,
+        ),
+        "(s)": (f"{s / a:.2f}x (a)", None),
+        "(p)": (f"{by['(p)'].median / a:.3f}x (a)", None),
+        "(a2)": (f"{by['(a2)'].median / a:.2f}x (a)", None),
+        "(c)": (f"{c / a:.2f}x (a); {c / s:.2f}x (s)", c <= 1.2 * a and c <= s),
         "(w)": (
             f"{w / a:.3f}x (a); {w / c:.2f}x (c); {watched_runs}/{rounds} watched",
-            verdict(w <= a / 10 and w <= 0.050) if files >= 200_000 else "",
+            (w <= a / 10 and w <= 0.050) if files >= 200_000 else None,
         ),
     }
-    print(f"\nworkspace: {files:,} files; {rounds} interleaved rounds")
-    print()
-    print("| step | what | min | median | max | ratio of medians | goal |")
-    print("|---|---|---:|---:|---:|---|---|")
+    found: list[dict[str, Any]] = []
     for row in rows:
-        ratio, goal = goals.get(row.key, ("baseline", ""))
-        print(f"| {row.key} | {row.what} | {row.cells()} | {ratio} | {goal} |")
+        ratio, met = goals.get(row.key, ("baseline", None))
+        found.append(
+            {
+                "id": row.key.strip("()"),
+                "files": files,
+                "what": row.what,
+                "min": min(row.times),
+                "median": row.median,
+                "max": max(row.times),
+                "value": row.median,
+                "unit": "s",
+                "ratio": ratio,
+                "met": met,
+            }
+        )
     if turns:
-        details(ws, scratch, files, rounds, turns, batches, a, plain)
+        found += details(ws, scratch, files, rounds, turns, batches, a, plain)
+    return found
 
 
 def details(
@@ -259,7 +329,7 @@ def details(
     batches: Iterator[list[str]],
     a: float,
     snapshots: Snapshots,
-) -> None:
+) -> list[dict[str, Any]]:
     homes = iter(range(1000))
 
     def first() -> float:
@@ -308,34 +378,57 @@ def details(
     turns_snapshots.gc(ws, object_grace=0)
     packed = size_of(shadow)
     tree_size = size_of(ws / ".git" / "objects")
-    print()
-    print("| step | what | median | ratio | goal |")
-    print("|---|---|---:|---|---|")
-    print(
-        f"| (d) | turnback first capture of the git workspace | {d * 1000:.1f} ms | "
-        f"{d / a:.2f}x (a) | {verdict(d <= 3 * a)} |"
-    )
-    print(f"| (e0) | git checkout -- <10 files> | {e0 * 1000:.1f} ms | baseline |  |")
-    print(
-        f"| (e) | turnback restore of 10 changed files | {e * 1000:.1f} ms | {e / e0:.2f}x (e0) "
-        f"| {verdict(e <= 2 * e0)} |"
-    )
-    print(
-        f"| (e+) |   the same, with the capture taken before it | {e_both * 1000:.1f} ms | "
-        f"{e_both / e0:.2f}x (e0) |  |"
-    )
-    growth = grown - start_size
-    print(
-        f"| (f) | shadow objects after {turns} turns of 3 one-line edits "
-        f"(2 checkpoints a turn) | {kib(start_size)} → {kib(grown)} (+{kib(growth)}, "
-        f"{growth / turns / 1024:.1f} KiB a turn); after gc {kib(packed)} | "
-        f"user's objects: {kib(tree_size)}; edited {kib(edited_bytes)} | "
-        f"{verdict(packed < tree_size / 4)} |"
-    )
+
+    def median_row(
+        key: str, what: str, value: float, ratio: str, met: bool | None
+    ) -> dict[str, Any]:
+        return {
+            "id": key,
+            "files": files,
+            "what": what,
+            "value": value,
+            "unit": "s",
+            "ratio": ratio,
+            "met": met,
+        }
+
+    return [
+        median_row(
+            "d", "turnback first capture of the git workspace", d, f"{d / a:.2f}x (a)", d <= 3 * a
+        ),
+        median_row("e0", "git checkout -- <10 files>", e0, "baseline", None),
+        median_row(
+            "e", "turnback restore of 10 changed files", e, f"{e / e0:.2f}x (e0)", e <= 2 * e0
+        ),
+        median_row(
+            "e+",
+            "  the same, with the capture taken before it",
+            e_both,
+            f"{e_both / e0:.2f}x (e0)",
+            None,
+        ),
+        {
+            "id": "f",
+            "files": files,
+            "what": f"shadow objects after {turns} turns of 3 one-line edits "
+            "(2 checkpoints a turn)",
+            "value": packed,  # after gc
+            "unit": "B",
+            "start": start_size,
+            "grown": grown,
+            "turns": turns,
+            "tree": tree_size,
+            "edited": edited_bytes,
+            "met": packed < tree_size / 4,
+        },
+    ]
 
 
-def verdict(ok: bool) -> str:
-    return "met" if ok else "MISSED"
+def verdict(met: bool | None) -> str:
+    """The goal cell: met, MISSED, or nothing for a row with no goal."""
+    if met is None:
+        return ""
+    return "met" if met else "MISSED"
 
 
 def kib(size: int) -> str:

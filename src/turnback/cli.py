@@ -76,7 +76,25 @@ _STATUS_COLOURS = {
 
 
 def _status(status: str) -> str:
-    return _colour(status, fg=_STATUS_COLOURS.get(status))
+    return _colour(_words(status), fg=_STATUS_COLOURS.get(status))
+
+
+def _words(value: str) -> str:
+    """A status or state as words, for people: ``rolled_back`` is "rolled back"."""
+    return value.replace("_", " ")
+
+
+def _size(size: int) -> str:
+    """A size in bytes as people read it: 512 B, 43.6 KiB, 12.0 MiB."""
+    if size < 2**10:
+        return f"{size} B"
+    if size < 2**20:
+        return f"{size / 2**10:.1f} KiB"
+    return f"{size / 2**20:.1f} MiB"
+
+
+def _events(count: int) -> str:
+    return f"{count} event{'s' if count != 1 else ''}"
 
 
 def _char_width(c: str) -> int:
@@ -488,7 +506,7 @@ def log(state: Context, session: str, as_json: bool) -> None:
         if t.token == record.head:
             status += " " + _colour("<- head", bold=True)
         head = f"{number:>3}  {t.token[:12]}  {status}  {_when(t.started_at)}  "
-        head += f"{t.event_count} events" + (" so far" if t.status == "running" else "") + "  "
+        head += _events(t.event_count) + (" so far" if t.status == "running" else "") + "  "
         room = max(10, width - _width(click.unstyle(head)))
         emit(head + _fit(" ".join(t.prompt_text.split()), room))
         if t.status == "running" and not handle.is_live(t):
@@ -513,7 +531,7 @@ def log(state: Context, session: str, as_json: bool) -> None:
             what = f"revert {r.id}: back to turn {to}" + (
                 ", keeping hand edits" if r.keep_user_edits else ""
             )
-            when = f"undone {_when(r.ended_at)}" if r.state == "undone" else r.state.value
+            when = f"undone {_when(r.ended_at)}" if r.state == "undone" else _words(r.state.value)
             if r in moving and not handle.is_live(r):
                 when += "; interrupted, its process is gone: run `turnback recover`"
             emit(_colour(f"   <- {what} ({when})", fg="magenta"))
@@ -549,7 +567,9 @@ def show(state: Context, session: str, turn: str, events: bool, as_json: bool) -
         lines.append(f"  {found.detail}")
     lines.append("")
     if found.status in ("running", "set_aside"):
-        lines.append(f"This turn is {found.status.value}: its events are still in the journal.")
+        lines.append(
+            f"This turn is {_words(found.status.value)}: its events are still in the journal."
+        )
     for message in messages:
         label = _colour(f"[{message.kind.value}]", bold=True)
         body = message.text
@@ -587,7 +607,7 @@ def recover(state: Context, as_json: bool) -> None:
     for t in report.recovered:
         click.echo(
             f"recovered turn {t.number} of session {t.session_id[:12]} as interrupted "
-            f"({t.event_count} events)"
+            f"({_events(t.event_count)})"
         )
     for u in report.set_aside:
         click.echo(
@@ -627,7 +647,7 @@ def unrecovered(
             click.echo("No set-aside turns.")
         for u in items:
             click.echo(
-                f"{u.turn.token[:12]}  {u.turn.event_count} events  {_when(u.turn.started_at)}  "
+                f"{u.turn.token[:12]}  {_events(u.turn.event_count)}  {_when(u.turn.started_at)}  "
                 f"{_short(u.turn.prompt_text, 40)}\n  reason: {u.reason}"
             )
         return
@@ -645,7 +665,7 @@ def unrecovered(
         )
         count = handle.discard(turn)
         result = {"discarded": token, "events": count}
-        text = f"discarded set-aside turn {token} and its {count} events"
+        text = f"discarded set-aside turn {token} and its {_events(count)}"
     if as_json:
         _emit_json(result)
     else:
@@ -962,7 +982,7 @@ def gc(state: Context, keep: int | None, older_than: float | None, as_json: bool
         return
     click.echo(
         f"released {report.checkpoints_released} turn checkpoint(s), removed "
-        f"{report.refs_removed} ref(s), freed {report.bytes_freed / 2**20:.1f} MiB"
+        f"{report.refs_removed} ref(s), freed {_size(report.bytes_freed)}"
     )
     for problem in report.problems:
         click.echo(_colour(f"could not prune {problem}", fg="yellow"), err=True)
@@ -974,7 +994,8 @@ def gc(state: Context, keep: int | None, older_than: float | None, as_json: bool
 def doctor(state: Context, as_json: bool) -> None:
     """Check git, the home, the database and the checkpoints; say what to do for each problem.
 
-    Exits 1 when something needs attention."""
+    Exits 1 when something needs attention; a home nothing has stored anything in yet is not
+    a problem, and doctor creates nothing."""
     from turnback.errors import StoreError
 
     try:
@@ -994,11 +1015,17 @@ def doctor(state: Context, as_json: bool) -> None:
         )
     else:
         for check in checks:
-            mark = _colour("ok  ", fg="green") if check.ok else _colour("FAIL", fg="red")
+            mark = (
+                _colour("skip", fg="yellow")
+                if check.ok is None
+                else _colour("ok  ", fg="green")
+                if check.ok
+                else _colour("FAIL", fg="red")
+            )
             click.echo(f"{mark}  {check.name}: {check.detail}")
             if check.fix:
                 click.echo(f"      → {check.fix}{remedy_hint(check.remedy, check.session)}")
-    if not all(c.ok for c in checks):
+    if any(c.ok is False for c in checks):
         sys.exit(1)
 
 

@@ -78,7 +78,7 @@ class InvalidEvent(TurnbackError, ValueError):
 
 
 class TurnInProgress(TurnbackError):
-    """A second turn was begun while one is running (DESIGN.md invariant 8)."""
+    """A second turn was begun while one is running (README, Design, invariant 8)."""
 
     exit_code = 3
 

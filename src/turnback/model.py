@@ -35,7 +35,7 @@ _ENDED = frozenset(
 
 
 class Durability(enum.StrEnum):
-    """When a recorded event becomes durable (DESIGN.md invariant 3)."""
+    """When a recorded event becomes durable (README, Design, invariant 3)."""
 
     STRICT = "strict"  # every event is synced before record() returns
     BATCHED = "batched"  # buffered and flushed within a window; boundary events wait
@@ -424,11 +424,12 @@ class GcReport:
 
 @dataclass(frozen=True, slots=True)
 class HealthCheck:
-    """One finding of ``turnback doctor``: what was checked, whether it is healthy, what to do
-    (``fix``, in words; ``remedy``, as :mod:`turnback.errors` names it, of ``session``)."""
+    """One finding of ``turnback doctor``: what was checked, whether it is healthy (None: it
+    was skipped, and ``detail`` says why), what to do (``fix``, in words; ``remedy``, as
+    :mod:`turnback.errors` names it, of ``session``)."""
 
     name: str
-    ok: bool
+    ok: bool | None
     detail: str
     fix: str | None = None
     remedy: str | None = None

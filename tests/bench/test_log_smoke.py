@@ -26,3 +26,9 @@ def test_smoke_run_as_json(tmp_path: Path) -> None:
     report = json.loads(done.stdout)
     assert [row["id"] for row in report["rows"]] == ["s", "l", "l-s"]
     assert report["turns"] == 50 and all(row["value"] > 0 for row in report["rows"][:2])
+    # the goal is on medians, and so is every value: not the fastest round
+    sessions, log, added = report["rows"]
+    assert (sessions["value"], log["value"]) == (sessions["median"], log["median"])
+    assert added["value"] == log["median"] - sessions["median"]
+    assert [row["met"] for row in report["rows"]][:2] == [None, None]
+    assert isinstance(added["met"], bool)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from .smoke import run_bench
@@ -27,8 +29,9 @@ def test_smoke_run_prints_the_table_and_cleans_up(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == [], "the benchmark left its scratch directory behind"
 
 
-def test_smoke_run_as_json(tmp_path: Path) -> None:
-    done = run_bench("proxy", tmp_path, "--json", "--startups", "0")  # start-ups: above
+def test_smoke_run_as_json_in_a_directory_it_makes(tmp_path: Path) -> None:
+    parent = tmp_path / "not" / "made yet"
+    done = run_bench("proxy", parent, "--json", "--startups", "0")  # start-ups: above
 
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -37,3 +40,28 @@ def test_smoke_run_as_json(tmp_path: Path) -> None:
     # CPU is counted in clock ticks: 500 chunks may take fewer than one of the proxy's
     assert all(row["direct"] > 0 and row["proxy"] >= 0 for row in report["rows"])
     assert all(row["proxy"] > 0 for row in report["rows"] if not row["id"].startswith("cpu"))
+    # a row with a goal says whether it was met; one without says null, as every benchmark does
+    assert {row["id"] for row in report["rows"] if row["met"] is not None} == {"n", "s", "cpu"}
+    assert all(isinstance(row["met"], bool) for row in report["rows"] if row["goal"] != "-")
+    assert {row["id"]: row["unit"] for row in report["rows"]} == {
+        "n": "ms",
+        "s": "x",
+        "c": "x",
+        "cpu": "x",
+        "cpu-c": "x",
+        "cpu-a": "x",
+        "r": "ms",
+    }
+    assert list(parent.iterdir()) == [], "the benchmark left its scratch directory behind"
+
+
+def test_the_byte_copier_has_a_help_of_its_own() -> None:
+    copier = Path(__file__).resolve().parents[2] / "bench" / "copier.py"
+    done = subprocess.run(
+        [sys.executable, str(copier), "--help"], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0 and "AGENT_COMMAND" in done.stdout, done  # not run as the agent
+    usage = subprocess.run(
+        [sys.executable, str(copier)], capture_output=True, text=True, timeout=30
+    )
+    assert usage.returncode == 2 and "usage:" in usage.stderr

@@ -154,7 +154,7 @@ def test_log_names_set_aside_turns(
     home: Path, session: turnback.Session, set_aside: turnback.Turn
 ) -> None:
     text = ok(home, "log", session.id)
-    assert "set_aside" in text
+    assert "  set aside  " in text, text  # the status in words
     assert "unrecovered" in text
     statuses = [t["status"] for t in ok_json(home, "log", session.id)["turns"]]
     assert statuses == ["completed", "set_aside"]
@@ -259,7 +259,7 @@ def test_recover_applies_a_dead_owners_turn(
 ) -> None:
     dead = abandoned_turn(session, [chunk("partial")])
     text = ok(home, "recover")
-    assert f"recovered turn 2 of session {session.id[:12]} as interrupted (1 events)" in text
+    assert f"recovered turn 2 of session {session.id[:12]} as interrupted (1 event)" in text
     assert "Nothing to recover" in ok(home, "recover")
     assert [t["token"] for t in ok_json(home, "log", session.id)["turns"]] == [
         completed.token,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import subprocess
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 import turnback
 
-from .test_cli import TURNBACK, ok, ok_json, run
+from .test_cli import TURNBACK, chunk, ok, ok_json, run
 
 
 @pytest.fixture
@@ -26,7 +27,8 @@ def workspace(tmp_path: Path) -> Path:
 def session_id(home: Path, workspace: Path) -> str:
     with turnback.open(home) as tb:
         session = tb.create_session(workspace)
-        with session.turn("create a"):
+        with session.turn("create a") as turn:
+            turn.record(chunk("writing a.py"))
             (workspace / "a.py").write_text("one\ntwo\n")
         (workspace / "hand.txt").write_text("by hand\n")
         with session.turn("edit a"):
@@ -36,6 +38,7 @@ def session_id(home: Path, workspace: Path) -> str:
 
 def test_log_shows_files_and_changes_outside_turns(home: Path, session_id: str) -> None:
     text = ok(home, "log", session_id)
+    assert "  1 event  " in text and "  0 events  " in text  # turn 1's one chunk; turn 2
     assert "A a.py" in text and "M a.py" in text and "+1 -1" in text
     assert "changed outside any turn: A hand.txt" in text
     turns = ok_json(home, "log", session_id)["turns"]
@@ -79,12 +82,30 @@ def test_revert_usage_errors_and_conflicts(home: Path, workspace: Path, session_
     conflict = run(home, "revert", session_id, "1", "--keep-user-edits", "--yes")
     assert conflict.returncode == 3 and "a.py" in conflict.stderr
     assert (workspace / "a.py").read_text() == "one\nMINE\n"
+    assert "<- revert 1: back to turn 1, keeping hand edits (rolled back)" in ok(
+        home, "log", session_id
+    )
 
 
 def test_gc(home: Path, session_id: str) -> None:
     data = ok_json(home, "gc", "--keep", "1", "--older-than", "0")
     assert data["checkpoints_released"] == 1 and data["refs_removed"] >= 1
     assert "freed" in ok(home, "gc")
+    assert run(home, "gc", "--keep", "-1").returncode == 2
+
+
+def test_gc_prints_small_sizes_in_kib_and_bytes(home: Path, session_id: str) -> None:
+    from turnback.cli import _size
+
+    text = ok(home, "gc", "--keep", "1", "--older-than", "0")
+    freed = re.search(r"freed (\d+ B|\d+\.\d KiB)$", text.strip())
+    assert freed and freed.group(1) != "0 B", text  # a few KiB, once "0.0 MiB"
+    assert (_size(0), _size(1023), _size(44606), _size(5 * 2**20)) == (
+        "0 B",
+        "1023 B",
+        "43.6 KiB",
+        "5.0 MiB",
+    )
     assert run(home, "gc", "--keep", "-1").returncode == 2
 
 

@@ -74,7 +74,36 @@ def test_doctor_prints_its_checklist_on_a_damaged_database_header(tmp_path: Path
     lines = result.stdout.splitlines()
     assert lines[0].startswith("ok    git") and lines[1].startswith("ok    home")
     assert lines[2].startswith("FAIL  database") and "backup" in result.stdout
-    assert json.loads(run(home, "doctor", "--json").stdout)[2]["ok"] is False
+    skipped = [line for line in lines if line.startswith("skip")]
+    assert skipped == [
+        f"skip  {name}: the database cannot be opened"
+        for name in ("recovery", "stored rows", "checkpoints")
+    ], lines
+    checks = json.loads(run(home, "doctor", "--json").stdout)
+    assert [c["ok"] for c in checks] == [True, True, False, None, None, None]
+
+
+def test_a_home_nothing_has_run_with_is_not_a_failure_and_doctor_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "not yet"
+    result = run(home, "doctor")
+    assert result.returncode == 0, result.stdout
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("ok    git: git ") and " at " in lines[0]
+    assert (
+        lines[1]
+        == f"ok    home: {home} does not exist yet: turnback makes it when it first stores a turn"
+    )
+    assert lines[2].startswith("ok    database: there is no turnback database")
+    assert "restore it from a backup" not in result.stdout
+    assert lines[3:] == [
+        f"skip  {name}: nothing is stored yet"
+        for name in ("recovery", "stored rows", "checkpoints")
+    ]
+    checks = json.loads(run(home, "doctor", "--json").stdout)
+    assert [c["ok"] for c in checks] == [True, True, True, None, None, None]
+    assert not home.exists(), "doctor created the home it was asked about"
 
 
 def test_read_commands_and_doctor_work_on_a_read_only_home(

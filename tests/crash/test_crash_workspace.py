@@ -129,8 +129,9 @@ def assert_consistent(home: Path, workspace: Path, session_id: str, state: dict[
     now = files(workspace)
     assert not [r for r in reverts if r.state in ("started", "files_restored", "undoing")]
     if head == state["heads"][0]:
-        # a plain revert to turn 1 keeps nothing made after turn 2 began (DESIGN: only files that
-        # existed before the undone turns are kept), so the files are exactly turn 1's
+        # a plain revert to turn 1 keeps nothing made after turn 2 began (the README's "Workspace
+        # checkpoints": only files that existed before the undone turns are kept), so the files
+        # are exactly turn 1's
         assert now == state["after_one"], "head is at turn 1 but the files are not"
         return "reverted"
     assert head == state["heads"][-1]

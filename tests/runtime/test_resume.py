@@ -65,6 +65,9 @@ def test_sigkill_at_each_step_resumes_with_every_effect_and_update_once(
     codes = [a.code for a in session.activities()]
     assert codes.count("agent.crashed") == 1
     assert codes.count("turn.resuming") == 1 and codes.count("turn.resumed") == 1
+    crashed = next(a for a in session.activities() if a.code == "agent.crashed")
+    assert "(killed by SIGKILL)" in crashed.message, crashed.message  # not "(status None)"
+    assert crashed.data["returncode"] == -signal.SIGKILL
     sessions = [a.data["opened"] for a in session.activities() if a.code == "agent.session"]
     assert sessions == ["new", "loaded"]
     kinds = [e.kind for e in session.run_events(turn.number)]

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from turnback.engine.owners import is_alive
-from turnback.errors import DECIDE, GC, RECOVER, TurnbackError
+from turnback.errors import DECIDE, GC, RECOVER, StoreNotFound, TurnbackError
 from turnback.model import HealthCheck, MessageKind, RevertState, TurnStatus, is_unreadable
 from turnback.store.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from turnback.engine.handle import Turnback
+    from turnback.workspace.git import Git
 
 
 def doctor(tb: Turnback) -> list[HealthCheck]:
@@ -39,18 +40,42 @@ def doctor(tb: Turnback) -> list[HealthCheck]:
 
 
 def doctor_unopened(home: Path, error: TurnbackError) -> list[HealthCheck]:
-    """The checks that need no database, and the database's failure to open."""
-    from turnback.workspace import Snapshots
+    """The checks that need no database, then the database's: nothing stored yet when there is
+    none (doctor creates nothing), else why it cannot be opened. The checks that read the
+    database follow, skipped (``ok`` is None) with the reason."""
+    from turnback.workspace.git import Git
 
     def git() -> HealthCheck:
-        found = Snapshots(home).git
-        return HealthCheck("git", True, f"git {'.'.join(map(str, found.version))}")
+        with tempfile.TemporaryDirectory(prefix="turnback-doctor-") as scratch:
+            found = Git(home=Path(scratch))  # its home for git, outside turnback's home
+        return HealthCheck("git", True, _git_detail(found))
 
+    if isinstance(error, StoreNotFound):
+        database = HealthCheck("database", True, str(error))
+        skipped = "nothing is stored yet"
+    else:
+        database = HealthCheck("database", False, str(error), _DATABASE_FIX)
+        skipped = "the database cannot be opened"
     return [
         *_guarded("git", lambda: [git()]),
-        _home(home, []),
-        HealthCheck("database", False, str(error), _DATABASE_FIX),
+        _home(home, []) if home.exists() else _missing_home(home),
+        database,
+        *(HealthCheck(name, None, skipped) for name in ("recovery", "stored rows", "checkpoints")),
     ]
+
+
+def _missing_home(home: Path) -> HealthCheck:
+    parent = next(folder for folder in home.parents if folder.exists())
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return HealthCheck(
+            "home",
+            False,
+            f"{home} does not exist, and it cannot be made: {parent} is not writable",
+            "make it writable, or choose another home with --home or TURNBACK_HOME",
+        )
+    return HealthCheck(
+        "home", True, f"{home} does not exist yet: turnback makes it when it first stores a turn"
+    )
 
 
 _DATABASE_FIX = "copy the file aside, then restore it from a backup or start a new home"
@@ -77,8 +102,11 @@ def _git(tb: Turnback) -> HealthCheck:
         git = tb.checkpoints.snapshots.git
     except TurnbackError as error:
         return HealthCheck("git", False, str(error), "install git 2.30 or newer and put it on PATH")
-    version = ".".join(map(str, git.version))
-    return HealthCheck("git", True, f"git {version} at {git.executable}")
+    return HealthCheck("git", True, _git_detail(git))
+
+
+def _git_detail(git: Git) -> str:
+    return f"git {'.'.join(map(str, git.version))} at {git.executable}"
 
 
 def _home(home: Path, workspaces: list[str]) -> HealthCheck:

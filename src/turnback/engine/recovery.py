@@ -147,7 +147,8 @@ def recover_turn(
                     turn.token,
                     ActivityLevel.INFO,
                     "turn.recovered",
-                    f"turn {current.number} was interrupted and recovered with {count} events",
+                    f"turn {current.number} was interrupted and recovered with {count} "
+                    f"event{'s' if count != 1 else ''}",
                     {"events": count, "number": current.number},
                     time.time(),
                 )
@@ -219,7 +220,8 @@ def apply(store: Store, turn: Turn) -> Turn:
             turn.token,
             ActivityLevel.INFO,
             "turn.applied",
-            f"set-aside turn {turn.token[:12]} was applied with {count} events",
+            f"set-aside turn {turn.token[:12]} was applied with {count} "
+            f"event{'s' if count != 1 else ''}",
             {"events": count},
             time.time(),
         )
@@ -244,7 +246,8 @@ def discard(store: Store, turn: Turn) -> int:
             None,
             ActivityLevel.WARNING,
             "turn.discarded",
-            f"set-aside turn {turn.token[:12]} was discarded with {count} events",
+            f"set-aside turn {turn.token[:12]} was discarded with {count} "
+            f"event{'s' if count != 1 else ''}",
             {"events": count, "token": turn.token, "prompt": current.prompt},
             time.time(),
         )

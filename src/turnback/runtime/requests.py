@@ -1,14 +1,15 @@
 """The agent's requests to its user -- permissions and input (ACP elicitation) -- as pending
 requests of the session.
 
-Order, and why (DESIGN.md invariant 3: nothing is acknowledged before it is durable): a request
-is recorded into the running turn as its frame comes off the pipe (:meth:`PendingRequests.asked`,
-in wire order); when the connection dispatches it, the journal is synced -- so the request is in the
-session's pending requests -- before the embedding application is asked; the answer is recorded
-and synced before the agent hears it. A request that arrives outside a turn, or whose turn has
-gone, is answered ``cancelled``/``cancel``: no turn can take it. A request still being asked
-when its turn ends is withdrawn from the embedding application (its callback is cancelled, so a
-proxy cancels the editor's request in turn) and answered ``cancelled``/``decline``.
+Order, and why (README, Design, invariant 3: nothing is acknowledged before it is durable): a
+request is recorded into the running turn as its frame comes off the pipe
+(:meth:`PendingRequests.asked`, in wire order); when the connection dispatches it, the journal is
+synced -- so the request is in the session's pending requests -- before the embedding application
+is asked; the answer is recorded and synced before the agent hears it. A request that arrives
+outside a turn, or whose turn has gone, is answered ``cancelled``/``cancel``: no turn can take it.
+A request still being asked when its turn ends is withdrawn from the embedding application (its
+callback is cancelled, so a proxy cancels the editor's request in turn) and answered
+``cancelled``/``decline``.
 """
 
 from __future__ import annotations

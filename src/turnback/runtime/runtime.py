@@ -1,6 +1,6 @@
 """The agent runtime: an ACP agent as a sidecar process whose prompts are turnback turns.
 
-Write order, and why (DESIGN.md invariants 1 and 3):
+Write order, and why (README, Design, invariants 1 and 3):
 
 1. A turn is begun -- durable, baseline captured -- before the prompt is sent to the agent.
 2. Every ``session/update``, step checkpoint and permission request is recorded as its frame comes
@@ -57,7 +57,7 @@ from turnback.runtime.requests import (
 from turnback.runtime.resume import CrashResume, resume_prompt
 from turnback.runtime.rollback import AgentRollback
 from turnback.runtime.rpc import RequestError
-from turnback.runtime.sidecar import AgentFeatures
+from turnback.runtime.sidecar import AgentFeatures, exit_text
 
 
 class AgentRuntime:
@@ -430,7 +430,7 @@ class AgentRuntime:
                     request.cancel()
                     death = f"agent {self._agent.described!r} exited"
                     returncode = self._agent.returncode
-                    raise AgentDied(f"{death} (status {returncode})", returncode) from None
+                    raise AgentDied(f"{death} ({exit_text(returncode)})", returncode) from None
             response = request.result()
         except BaseException:
             request.cancel()

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -90,6 +91,19 @@ class Started:
     sent_at: float | None = None  # time.monotonic() when it was sent: its timeout runs from then
 
 
+def exit_text(returncode: int | None) -> str:
+    """How an agent process ended, for messages: its exit status, the signal that killed it,
+    or that it has not exited."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit status {returncode}"
+
+
 def _object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -149,6 +163,13 @@ class Sidecar:
     @property
     def returncode(self) -> int | None:
         return self._process.returncode if self._process else None
+
+    async def exit_status(self, wait: float = 1.0) -> int | None:
+        """The exit status, waiting up to ``wait`` seconds for the process to be reaped (its
+        pipes close a moment before); None while it still runs."""
+        if self.exited is not None and not self.exited.done():
+            await asyncio.wait({self.exited}, timeout=wait)
+        return self.returncode
 
     async def spawn(self, early: Started | None = None) -> None:
         """Start the agent process -- or take ``early``, the agent command already started --
@@ -282,7 +303,7 @@ class Sidecar:
             await self.close()
             raise AgentUnavailable(
                 f"agent {self.described!r} exited during initialize "
-                f"(status {self.returncode}): {error}"
+                f"({exit_text(await self.exit_status())}): {error}"
             ) from error
         except RequestError as error:
             await self.close()

@@ -1,7 +1,7 @@
 """Workspace checkpoints: capture, diff, restore, reverse-apply and prune.
 
-Capture write order (DESIGN.md invariant 4, "snapshots before references"). Each step is a fault
-point the crash suite kills the process at:
+Capture write order (README, Design, invariant 4, "snapshots before references"). Each step is a
+fault point the crash suite kills the process at:
 
 1. ``capture.shadow`` – the shadow repository exists. It is built in a temporary directory and
    renamed into place, so it exists whole or not at all.
