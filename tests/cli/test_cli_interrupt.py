@@ -218,7 +218,7 @@ def test_a_killed_revert_is_called_interrupted_until_recover_rolls_it_back(
     assert f"rolled back revert 1 of session {session_id[:12]}" in recovered.stdout
     assert files(workspace) == before
     log = run(home, "log", session_id)
-    assert "(rolled_back)" in log.stdout and "interrupted" not in log.stdout
+    assert "(rolled back)" in log.stdout and "interrupted" not in log.stdout
 
 
 def test_a_live_revert_says_what_to_do_once_it_has_finished(
