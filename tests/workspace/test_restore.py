@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from turnback.workspace import Snapshots
+from turnback.workspace.shadow import Entry
+from turnback.workspace.writer import WorkspaceWriter
 
 from .conftest import Capture, commit_all, git, tree_digest, with_submodule, write
 
@@ -206,6 +208,8 @@ CHILD = """
 import sys
 from pathlib import Path
 from turnback.workspace import Snapshots
+from turnback.workspace.shadow import Entry
+from turnback.workspace.writer import WorkspaceWriter
 Snapshots(Path(sys.argv[1])).restore(Path(sys.argv[2]), sys.argv[3], current=sys.argv[4])
 """
 
@@ -254,3 +258,29 @@ def test_unusual_file_names_round_trip(
     assert sorted(c.path for c in changed) == sorted(f"odd/{n}" for n in names)
     snapshots.restore(any_workspace, before, current=after)
     assert tree_digest(any_workspace) == expected
+
+
+def test_ctrl_c_while_the_writer_goes_down_a_path_stays_a_ctrl_c(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A KeyboardInterrupt landing as the writer closes a directory it has gone past (here: raised
+    by that close, once it has closed) reaches the caller as itself, not as the OSError of a
+    descriptor closed twice, which a restore would report as a file it could not write."""
+    workspace = tmp_path / "workspace"
+    (workspace / "a" / "b").mkdir(parents=True)
+    close = os.close
+    interrupted: list[int] = []
+
+    def close_then_interrupt(fd: int) -> None:
+        close(fd)
+        if not interrupted:
+            interrupted.append(fd)
+            raise KeyboardInterrupt
+
+    with WorkspaceWriter(workspace) as writer:
+        monkeypatch.setattr(os, "close", close_then_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            writer.write("a/b/c.txt", Entry("100644", "0" * 40), b"new\n", absent=True)
+        monkeypatch.setattr(os, "close", close)
+    assert interrupted, "the writer closed no directory on its way down"
+    assert sorted(p.name for p in workspace.rglob("*")) == ["a", "b"]

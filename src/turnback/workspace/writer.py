@@ -64,7 +64,11 @@ class WorkspaceWriter:
 
     @contextlib.contextmanager
     def _parent(self, path: str, *, create: bool) -> Iterator[int | None]:
-        """A descriptor of the directory holding ``path`` (``None``: it does not exist)."""
+        """A descriptor of the directory holding ``path`` (``None``: it does not exist).
+
+        Going down, ``fd`` names the child before its parent is closed: a Ctrl-C between the two
+        then leaves a descriptor open, where the other order would have ``finally`` close the
+        parent twice and turn the KeyboardInterrupt into an OSError (EBADF)."""
         parts = components(path)
         fd = os.dup(self._root)
         try:
@@ -84,8 +88,8 @@ class WorkspaceWriter:
                         raise Refused(f"{where} cannot be created ({error.strerror})") from None
                 except OSError:
                     raise Refused(f"{where} is a symbolic link or not a directory") from None
-                os.close(fd)
-                fd = child
+                fd, parent = child, fd
+                os.close(parent)
                 if _exists(".git", fd):
                     raise Refused(f"{where} is a nested repository or submodule")
             yield fd
@@ -107,9 +111,8 @@ class WorkspaceWriter:
                     break  # the rest would be created
                 if not stat.S_ISDIR(info.st_mode):
                     raise Refused(f"{where} is a symbolic link or not a directory")
-                child = os.open(name, _DIRECTORY, dir_fd=fd)
-                os.close(fd)
-                fd = child
+                fd, parent = os.open(name, _DIRECTORY, dir_fd=fd), fd
+                os.close(parent)
                 if _exists(".git", fd):
                     raise Refused(f"{where} is a nested repository or submodule")
             else:
