@@ -327,7 +327,9 @@ def diff_json(handle: Session, turn: int | str, *, patch: bool = True) -> dict[s
 
 def _moving(reverts: Sequence[Revert]) -> list[Revert]:
     """The reverts and undos that have not finished: their files may be moving."""
-    return [r for r in reverts if r.state in ("started", "files_restored", "undoing")]
+    from turnback.engine.turns import UNFINISHED_REVERTS
+
+    return [r for r in reverts if r.state in UNFINISHED_REVERTS]
 
 
 def _emit_json(data: Any) -> None:
