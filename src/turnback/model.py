@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 JSON = dict[str, Any]
 
@@ -371,6 +371,24 @@ class RevertRequest:
     files: bool = True
     conversation: bool = True
     keep_user_edits: bool = False
+
+    @classmethod
+    def of(cls, target: int | RevertRequest, **options: Unpack[RevertOptions]) -> RevertRequest:
+        """``target`` as it is, or a request to rewind to turn ``target`` with ``options``."""
+        if isinstance(target, RevertRequest):
+            if options:
+                raise TypeError("give a RevertRequest or a turn number with options, not both")
+            return target
+        return cls(target, **options)
+
+
+class RevertOptions(TypedDict, total=False):
+    """A revert's options as keywords (``session.revert(2, keep_user_edits=True)``): the fields
+    of :class:`RevertRequest` but its target."""
+
+    files: bool
+    conversation: bool
+    keep_user_edits: bool
 
 
 @dataclass(frozen=True, slots=True)

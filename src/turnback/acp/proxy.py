@@ -87,6 +87,7 @@ from turnback.runtime.wire import (
     SentRequests,
     with_session_id,
 )
+from turnback.service import AddActivity, CreateSession, DeleteSession, ForkSession, Service
 
 log = logging.getLogger("turnback.acp")
 
@@ -337,6 +338,11 @@ class Proxy:
         assert self._tb is not None, "the store is opened before any session is"
         return self._tb
 
+    @property
+    def service(self) -> Service:
+        """The handle's service: every engine call of the proxy goes through it."""
+        return Service.of(self.tb)
+
     def initialized_by(self, params: dict[str, Any]) -> None:
         """The editor's ``initialize`` (``params``) was answered before this proxy ran."""
         self.initialize_params = dict(params)
@@ -385,7 +391,7 @@ class Proxy:
         if method == "initialize":
             return await self._initialize(params)
         if method == "session/list":
-            return await asyncio.to_thread(self._list, params)
+            return await self.service.acall(self._list, params)
         if method == "authenticate":
             result = await (await self._agent()).request(method, params)
             self.authenticated = dict(params)
@@ -515,11 +521,11 @@ class Proxy:
         servers = params.get("mcpServers") or []
         agent = " ".join(self.command)
         if method == "session/new":
-            session = await asyncio.to_thread(self.tb.create_session, cwd, None, agent)
+            session = await self.service.arun(CreateSession(cwd, None, agent))
         else:
-            source = await asyncio.to_thread(self._stored, params.get("sessionId"))
+            source = await self.service.acall(self._stored, params.get("sessionId"))
             if method == "session/fork":
-                session = await asyncio.to_thread(source.fork, cwd, agent=agent)
+                session = await self.service.arun(ForkSession(source.id, cwd, agent=agent))
             else:
                 session = source
         editor = self._sessions.get(session.id)
@@ -530,7 +536,7 @@ class Proxy:
             def read() -> tuple[list[Message], list[Turn], list[Activity]]:
                 return session.messages(), session.turns(), session.activities()
 
-            messages, turns, activities = await asyncio.to_thread(read)
+            messages, turns, activities = await self.service.acall(read)
             for update in transcript.replay(messages, turns, activities):
                 self.update(session.id, update)
         if method != "session/new":
@@ -551,11 +557,11 @@ class Proxy:
         one is set aside), then the agent deletes its own session when it says it can, and the
         session leaves the agent process."""
         try:
-            session = await asyncio.to_thread(self._stored, params.get("sessionId"))
+            session = await self.service.acall(self._stored, params.get("sessionId"))
         except (SessionNotFound, InvalidId):
             return  # ACP: deleting a session that is gone, or never was, succeeds silently
-        record = await asyncio.to_thread(lambda: session.record)
-        await asyncio.to_thread(session.delete)
+        record = await self.service.acall(lambda: session.record)
+        await self.service.arun(DeleteSession(session.id))
         editor = self._sessions.get(session.id)
         agent_session = record.agent_state.get("agentSessionId")
         if editor is not None and editor.runtime is not None:
@@ -620,12 +626,14 @@ class Proxy:
             said = await commands.run(command, runtime, self._confirmer(editor.id))
             self.update(editor.id, transcript.notice_chunk(said.text, "command"))
             if not said.recorded:  # kept, so a session/load shows it again where it was
-                await asyncio.to_thread(
-                    editor.session.add_activity,
-                    ActivityLevel.INFO,
-                    transcript.COMMAND_ANSWERED,
-                    said.text,
-                    {"command": command.name, "args": list(command.args)},
+                await self.service.arun(
+                    AddActivity(
+                        editor.id,
+                        ActivityLevel.INFO,
+                        transcript.COMMAND_ANSWERED,
+                        said.text,
+                        {"command": command.name, "args": list(command.args)},
+                    )
                 )
             return {"stopReason": "end_turn"}
         meta = params.get("_meta")
@@ -665,7 +673,7 @@ class Proxy:
             return session.record, session.turns()
 
         try:
-            record, turns = await asyncio.to_thread(read)
+            record, turns = await self.service.acall(read)
         except TurnbackError as error:
             log.warning("the session's title could not be read: %s", error)
             return

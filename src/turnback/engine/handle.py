@@ -10,13 +10,12 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from turnback.engine import recovery, revert
 from turnback.engine.checkpoints import DELETED, WorkspaceCheckpoints, collect_garbage
 from turnback.engine.journal import Journal
 from turnback.engine.owners import Lease, host_identity, is_alive, require_here
-from turnback.engine.revert import ConversationRollback, StartedRevert
 from turnback.engine.turns import (
     UNFINISHED_REVERTS,
     RunningTurn,
@@ -54,6 +53,7 @@ from turnback.model import (
     RangeDiff,
     RecoveryReport,
     Revert,
+    RevertOptions,
     RevertPlan,
     RevertRequest,
     RunEvent,
@@ -150,7 +150,13 @@ class Turnback:
             WorkspaceCheckpoints(self.home, progress=progress) if checkpoints else None
         )
         self._closed = False
+        self._closing: list[Callable[[], None]] = []
         atexit.register(self.close)
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` first when this handle closes (what works on the handle stops
+        before its store does)."""
+        self._closing.append(callback)
 
     # sessions
 
@@ -248,6 +254,8 @@ class Turnback:
         self._closed = True
         atexit.unregister(self.close)
         try:
+            for callback in reversed(self._closing):
+                callback()
             self.lease.close()
             self.journal.close()
         finally:
@@ -699,51 +707,29 @@ class Session:
 
     def revert(
         self,
-        to_turn: int,
+        target: int | RevertRequest,
+        /,
         *,
-        files: bool = True,
-        conversation: bool = True,
-        keep_user_edits: bool = False,
         rollback: revert.ConversationRollback | None = None,
+        **options: Unpack[RevertOptions],
     ) -> Revert:
-        """Rewind to turn ``to_turn`` (0: before the first): files, conversation or both.
+        """Rewind to turn ``target`` (0: before the first): files, conversation or both.
 
         Validates everything first, captures the workspace so the revert can be undone, moves
         the files, then rolls the conversation back in one transaction; later turns are kept as
         reverted history. ``keep_user_edits`` undoes only the agent's own changes (RevertConflict,
-        with nothing written, where they clash with hand edits)."""
-        request = RevertRequest(to_turn, files, conversation, keep_user_edits)
-        return revert.revert(*self._reverting(), request, rollback)
-
-    def start_revert(
-        self,
-        to_turn: int,
-        *,
-        files: bool = True,
-        conversation: bool = True,
-        keep_user_edits: bool = False,
-        rollback: ConversationRollback | None = None,
-    ) -> StartedRevert:
-        """:meth:`revert` up to the agent's side: validated (``rollback.check`` included),
-        captured, the files moved. Roll the agent back on your side, then call ``finish()`` on
-        the result (or ``abandon(why)``, which puts the files back)."""
-        request = RevertRequest(to_turn, files, conversation, keep_user_edits)
-        return revert.start_revert(*self._reverting(), request, rollback)
+        with nothing written, where they clash with hand edits). ``target`` may be a whole
+        :class:`RevertRequest` instead of a number and options."""
+        return revert.revert(*self._reverting(), RevertRequest.of(target, **options), rollback)
 
     def revert_plan(
-        self,
-        to_turn: int,
-        *,
-        files: bool = True,
-        conversation: bool = True,
-        keep_user_edits: bool = False,
+        self, target: int | RevertRequest, /, **options: Unpack[RevertOptions]
     ) -> RevertPlan:
         """What ``revert`` with the same arguments would do to the files, writing nothing: the
         files restored and deleted (with +/-), the files kept (ignored, not captured, existing
         before the turns, or hand edits under ``keep_user_edits``) and the hand edits in the way
         (``conflicts``). Raises what the revert would raise before it writes."""
-        request = RevertRequest(to_turn, files, conversation, keep_user_edits)
-        return revert.plan(*self._reverting(), request)
+        return revert.plan(*self._reverting(), RevertRequest.of(target, **options))
 
     def _reverting(self) -> tuple[Store, WorkspaceCheckpoints | None, str]:
         """What the engine's revert, its first steps and its plan take before their own
