@@ -8,7 +8,7 @@ with a ``sessionUpdate`` discriminator. turnback's own kinds use the ACP extensi
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, Unpack
 
@@ -167,6 +167,12 @@ class Turn:
     @property
     def prompt_text(self) -> str:
         return prompt_text(self.prompt)
+
+
+def conversation(turns: Iterable[Turn]) -> list[Turn]:
+    """The turns of a session's current conversation, in order: the one way every part of
+    turnback counts and numbers them."""
+    return sorted((t for t in turns if t.in_conversation), key=lambda t: t.number)
 
 
 def prompt_text(prompt: Any) -> str:

@@ -27,7 +27,7 @@ from turnback.errors import (
     WAIT,
     TurnbackError,
 )
-from turnback.model import FileChange, RevertRequest, Turn
+from turnback.model import FileChange, RevertRequest
 
 if TYPE_CHECKING:
     from turnback.runtime import AgentRuntime
@@ -108,11 +108,6 @@ def worded(error: TurnbackError) -> str:
     return f"{error}{hints.get(error.remedy or '', '')}"
 
 
-def _conversation(runtime: AgentRuntime) -> list[Turn]:
-    turns = runtime.session.turns()
-    return sorted((t for t in turns if t.in_conversation), key=lambda t: t.number)
-
-
 def _changes(changes: Sequence[FileChange]) -> str:
     if not changes:
         return "no file changes"
@@ -130,7 +125,7 @@ def _cell(text: str) -> str:
 
 def _checkpoints(runtime: AgentRuntime) -> str:
     session = runtime.session
-    turns = _conversation(runtime)
+    turns = runtime.session.conversation()
     lines = [
         "**Checkpoints of this session**",
         "",
@@ -155,7 +150,7 @@ def _checkpoints(runtime: AgentRuntime) -> str:
 
 
 def _diff(runtime: AgentRuntime, args: tuple[str, ...]) -> str:
-    turns = _conversation(runtime)
+    turns = runtime.session.conversation()
     if len(args) > 1 or (args and not args[0].isdigit()):
         return "Usage: `/diff [N]`, where N is a turn number from `/checkpoints`."
     if not turns:
@@ -221,7 +216,7 @@ def _planned(runtime: AgentRuntime, request: RevertRequest) -> tuple[str, bool]:
     plan = runtime.session.revert_plan(request)
     number, keep = request.to_turn, request.keep_user_edits
     scope = _scope(request)
-    later = sum(1 for t in _conversation(runtime) if t.number > number)
+    later = sum(1 for t in runtime.session.conversation() if t.number > number)
     lines = [
         f"**Rewind {_WHAT[scope]} to turn {number}**"
         + (", keeping your own edits" if keep else "")

@@ -154,8 +154,7 @@ class CrashResume:
         from its last step checkpoint, or as a continuation; ``ensure_agent`` has the agent
         running with its session open before the turn is reopened. Raises ResumeUnavailable
         when there is no such turn, or it has no checkpoint and the policy is to stop."""
-        turns = await self._parts.service.acall(self._parts.session.turns)
-        conversation = [t for t in turns if t.in_conversation]
+        conversation = await self._parts.service.acall(self._parts.session.conversation)
         if not conversation or conversation[-1].status is not TurnStatus.INTERRUPTED:
             raise ResumeUnavailable(
                 f"session {self._parts.session.id[:12]} has no interrupted turn at its head "

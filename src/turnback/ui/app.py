@@ -63,7 +63,7 @@ from turnback.errors import (
     TurnbackError,
     TurnNotFound,
 )
-from turnback.model import ActivityLevel, RevertRequest
+from turnback.model import ActivityLevel, RevertRequest, conversation
 from turnback.service import (
     AddActivity,
     ApplySetAside,
@@ -349,7 +349,7 @@ class Api:
             turns = handle.turns()
             return {
                 "session": cli.session_json(handle.record),
-                "conversation": sorted(t.number for t in turns if t.in_conversation),
+                "conversation": [t.number for t in conversation(turns)],
             }
 
         return await self.answer(build)
@@ -560,7 +560,7 @@ class Api:
     async def mark(self, request: Request) -> Response:
         def run(handle: Session, data: dict[str, Any]) -> dict[str, Any]:
             number = self.number(data.get("turn"), "turn")
-            head = max((t.number for t in handle.turns() if t.in_conversation), default=0)
+            head = max((t.number for t in handle.conversation()), default=0)
             if number > head:
                 raise TurnNotFound(f"session {handle.id[:12]} has turns 1 to {head}")
             said = f"reviewed up to turn {number}"
