@@ -16,8 +16,8 @@ Some facts about its security, on which the rest relies:
 * Ids from the address are checked against the shape of an id before they reach the library,
   and assets are served from a fixed table: no part of an address becomes a file path.
 
-Every library call runs on one worker thread, in order: the handle and its store are used by one
-thread at a time, and the event loop never waits on SQLite or git.
+Every library call goes through the handle's service (:class:`~turnback.service.Service`), in
+order, on its engine thread: the event loop never waits on SQLite or git.
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ import json
 import re
 import secrets
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from http.cookies import SimpleCookie
 from importlib.resources import files
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode
 
 from starlette.applications import Starlette
@@ -64,14 +63,18 @@ from turnback.errors import (
     TurnbackError,
     TurnNotFound,
 )
+from turnback.model import ActivityLevel, RevertRequest, conversation
+from turnback.service import (
+    AddActivity,
+    ApplySetAside,
+    DiscardSetAside,
+    PlanRevert,
+    RevertSession,
+    Service,
+    UndoRevert,
+)
 
 T = TypeVar("T")
-
-
-class RevertOptions(TypedDict):
-    files: bool
-    conversation: bool
-    keep_user_edits: bool
 
 
 CSRF_HEADER = "x-turnback-csrf"
@@ -272,12 +275,11 @@ class Api:
         self.tb = tb
         self.csrf = csrf
         self.read_only = read_only
-        self.worker = ThreadPoolExecutor(1, thread_name_prefix="turnback-ui")
+        self.service = Service.of(tb)
         self._shell = (files("turnback.ui") / "static" / "index.html").read_text("utf-8")
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.worker, partial(fn, *args, **kwargs))
+        return await self.service.acall(partial(fn, *args, **kwargs))
 
     async def answer(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
         try:
@@ -347,7 +349,7 @@ class Api:
             turns = handle.turns()
             return {
                 "session": cli.session_json(handle.record),
-                "conversation": sorted(t.number for t in turns if t.in_conversation),
+                "conversation": [t.number for t in conversation(turns)],
             }
 
         return await self.answer(build)
@@ -499,38 +501,41 @@ class Api:
         return await self.answer(lambda: run(self.session(ref), data))
 
     @classmethod
-    def revert_options(cls, data: Any) -> tuple[int, RevertOptions]:
+    def revert_request(cls, data: Any) -> RevertRequest:
         """A revert's target and options, from a POST body or a plan's query."""
         scope = data.get("scope", "both")
         if scope not in ("both", "files", "conversation"):
             raise InvalidId(f"scope must be both, files or conversation, not {str(scope)[:40]!r}")
         keep = data.get("keep_user_edits", False)
-        options = RevertOptions(
+        return RevertRequest(
+            cls.number(data.get("to_turn"), "to_turn"),
             files=scope != "conversation",
             conversation=scope != "files",
             keep_user_edits=keep in (True, "1", "true"),
         )
-        return cls.number(data.get("to_turn"), "to_turn"), options
 
     async def plan(self, request: Request) -> Response:
         """What a revert would do, writing nothing: as ``revert --dry-run --json``."""
 
         def build() -> dict[str, Any]:
             handle = self.session(self.session_ref(request))
-            to_turn, options = self.revert_options(request.query_params)
-            return cli.plan_json(handle.revert_plan(to_turn, **options))
+            asked = self.revert_request(request.query_params)
+            return cli.plan_json(self.service.run(PlanRevert(handle.id, asked)))
 
         return await self.answer(build)
 
     async def revert(self, request: Request) -> Response:
         def run(handle: Session, data: dict[str, Any]) -> dict[str, Any]:
-            to_turn, options = self.revert_options(data)
-            return cli.revert_json(handle.revert(to_turn, **options))
+            reverted = self.service.run(RevertSession(handle.id, self.revert_request(data)))
+            return cli.revert_json(reverted)
 
         return await self.action(request, run)
 
     async def undo(self, request: Request) -> Response:
-        return await self.action(request, lambda handle, _: cli.revert_json(handle.undo_revert()))
+        def run(handle: Session, _: dict[str, Any]) -> dict[str, Any]:
+            return cli.revert_json(self.service.run(UndoRevert(handle.id)))
+
+        return await self.action(request, run)
 
     async def set_aside(self, request: Request) -> Response:
         try:
@@ -544,20 +549,23 @@ class Api:
 
         def run(handle: Session, _: dict[str, Any]) -> dict[str, Any]:
             if verb == "apply":
-                return {"applied": cli.turn_json(handle.apply(token))}
-            return {"discarded": token, "events": handle.discard(token)}
+                return {"applied": cli.turn_json(self.service.run(ApplySetAside(handle.id, token)))}
+            return {
+                "discarded": token,
+                "events": self.service.run(DiscardSetAside(handle.id, token)),
+            }
 
         return await self.action(request, run)
 
     async def mark(self, request: Request) -> Response:
         def run(handle: Session, data: dict[str, Any]) -> dict[str, Any]:
             number = self.number(data.get("turn"), "turn")
-            head = max((t.number for t in handle.turns() if t.in_conversation), default=0)
+            head = max((t.number for t in handle.conversation()), default=0)
             if number > head:
                 raise TurnNotFound(f"session {handle.id[:12]} has turns 1 to {head}")
-            handle.add_activity(
-                "info", REVIEW_MARK, f"reviewed up to turn {number}", {"turn": number}
-            )
+            said = f"reviewed up to turn {number}"
+            mark = AddActivity(handle.id, ActivityLevel.INFO, REVIEW_MARK, said, {"turn": number})
+            self.service.run(mark)
             return {"review_mark": number}
 
         return await self.action(request, run)
