@@ -7,6 +7,7 @@ Every command takes ``--json`` for scripts; the shapes are documented in the REA
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -1208,5 +1209,10 @@ def remedy_hint(remedy: object, session: str | None, turn: int | None = None) ->
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    # A stored string may hold an unpaired surrogate (an agent sent one; the store keeps it):
+    # written as its escape it cannot fail, and --json stays the same JSON value
+    # (turnback.jsontext). Standard error already writes it so.
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
     with _errors_to_exit_codes():
         cli.main(args=list(argv) if argv is not None else None, prog_name="turnback")

@@ -147,6 +147,35 @@ def test_a_range_diff_spans_turns_and_the_hand_edits_between(
     assert "earlier turn to a later one" in backwards.json()["error"]["message"]
 
 
+def test_a_lone_surrogate_is_served_as_its_json_escape(
+    client: TestClient, reviewed: Reviewed, tb: turnback.Turnback
+) -> None:
+    """An unpaired surrogate an agent sent (kept by the store) is answered as the JSON escape it
+    came as, in the log, a turn and the live stream: never a 500."""
+    sid = reviewed.session
+    session = tb.session(sid)
+    with session.turn("mend the \ud83d emoji") as turn:
+        say(turn, "half a pair: \ud800")
+    running = session.turn("still \udfff going")
+    say(running, "live \udc00 text")
+    tb.journal.flush()
+
+    log = client.get(f"/api/sessions/{sid}/log")
+    shown = client.get(f"/api/sessions/{sid}/turns/4")
+    assert log.status_code == 200 and shown.status_code == 200
+    assert b"\\ud83d" in log.content  # the escape, in UTF-8 that always encodes
+    assert log.json()["turns"][3]["prompt"] == "mend the \ud83d emoji"
+    assert shown.json()["messages"][1]["text"] == "half a pair: \ud800"
+    with client.stream("GET", f"/api/sessions/{sid}/stream") as events:
+        for line in events.iter_lines():
+            if line.startswith("data: {"):
+                data = json.loads(line[6:])
+                assert data["turn"]["prompt"] == "still \udfff going"
+                assert data["messages"][-1]["text"] == "live \udc00 text"
+                break
+    running.complete()
+
+
 @pytest.mark.parametrize(
     ("path", "status", "words"),
     [

@@ -64,6 +64,7 @@ from turnback.errors import (
     TurnbackError,
     TurnNotFound,
 )
+from turnback.jsontext import utf8
 
 T = TypeVar("T")
 
@@ -168,8 +169,16 @@ def error_json(error: TurnbackError) -> tuple[int, dict[str, Any]]:
     return status or (409 if error.exit_code == 3 else 500), {"error": body}
 
 
-def _problem(status: int, kind: str, message: str, hint: str) -> JSONResponse:
-    return JSONResponse({"error": {"type": kind, "message": message, "hint": hint}}, status)
+class Json(JSONResponse):
+    """A JSON answer. An unpaired surrogate an agent sent (the store keeps it) is written as its
+    ``\\uXXXX`` escape, the same JSON value (:func:`turnback.jsontext.utf8`), never a 500."""
+
+    def render(self, content: Any) -> bytes:
+        return utf8(json.dumps(content, ensure_ascii=False, default=str, separators=(",", ":")))
+
+
+def _problem(status: int, kind: str, message: str, hint: str) -> Json:
+    return Json({"error": {"type": kind, "message": message, "hint": hint}}, status)
 
 
 class TokenGate:
@@ -284,11 +293,8 @@ class Api:
             data = await self.call(fn, *args, **kwargs)
         except TurnbackError as error:
             status, body = error_json(error)
-            return JSONResponse(body, status)
-        return Response(
-            json.dumps(data, ensure_ascii=False, default=str, separators=(",", ":")),
-            media_type="application/json",
-        )
+            return Json(body, status)
+        return Json(data)
 
     # -- checking the address ---------------------------------------------------------------
 
@@ -427,7 +433,7 @@ class Api:
             handle = await self.call(self.session, self.session_ref(request))
         except TurnbackError as error:
             status, body = error_json(error)
-            return JSONResponse(body, status)
+            return Json(body, status)
 
         def look() -> tuple[str, str | None]:
             record = handle.record
@@ -454,7 +460,7 @@ class Api:
                 )
             return shape, live
 
-        async def events() -> AsyncIterator[str]:
+        async def events() -> AsyncIterator[str | bytes]:
             seen: tuple[str, str | None] = ("", None)
             yield "retry: 1000\n\n"
             while not await request.is_disconnected():
@@ -466,7 +472,7 @@ class Api:
                 if now[0] != seen[0]:
                     yield f"event: log\ndata: {json.dumps(now[0])}\n\n"
                 if now[1] is not None and now[1] != seen[1]:
-                    yield f"event: running\ndata: {now[1]}\n\n"
+                    yield b"event: running\ndata: " + utf8(now[1]) + b"\n\n"
                 seen = now
                 await asyncio.sleep(POLL_INTERVAL)
 
@@ -495,7 +501,7 @@ class Api:
             ref = self.session_ref(request)
         except TurnbackError as error:
             status, body = error_json(error)
-            return JSONResponse(body, status)
+            return Json(body, status)
         return await self.answer(lambda: run(self.session(ref), data))
 
     @classmethod
@@ -537,7 +543,7 @@ class Api:
             token = self.turn_ref(request)
         except TurnbackError as error:
             status, body = error_json(error)
-            return JSONResponse(body, status)
+            return Json(body, status)
         verb = request.path_params["verb"]
         if verb not in ("apply", "discard"):
             return _problem(404, "NotFound", f"no action {verb[:40]!r}", "Apply or discard.")
