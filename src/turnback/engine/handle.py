@@ -6,6 +6,7 @@ import atexit
 import dataclasses
 import os
 import re
+import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -150,7 +151,7 @@ class Turnback:
             WorkspaceCheckpoints(self.home, progress=progress) if checkpoints else None
         )
         self._closed = False
-        atexit.register(self.close)
+        atexit.register(self._close_at_exit)
 
     # sessions
 
@@ -243,15 +244,32 @@ class Turnback:
         return doctor(self)
 
     def close(self) -> None:
+        """Write what the journal still holds and let go of the store; raises the store's error
+        when that cannot be written (everything is let go all the same)."""
         if self._closed:
             return
         self._closed = True
-        atexit.unregister(self.close)
+        atexit.unregister(self._close_at_exit)
         try:
             self.lease.close()
-            self.journal.close()
         finally:
-            self.store.close()
+            try:
+                self.journal.close()
+            finally:
+                self.store.close()
+
+    def _close_at_exit(self) -> None:
+        """:meth:`close` for a process that exits without closing: nobody is left to catch
+        its error, so it is said in one line instead of a traceback."""
+        try:
+            self.close()
+        except TurnbackError as error:
+            print(
+                f"turnback: at exit, the events still waiting were not written: {error}. "
+                "Every event acknowledged as durable is kept, and a turn left running is "
+                "recovered the next time this home is opened",
+                file=sys.stderr,
+            )
 
     def __enter__(self) -> Turnback:
         return self
