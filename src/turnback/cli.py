@@ -1106,7 +1106,8 @@ def acp(
     "--host",
     default="127.0.0.1",
     show_default=True,
-    help="The address to serve on; anything but loopback lets other machines knock.",
+    help="The address to serve on; anything but loopback lets other machines knock "
+    "(0.0.0.0: every address, and an address they can use is printed).",
 )
 @click.option(
     "--port",
@@ -1121,8 +1122,9 @@ def acp(
 def ui(state: Context, host: str, port: int, no_open: bool, read_only: bool) -> None:
     """Serve a local review page: sessions, timelines, diffs, reverts with a preview, undo.
 
-    Prints the page's address, with its token, as the first line, then opens a browser unless
-    --no-open; serves until interrupted. Every request needs the token."""
+    Prints the page's address, with its token, as the first line, then opens a browser (on a
+    one-time address) unless --no-open; serves until interrupted. The page swaps the token for
+    a key that every request of its API needs."""
     from turnback.ui import serve
 
     try:
