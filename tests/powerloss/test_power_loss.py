@@ -9,7 +9,8 @@ a fault point or at a random moment, the disk loses power and comes back, and th
   no event acknowledged at a boundary, in every mode no begun or ended turn;
 * every shadow repository passes ``git fsck``, and ``turnback doctor`` passes.
 
-CI runs a few cuts; ``make torture`` (``TURNBACK_TORTURE=1``) runs every fault point in every
+The acknowledgements are written off that disk, as the outside world records them. CI runs a
+few cuts; ``make torture`` (``TURNBACK_TORTURE=1``) runs every fault point in every
 mode and ``TURNBACK_POWER_CUTS`` (default 200 there) cuts at random moments.
 """
 
@@ -18,21 +19,24 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import turnback
-from tests.crash.harness import CHILD, Acks, check_stream, run_child, settle_and_check
-from tests.crash.test_crash import STREAM_CASES
+from tests.crash.harness import (
+    Acks,
+    check_stream,
+    kill_stream_after,
+    run_child,
+    settle_and_check,
+)
+from tests.crash.test_crash import STREAM_CASES, _stream_args
 from tests.crash.test_crash_workspace import CAPTURE
 
 from .disk import PowerDisk, why_not
@@ -109,11 +113,6 @@ def check_disk(home: Path) -> None:
     assert doctor.returncode == 0 and not failed, failed or doctor.stderr
 
 
-def _stream_args(tmp_path: Path, session_id: str, **extra: Any) -> dict[str, Any]:
-    # the acknowledgements are the outside world's record: off the disk that loses power
-    return {"session": session_id, "ack": str(tmp_path / "ack.jsonl"), "events": EVENTS, **extra}
-
-
 def test_a_new_home_its_session_and_shadow_repository_survive_a_power_loss(
     disk: PowerDisk,
 ) -> None:
@@ -164,22 +163,10 @@ def test_power_lost_at_a_random_moment_while_streaming(
     events = 2000
     home, session_id = new_session(disk)
     args = _stream_args(tmp_path, session_id, mode=mode, events=events, pause_every=20)
-    child = subprocess.Popen(
-        [sys.executable, str(CHILD), "stream", str(home), json.dumps(args)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    ack = tmp_path / "ack.jsonl"
-    deadline = time.monotonic() + 60
-    while not ack.exists() and time.monotonic() < deadline and child.poll() is None:
-        time.sleep(0.01)
-    time.sleep(rng.uniform(0.0, 1.5))
-    child.send_signal(signal.SIGKILL)
-    assert child.wait(timeout=30) in (-signal.SIGKILL, 0)
+    acks = kill_stream_after(home, args, rng.uniform(0.0, 1.5))
 
     disk.lose_power()
 
-    acks = Acks.read(ack)
     settle_and_check(home, session_id)
     check_stream(home, session_id, acks, mode=mode, events=events, steps=False)
     check_disk(home)
