@@ -7,6 +7,7 @@ Every command takes ``--json`` for scripts; the shapes are documented in the REA
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -1118,7 +1119,8 @@ def acp(
     "--host",
     default="127.0.0.1",
     show_default=True,
-    help="The address to serve on; anything but loopback lets other machines knock.",
+    help="The address to serve on; anything but loopback lets other machines knock "
+    "(0.0.0.0: every address, and an address they can use is printed).",
 )
 @click.option(
     "--port",
@@ -1133,8 +1135,9 @@ def acp(
 def ui(state: Context, host: str, port: int, no_open: bool, read_only: bool) -> None:
     """Serve a local review page: sessions, timelines, diffs, reverts with a preview, undo.
 
-    Prints the page's address, with its token, as the first line, then opens a browser unless
-    --no-open; serves until interrupted. Every request needs the token."""
+    Prints the page's address, with its token, as the first line, then opens a browser (on a
+    one-time address) unless --no-open; serves until interrupted. The page swaps the token for
+    a key that every request of its API needs."""
     from turnback.ui import serve
 
     try:
@@ -1221,5 +1224,10 @@ def remedy_hint(remedy: object, session: str | None, turn: int | None = None) ->
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    # A stored string may hold an unpaired surrogate (an agent sent one; the store keeps it):
+    # written as its escape it cannot fail, and --json stays the same JSON value
+    # (turnback.jsontext). Standard error already writes it so.
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
     with _errors_to_exit_codes():
         cli.main(args=list(argv) if argv is not None else None, prog_name="turnback")

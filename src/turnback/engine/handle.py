@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
+import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -31,6 +32,7 @@ from turnback.errors import (
     RevertInProgress,
     SessionNotFound,
     StoreCorrupt,
+    TurnbackError,
     TurnInProgress,
     TurnNotFound,
 )
@@ -133,7 +135,7 @@ class Turnback:
         )
         self._closed = False
         self._closing: list[Callable[[], None]] = []
-        atexit.register(self.close)
+        atexit.register(self._close_at_exit)
 
     def on_close(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` first when this handle closes (what works on the handle stops
@@ -205,17 +207,34 @@ class Turnback:
         return doctor(self)
 
     def close(self) -> None:
+        """Write what the journal still holds and let go of the store; raises the store's error
+        when that cannot be written (everything is let go all the same)."""
         if self._closed:
             return
         self._closed = True
-        atexit.unregister(self.close)
+        atexit.unregister(self._close_at_exit)
         try:
             for callback in reversed(self._closing):
                 callback()
             self.lease.close()
-            self.journal.close()
         finally:
-            self.store.close()
+            try:
+                self.journal.close()
+            finally:
+                self.store.close()
+
+    def _close_at_exit(self) -> None:
+        """:meth:`close` for a process that exits without closing: nobody is left to catch
+        its error, so it is said in one line instead of a traceback."""
+        try:
+            self.close()
+        except TurnbackError as error:
+            print(
+                f"turnback: at exit, the events still waiting were not written: {error}. "
+                "Every event acknowledged as durable is kept, and a turn left running is "
+                "recovered the next time this home is opened",
+                file=sys.stderr,
+            )
 
     def __enter__(self) -> Turnback:
         return self

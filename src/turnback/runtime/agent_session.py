@@ -32,7 +32,6 @@ from turnback.runtime.parts import SessionParts
 from turnback.runtime.policy import AgentState
 from turnback.runtime.reactor import Notice
 from turnback.runtime.rpc import RequestError
-from turnback.runtime.sidecar import exit_text
 from turnback.runtime.wire import Frame, Rejected
 from turnback.service import SetAgentState
 
@@ -151,8 +150,8 @@ class AgentSession:
             await self._restore_settings()
         except (AgentDied, RequestError) as error:
             raise AgentUnavailable(
-                f"agent {self._parts.agent.described!r} could not open a session "
-                f"({exit_text(self._parts.agent.returncode)}): "
+                f"agent {self._parts.agent.described!r} could not open a session: "
+                # a death says how the process ended; a refusal, what the agent answered
                 f"{error.described if isinstance(error, RequestError) else error}"
             ) from error
         self._opened_in = generation

@@ -90,7 +90,7 @@ class CrashResume:
             await self._notice(
                 ActivityLevel.ERROR,
                 "turn.resume.failed",
-                f"turn {turn.number} failed: the agent kept exiting; gave up after {attempt} "
+                f"turn {turn.number} failed: the agent kept stopping; gave up after {attempt} "
                 f"restart{'s' if attempt != 1 else ''} "
                 f"(ResumePolicy.attempts={self._parts.policy.attempts})",
                 {"attempts": attempt},

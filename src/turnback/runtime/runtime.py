@@ -64,7 +64,7 @@ from turnback.runtime.requests import (
 from turnback.runtime.resume import CrashResume, resume_prompt
 from turnback.runtime.rollback import AgentRollback
 from turnback.runtime.rpc import RequestError
-from turnback.runtime.sidecar import AgentFeatures, exit_text
+from turnback.runtime.sidecar import AgentFeatures, ended_text
 from turnback.service import Service
 
 
@@ -431,9 +431,10 @@ class AgentRuntime:
                     await asyncio.wait_for(asyncio.shield(request), self.policy.exit_grace)
                 except TimeoutError:
                     request.cancel()
-                    death = f"agent {self._agent.described!r} exited"
                     returncode = self._agent.returncode
-                    raise AgentDied(f"{death} ({exit_text(returncode)})", returncode) from None
+                    raise AgentDied(
+                        f"agent {self._agent.described!r} {ended_text(returncode)}", returncode
+                    ) from None
             response = request.result()
         except BaseException:
             request.cancel()

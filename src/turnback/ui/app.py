@@ -2,16 +2,28 @@
 
 Some facts about its security, on which the rest relies:
 
-* Every request carries the token ``turnback ui`` printed. The address's ``?token=`` is accepted
-  once: it is exchanged for an HttpOnly, SameSite=Strict cookie and the browser is sent to the
-  same address without it, so the token leaves the address bar and the history. Without a token
-  the answer is 401; with a wrong one, 403. The comparison takes constant time.
-* A cookie alone does not make an action: every POST must also carry ``X-Turnback-Csrf`` with a
-  second secret that only the page's own HTML holds. Another site can make a browser send the
-  cookie (not with SameSite=Strict, but belt and braces) but cannot read the page, nor set a
-  custom header on a cross-site request without a CORS preflight this app never answers.
+* Cookies ignore ports: one set by this server is sent to every server on the same host name
+  (an agent's dev server on another port of 127.0.0.1 included), which could read it and act
+  with it. So nothing here is a cookie. The page's shell and its assets hold no data and no
+  secret, and are served to anyone; every request under ``/api/`` must carry
+  ``Authorization: Bearer KEY``, a key that only this server and the page's own script know.
+  A browser never adds that header by itself, and another origin's script can neither read the
+  key (the page keeps it in its origin's ``localStorage``, which is per port) nor send the
+  header to this origin without a CORS preflight this app never answers. So the key is also
+  the anti-forgery check: no other site can make the browser act.
+* The key comes from ``POST /api/login`` with the token ``turnback ui`` printed: the address
+  carries it after ``#``, which the browser never sends anywhere; the page's script posts it
+  once, keeps the key and takes the token out of the address. The printed token can log in
+  again (another browser, a new profile); the address a browser is started with carries a
+  one-time token instead, because a command line can be read by every user of the machine:
+  it logs in once, within ``ONCE_FOR`` seconds, and never again. Without a key the answer is
+  401; with a wrong key or token, 403. Comparisons take constant time.
+* Browsers say where a request comes from: a request under ``/api/`` whose ``Sec-Fetch-Site``
+  is another site or port (``same-site`` covers other ports of this host) is refused, and so
+  is a POST whose ``Origin`` is not this server, whatever else it carries.
 * The Host header must name this machine (or the host served on), so a DNS-rebound name cannot
-  reach the app from a web page.
+  reach the app from a web page. Served on every address (``--host 0.0.0.0``), a Host that is
+  an IP address is accepted too: no name was resolved, so nothing was rebound.
 * ``--read-only`` mounts no POST route at all.
 * Ids from the address are checked against the shape of an id before they reach the library,
   and assets are served from a fixed table: no part of an address becomes a file path.
@@ -23,20 +35,20 @@ order, on its engine thread: the event loop never waits on SQLite or git.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
+import ipaddress
 import json
 import re
 import secrets
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
-from http.cookies import SimpleCookie
 from importlib.resources import files
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -63,6 +75,7 @@ from turnback.errors import (
     TurnbackError,
     TurnNotFound,
 )
+from turnback.jsontext import utf8
 from turnback.model import ActivityLevel, RevertRequest, conversation
 from turnback.service import (
     AddActivity,
@@ -77,7 +90,10 @@ from turnback.service import (
 T = TypeVar("T")
 
 
-CSRF_HEADER = "x-turnback-csrf"
+#: Where the page swaps a token for its key.
+LOGIN = "/api/login"
+#: How long the one-time token a browser is started with can log in, in seconds.
+ONCE_FOR = 120.0
 _ID = re.compile(r"[0-9a-fA-F]{1,64}")
 _TURN = re.compile(r"[0-9]{1,9}|[0-9a-fA-F]{1,64}")
 _ASSETS = {
@@ -171,68 +187,51 @@ def error_json(error: TurnbackError) -> tuple[int, dict[str, Any]]:
     return status or (409 if error.exit_code == 3 else 500), {"error": body}
 
 
-def _problem(status: int, kind: str, message: str, hint: str) -> JSONResponse:
-    return JSONResponse({"error": {"type": kind, "message": message, "hint": hint}}, status)
+class Json(JSONResponse):
+    """A JSON answer. An unpaired surrogate an agent sent (the store keeps it) is written as its
+    ``\\uXXXX`` escape, the same JSON value (:func:`turnback.jsontext.utf8`), never a 500."""
+
+    def render(self, content: Any) -> bytes:
+        return utf8(json.dumps(content, ensure_ascii=False, default=str, separators=(",", ":")))
+
+
+def _problem(status: int, kind: str, message: str, hint: str) -> Json:
+    return Json({"error": {"type": kind, "message": message, "hint": hint}}, status)
 
 
 class TokenGate:
-    """ASGI middleware: the token check described at the top of this module."""
+    """ASGI middleware: the checks described at the top of this module, and ``/api/login``."""
 
-    def __init__(self, app: ASGIApp, token: str, csrf: str) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str,
+        once: Sequence[str] = (),
+        hosts: Sequence[str] = (),
+        any_address: bool = False,
+    ) -> None:
         self.app = app
-        self.token = token
-        self.csrf = csrf
-
-    def _cookie_name(self, scope: Scope) -> str:
-        # Cookies ignore ports: two pages served at once must not overwrite each other's.
-        server = scope.get("server") or ("", 0)
-        return f"turnback_{server[1]}"
+        self.token = token.encode()
+        until = time.monotonic() + ONCE_FOR
+        self.once = {code.encode(): until for code in once}
+        self.spent: set[bytes] = set()
+        self.keys: set[bytes] = set()  # the SHA-256 of each key given out
+        self.hosts = {h.lower().strip("[]") for h in hosts}
+        self.any_address = any_address
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"))
-        offered = dict(query).get("token")
-        name = self._cookie_name(scope)
-        cookie = SimpleCookie()
-        try:
-            cookie.load(headers.get("cookie", ""))
-        except Exception:  # a malformed Cookie header is no token
-            cookie = SimpleCookie()
-        held = cookie[name].value if name in cookie else None
-        api = scope["path"].startswith("/api/")
-        if offered is not None:
-            if not hmac.compare_digest(offered.encode(), self.token.encode()):
-                await self._refuse(scope, receive, send, 403, api)
-                return
-            rest = urlencode([(k, v) for k, v in query if k != "token"])
-            target = scope["path"] + (f"?{rest}" if rest else "")
-            response = Response(status_code=303, headers={"location": target})
-            response.set_cookie(
-                name, self.token, httponly=True, samesite="strict", path="/", max_age=None
-            )
+        refused = self._refusal(scope, headers)
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
+        if scope["path"] == LOGIN:
+            response = await self._login(scope, receive, headers)
             await response(scope, receive, send)
             return
-        if held is None:
-            await self._refuse(scope, receive, send, 401, api)
-            return
-        if not hmac.compare_digest(held.encode(), self.token.encode()):
-            await self._refuse(scope, receive, send, 403, api)
-            return
-        if scope["method"] not in ("GET", "HEAD"):
-            sent = headers.get(CSRF_HEADER, "")
-            if not hmac.compare_digest(sent.encode(), self.csrf.encode()):
-                response = _problem(
-                    403,
-                    "Forbidden",
-                    "this action came without the page's anti-forgery header",
-                    "Use the page's own buttons; reload it if it was open before the server "
-                    "restarted.",
-                )
-                await response(scope, receive, send)
-                return
 
         async def send_with_headers(message: Any) -> None:
             if message["type"] == "http.response.start":
@@ -241,39 +240,108 @@ class TokenGate:
 
         await self.app(scope, receive, send_with_headers)
 
-    @staticmethod
-    async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, api: bool) -> None:
-        what = "has no token" if status == 401 else "has a token that is not this server's"
-        hint = (
-            "Open the address `turnback ui` printed (it ends in ?token=…); the token changes "
-            "each time the server starts."
-        )
-        if api:
-            response: Response = _problem(
-                status,
-                "Unauthorized" if status == 401 else "Forbidden",
-                f"the request {what}",
-                hint,
+    def _host_allowed(self, host: str) -> bool:
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        name = name.lower().strip("[]")
+        if name in self.hosts:
+            return True
+        if not self.any_address:
+            return False
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            return False
+        return True
+
+    def _refusal(self, scope: Scope, headers: dict[str, str]) -> Response | None:
+        """Why this request is refused, as the answer to give; None when it may go on."""
+        host = headers.get("host", "")
+        if not self._host_allowed(host):
+            return _problem(
+                400,
+                "BadHost",
+                f"this server does not answer for the host {host[:80]!r}",
+                "Open the address `turnback ui` printed.",
             )
-        else:
-            response = HTMLResponse(
-                "<!doctype html><meta charset=utf-8><title>turnback: no access</title>"
-                "<body style='font:16px system-ui;margin:3em;max-width:40em'>"
-                f"<h1>No access</h1><p>This request {what}.</p>"
-                "<p>Open the address <code>turnback ui</code> printed, with its "
-                "<code>?token=…</code>; the token changes each time the server starts.</p>",
-                status,
+        if not scope["path"].startswith("/api/"):
+            return None  # the shell and its assets: no data, no secret
+        site = headers.get("sec-fetch-site", "same-origin")
+        origin = headers.get("origin")
+        mine = f"{scope.get('scheme', 'http')}://{host}"
+        if site not in ("same-origin", "none") or (
+            scope["method"] not in ("GET", "HEAD") and origin is not None and origin != mine
+        ):
+            return _problem(
+                403,
+                "Forbidden",
+                "this request came from another site or another port of this machine",
+                "Use the page `turnback ui` serves; another page cannot act on it.",
             )
-        await response(scope, receive, send)
+        if scope["path"] == LOGIN:
+            return None
+        sent = headers.get("authorization", "")
+        if not sent.startswith("Bearer "):
+            return _no_access(401, "has no key")
+        if hashlib.sha256(sent[7:].encode()).digest() not in self.keys:
+            return _no_access(403, "has a key that is not this server's")
+        return None
+
+    async def _login(self, scope: Scope, receive: Receive, headers: dict[str, str]) -> Response:
+        """``POST /api/login`` with ``{"token"}``: a new key, ``{"key"}``."""
+        if scope["method"] != "POST":
+            return _problem(405, "MethodNotAllowed", "log in with a POST", "Reload the page.")
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if len(body) > 4096:
+                return _problem(400, "BadRequest", "the login is too long", "Reload the page.")
+            if not message.get("more_body"):
+                break
+        try:
+            offered = json.loads(body)["token"].encode()
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return _problem(
+                400, "BadRequest", 'log in with {"token": …}', "Open the address printed."
+            )
+        if not self._accept(offered):
+            spent = any(hmac.compare_digest(offered, code) for code in self.spent)
+            return _no_access(
+                403, "has a one-time token that was used already" if spent else "has a wrong token"
+            )
+        key = secrets.token_urlsafe(32)
+        self.keys.add(hashlib.sha256(key.encode()).digest())
+        return Json({"key": key}, headers={"cache-control": "no-store"})
+
+    def _accept(self, offered: bytes) -> bool:
+        """Whether ``offered`` is the printed token, or a one-time token not used yet (which it
+        then uses up)."""
+        if hmac.compare_digest(offered, self.token):
+            return True
+        for code, until in list(self.once.items()):
+            if hmac.compare_digest(offered, code):
+                del self.once[code]
+                self.spent.add(code)
+                return time.monotonic() <= until
+        return False
+
+
+def _no_access(status: int, what: str) -> Response:
+    return _problem(
+        status,
+        "Unauthorized" if status == 401 else "Forbidden",
+        f"the request {what}",
+        "Open the address `turnback ui` printed (it ends in #token=…); the token changes each "
+        "time the server starts.",
+    )
 
 
 class Api:
     """The routes: each parses and checks its part of the address, calls the library on the
     worker thread and renders the CLI's ``--json`` shape."""
 
-    def __init__(self, tb: Turnback, csrf: str, read_only: bool) -> None:
+    def __init__(self, tb: Turnback, read_only: bool) -> None:
         self.tb = tb
-        self.csrf = csrf
         self.read_only = read_only
         self.service = Service.of(tb)
         self._shell = (files("turnback.ui") / "static" / "index.html").read_text("utf-8")
@@ -286,11 +354,8 @@ class Api:
             data = await self.call(fn, *args, **kwargs)
         except TurnbackError as error:
             status, body = error_json(error)
-            return JSONResponse(body, status)
-        return Response(
-            json.dumps(data, ensure_ascii=False, default=str, separators=(",", ":")),
-            media_type="application/json",
-        )
+            return Json(body, status)
+        return Json(data)
 
     # -- checking the address ---------------------------------------------------------------
 
@@ -323,7 +388,7 @@ class Api:
     # -- pages --------------------------------------------------------------------------------
 
     async def page(self, request: Request) -> Response:
-        config = json.dumps({"csrf": self.csrf, "readOnly": self.read_only})
+        config = json.dumps({"readOnly": self.read_only})
         html = self._shell.replace("{{config}}", config.replace("<", "\\u003c"))
         return HTMLResponse(html, headers={"cache-control": "no-store"})
 
@@ -429,7 +494,7 @@ class Api:
             handle = await self.call(self.session, self.session_ref(request))
         except TurnbackError as error:
             status, body = error_json(error)
-            return JSONResponse(body, status)
+            return Json(body, status)
 
         def look() -> tuple[str, str | None]:
             record = handle.record
@@ -456,7 +521,7 @@ class Api:
                 )
             return shape, live
 
-        async def events() -> AsyncIterator[str]:
+        async def events() -> AsyncIterator[str | bytes]:
             seen: tuple[str, str | None] = ("", None)
             yield "retry: 1000\n\n"
             while not await request.is_disconnected():
@@ -468,7 +533,7 @@ class Api:
                 if now[0] != seen[0]:
                     yield f"event: log\ndata: {json.dumps(now[0])}\n\n"
                 if now[1] is not None and now[1] != seen[1]:
-                    yield f"event: running\ndata: {now[1]}\n\n"
+                    yield b"event: running\ndata: " + utf8(now[1]) + b"\n\n"
                 seen = now
                 await asyncio.sleep(POLL_INTERVAL)
 
@@ -497,7 +562,7 @@ class Api:
             ref = self.session_ref(request)
         except TurnbackError as error:
             status, body = error_json(error)
-            return JSONResponse(body, status)
+            return Json(body, status)
         return await self.answer(lambda: run(self.session(ref), data))
 
     @classmethod
@@ -542,7 +607,7 @@ class Api:
             token = self.turn_ref(request)
         except TurnbackError as error:
             status, body = error_json(error)
-            return JSONResponse(body, status)
+            return Json(body, status)
         verb = request.path_params["verb"]
         if verb not in ("apply", "discard"):
             return _problem(404, "NotFound", f"no action {verb[:40]!r}", "Apply or discard.")
@@ -583,11 +648,18 @@ def review_mark(activities: Sequence[Any]) -> int | None:
 
 
 def build_app(
-    tb: Turnback, token: str, *, read_only: bool = False, hosts: Sequence[str] = ()
+    tb: Turnback,
+    token: str,
+    *,
+    once: Sequence[str] = (),
+    read_only: bool = False,
+    hosts: Sequence[str] = (),
+    any_address: bool = False,
 ) -> Starlette:
-    """The app for one home. ``token`` is the secret the address carries."""
-    csrf = secrets.token_urlsafe(24)
-    api = Api(tb, csrf, read_only)
+    """The app for one home. ``token`` is the secret the printed address carries, ``once`` the
+    one-time tokens (the browser's); ``hosts`` the names it answers for besides loopback's, and
+    ``any_address`` accepts a Host that is an IP address (served on every address)."""
+    api = Api(tb, read_only)
     session = "/api/sessions/{session}"
     routes = [
         Route("/", api.page),
@@ -617,11 +689,11 @@ def build_app(
                 methods=["POST"],
             ),
         ]
-    allowed = sorted({*hosts, "127.0.0.1", "localhost", "::1", "[::1]"})
-    return Starlette(
-        routes=routes,
-        middleware=[
-            Middleware(TrustedHostMiddleware, allowed_hosts=allowed),
-            Middleware(TokenGate, token=token, csrf=csrf),
-        ],
+    gate = Middleware(
+        TokenGate,
+        token=token,
+        once=once,
+        hosts=[*hosts, "127.0.0.1", "localhost", "::1"],
+        any_address=any_address,
     )
+    return Starlette(routes=routes, middleware=[gate])

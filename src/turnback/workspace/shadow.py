@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from turnback.durable import make_directories, sync_directory, sync_tree
 from turnback.errors import CheckpointUnavailable, GitFailed, InvalidId, WorkspaceError
 from turnback.workspace.git import IDENTITY, Git
 
@@ -226,7 +227,7 @@ class ShadowRepo:
         if self._lock_fd is not None:
             yield
             return
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        make_directories(self.lock_path.parent)
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             while True:
@@ -313,7 +314,9 @@ class ShadowRepo:
         (temporary / "config").write_text("\n".join(config) + "\n", encoding="utf-8")
         if user is not None:
             self._seed(user, temporary, deadline)
+        sync_tree(temporary)  # whole before its name is: a power cut leaves it or nothing
         os.replace(temporary, self.dir)
+        sync_directory(self.dir.parent)
 
     def _user_object_format(self, user: UserRepository, deadline: float) -> str:
         result = self.git.run(

@@ -121,9 +121,12 @@ class Snapshots:
     the shadow's ``refs/turnback/``, e.g. ``s/<session>/<turn>/begin``); every method that takes
     a checkpoint accepts either.
 
-    Refs are always synced to disk. Objects are synced too with ``fsync=True``; by default they
+    git syncs each ref file it writes, and objects too with ``fsync=True``; by default objects
     are left to the page cache, which survives ``kill -9`` of any process but not a power cut.
-    After a power cut a checkpoint whose objects were lost reads as unavailable (``exists`` is
+    No directory inside the shadow is synced, so neither is a new ref's or pack's name: a power
+    cut can lose any checkpoint taken since the file system last persisted them (the shadow
+    repository itself is synced when it is created; :mod:`turnback.durable`). After a power
+    cut a checkpoint whose objects were lost reads as unavailable (``exists`` is
     false, diffs and restores raise :class:`CheckpointUnavailable`) and :meth:`check` drops its
     ref: it is a missing checkpoint, as after a failed capture, never a corrupt workspace.
     """
@@ -185,7 +188,7 @@ class Snapshots:
     def capture(self, workspace: Path, ref: str) -> WorkspaceCheckpoint:
         """Snapshot the workspace's files as a commit and point ``refs/turnback/<ref>`` at it.
 
-        Objects and ref are written (and synced) before this returns. Raises
+        Objects and ref are written before this returns (synced as the class says). Raises
         :class:`GitFailed` (the time budget ran out, or git failed) or :class:`GitUnavailable`.
         """
         started = time.monotonic()
