@@ -14,16 +14,16 @@ objects are read through the alternates file. (git may refresh the modification 
 the user's object files when a capture writes an object the user already has; that is how git
 marks objects as recently used, and changes no content.)
 
-Concurrency and crashes: every operation that writes the shadow holds an exclusive ``flock`` on
-``<hash>.lock`` next to it, and the git processes it starts inherit that lock. The lock is
-therefore held until the last of them exits, even when turnback itself was killed; whoever takes
-it next knows that any ``*.lock`` file left inside the shadow is stale and removes it.
+Concurrency and crashes: every operation that writes the shadow holds its lock, an exclusive
+``flock`` on ``<hash>.lock`` next to it that the git processes it starts inherit, taken by one
+thread at a time (:mod:`turnback.workspace.lock`). The lock is therefore held until the last of
+them exits, even when turnback itself was killed; whoever takes it next knows that any ``*.lock``
+file left inside the shadow is stale and removes it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
@@ -38,6 +38,7 @@ from pathlib import Path
 
 from turnback.errors import CheckpointUnavailable, GitFailed, InvalidId, WorkspaceError
 from turnback.workspace.git import IDENTITY, Git
+from turnback.workspace.lock import ShadowLock
 
 EMPTY_TREE_SHA1 = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 EMPTY_TREE_SHA256 = "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321"
@@ -188,7 +189,7 @@ class ShadowRepo:
         self.dir = home / "shadow" / f"{key}.git"
         self.lock_path = home / "shadow" / f"{key}.lock"
         self.report = report
-        self._lock_fd: int | None = None
+        self._lock = ShadowLock.of(self.lock_path)
         self._sha256: bool | None = None
 
     # -- running git ----------------------------------------------------------------------
@@ -214,7 +215,7 @@ class ShadowRepo:
             timeout=deadline - time.monotonic(),
             check=check,
             cwd=self.workspace,
-            pass_fds=() if self._lock_fd is None else (self._lock_fd,),
+            pass_fds=self.lock_fds,
             config=self.config,
         )
 
@@ -222,30 +223,16 @@ class ShadowRepo:
 
     @contextlib.contextmanager
     def locked(self, deadline: float) -> Iterator[None]:
-        """Hold the shadow's lock (re-entrant within this object) until the block ends."""
-        if self._lock_fd is not None:
+        """Hold the shadow's lock until the block ends: another thread or process waits for it
+        (until ``deadline``); the thread that holds it may take it again."""
+        what = f"the checkpoint repository of {self.workspace}"
+        with self._lock.hold(deadline, what=what, taken=self._remove_stale_locks):
             yield
-            return
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise GitFailed(
-                            f"the checkpoint repository of {self.workspace} stayed locked by "
-                            "another turnback process; try again when it has finished"
-                        ) from None
-                    time.sleep(0.01)
-            self._lock_fd = fd
-            self._remove_stale_locks()
-            yield
-        finally:
-            self._lock_fd = None
-            os.close(fd)
+
+    @property
+    def lock_fds(self) -> tuple[int, ...]:
+        """What a git process started now must inherit: the lock, when this thread holds it."""
+        return self._lock.fds
 
     def _remove_stale_locks(self) -> None:
         # Holding the flock proves no git process of ours is running here (see module doc).
@@ -644,7 +631,7 @@ class FastImport:
             ["fast-import", "--quiet", "--done", "--force"],
             env=shadow.env(),
             cwd=shadow.workspace,
-            pass_fds=() if shadow._lock_fd is None else (shadow._lock_fd,),
+            pass_fds=shadow.lock_fds,
             # fast-import would explode a small pack into loose objects, one file each
             config=(*shadow.config, "fastimport.unpackLimit=0"),
         )

@@ -193,9 +193,10 @@ class Snapshots:
         full = ref_name(ref)
         shadow = self._shadow(workspace)
         watcher = self._watchers.get(shadow.workspace)
-        last = self._last.pop(shadow.workspace, None)
         try:
             with shadow.locked(deadline):
+                # taken under the lock: another thread's capture may have moved it on
+                last = self._last.pop(shadow.workspace, None)
                 shadow.ensure(deadline)
                 point("capture.shadow")
                 fallback: str | None = None
