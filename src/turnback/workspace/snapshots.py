@@ -47,7 +47,9 @@ from turnback.errors import (
 )
 from turnback.faults import point
 from turnback.model import ChangeKind, FileChange, RevertPlan, WorkspaceCheckpoint
-from turnback.workspace.git import Git, failure
+from turnback.workspace import creation
+from turnback.workspace.fastimport import Blob, FastImport
+from turnback.workspace.git import Git
 from turnback.workspace.shadow import (
     GITLINK,
     INDEX_NEXT,
@@ -55,21 +57,18 @@ from turnback.workspace.shadow import (
     OID,
     REGULAR,
     SYMLINK,
-    Blob,
     Change,
     Entry,
-    FastImport,
     ShadowRepo,
     ensure_workspace,
     find_user_repository,
+    operation_deadline,
     ref_name,
 )
 from turnback.workspace.watcher import AVAILABLE as WATCHER_AVAILABLE
 from turnback.workspace.watcher import LIMIT, Changes, Watcher
 from turnback.workspace.writer import Refused, WorkspaceWriter
 
-#: Longest any operation other than a capture may take.
-OPERATION_TIMEOUT = 600.0
 #: Paths handed to one ``update-index`` process; progress is reported between batches.
 BATCH = 1000
 #: A capture that finds at most this many tracked files modified, and nothing else, leaves the
@@ -176,10 +175,6 @@ class Snapshots:
         if self.progress is not None:
             self.progress(stage, done, total)
 
-    @staticmethod
-    def _deadline(seconds: float = OPERATION_TIMEOUT) -> float:
-        return time.monotonic() + seconds
-
     # -- capture --------------------------------------------------------------------------
 
     def capture(self, workspace: Path, ref: str) -> WorkspaceCheckpoint:
@@ -197,7 +192,7 @@ class Snapshots:
             with shadow.locked(deadline):
                 # taken under the lock: another thread's capture may have moved it on
                 last = self._last.pop(shadow.workspace, None)
-                shadow.ensure(deadline)
+                creation.ensure(shadow, deadline)
                 point("capture.shadow")
                 fallback: str | None = None
                 usable = False
@@ -304,7 +299,7 @@ class Snapshots:
         if any(entry is not None and entry.gitlink for entry in entries.values()):
             return "a nested repository changed"
         new = [p for p, state in found.items() if entries[p] is None and state is not _Other.ABSENT]
-        ignored = self._ignored(shadow, new, deadline)
+        ignored = shadow.ignored(new, deadline)
         changed = [*tops, *found]
         skipped = {
             path
@@ -327,24 +322,6 @@ class Snapshots:
             elif tracked:
                 edits[path] = None
         return _Plan(base=last.tree, edits=edits, skipped=skipped, watched=True)
-
-    @staticmethod
-    def _ignored(shadow: ShadowRepo, paths: list[bytes], deadline: float) -> set[bytes]:
-        """Which of these untracked paths the ignore rules exclude from checkpoints."""
-        if not paths:
-            return set()
-        # check-ignore refuses literal pathspecs; "./" keeps a leading ":" from reading as magic
-        result = shadow.git.run(
-            ["check-ignore", "--no-index", "-z", "--stdin"],
-            env={**shadow.env(), "GIT_LITERAL_PATHSPECS": "0"},
-            input=b"".join(b"./" + path + b"\0" for path in paths),
-            timeout=deadline - time.monotonic(),
-            check=False,
-            cwd=shadow.workspace,
-        )
-        if result.returncode not in (0, 1):
-            raise failure(["check-ignore"], result)
-        return {path[2:] for path in result.stdout.split(b"\0") if path}
 
     # -- watching ---------------------------------------------------------------------------
 
@@ -521,7 +498,7 @@ class Snapshots:
                 for name, is_dir in children
                 if is_dir and name != b".git"
             )
-        ignored = self._ignored(shadow, found, deadline)
+        ignored = shadow.ignored(found, deadline)
         return {os.fsdecode(path) for path in found if path not in ignored}
 
     def _read(self, full: bytes, info: os.stat_result | None = None) -> Blob | _Other:
@@ -672,7 +649,7 @@ class Snapshots:
         shadow = self._shadow(workspace)
         if not shadow.created:
             return False
-        deadline = self._deadline()
+        deadline = operation_deadline()
         try:
             oid = shadow.resolve(commit, deadline)
         except CheckpointUnavailable:
@@ -683,7 +660,7 @@ class Snapshots:
         """What changed from checkpoint ``old`` to ``new``: one :class:`FileChange` per path,
         with renames detected, additions and deletions counted and binary files flagged."""
         shadow = self._shadow(workspace)
-        deadline = self._deadline()
+        deadline = operation_deadline()
         old_commit, new_commit = shadow.resolve_all([old, new], deadline)
         skipped_old, skipped_new = self._skipped(shadow, (old_commit, new_commit), deadline)
         result = []
@@ -709,7 +686,7 @@ class Snapshots:
     def patch(self, workspace: Path, old: str, new: str, paths: Sequence[str] | None = None) -> str:
         """The unified patch from checkpoint ``old`` to ``new``, optionally for some paths."""
         shadow = self._shadow(workspace)
-        deadline = self._deadline()
+        deadline = operation_deadline()
         old_commit, new_commit = shadow.resolve_all([old, new], deadline)
         out = shadow.run(
             "diff-tree",
@@ -764,7 +741,7 @@ class Snapshots:
         ``problems``.
         """
         shadow = self._shadow(workspace)
-        deadline = self._deadline()
+        deadline = operation_deadline()
         with shadow.locked(deadline):
             now, goal, *rest = shadow.resolve_all(
                 [current, target] if keep is None else [current, target, keep], deadline
@@ -831,7 +808,7 @@ class Snapshots:
         restore overwrites (``conflicts``) and ``keep_user_edits`` keeps, or refuses where they
         clash with the agent's changes (``conflicts`` too)."""
         shadow = self._shadow(workspace)
-        deadline = self._deadline()
+        deadline = operation_deadline()
         with shadow.locked(deadline):
             now, goal, *rest = shadow.resolve_all(
                 [current, target] if keep is None else [current, target, keep], deadline
@@ -913,7 +890,7 @@ class Snapshots:
         paths. Returns the paths written or deleted.
         """
         shadow = self._shadow(workspace)
-        deadline = self._deadline()
+        deadline = operation_deadline()
         with shadow.locked(deadline):
             now, *ends = shadow.resolve_all(
                 [current, *(spec for pair in turns for spec in pair)], deadline
@@ -1080,7 +1057,7 @@ class Snapshots:
         shadow = self._shadow(workspace)
         if not shadow.created or not refs:
             return
-        deadline = self._deadline()
+        deadline = operation_deadline()
         names = [ref_name(ref) for ref in refs]
         with shadow.locked(deadline):
             for name in names:
@@ -1106,7 +1083,7 @@ class Snapshots:
         shadow = self._shadow(workspace)
         if not shadow.created:
             return 0, 0
-        deadline = self._deadline()
+        deadline = operation_deadline()
         self.check(workspace)
         with shadow.locked(deadline):
             removed: list[str] = []
@@ -1148,7 +1125,7 @@ class Snapshots:
         if not shadow.created:
             return []
         found: list[str] = []
-        deadline = self._deadline()
+        deadline = operation_deadline()
         original = shadow.report
 
         def collect(message: str) -> None:
@@ -1158,7 +1135,7 @@ class Snapshots:
         shadow.report = collect
         try:
             with shadow.locked(deadline):
-                shadow.ensure(deadline)
+                creation.ensure(shadow, deadline)
                 # the report fast-import leaves when a capture was killed (or failed) under it
                 for report in shadow.dir.glob("fast_import_crash_*"):
                     report.unlink()
