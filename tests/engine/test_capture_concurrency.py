@@ -5,11 +5,10 @@ shows what it wrote."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import turnback
+from tests.conftest import at_once
 from turnback.model import ChangeKind
 
 TURNS = 12
@@ -28,23 +27,6 @@ def turns(session: turnback.Session, workspace: Path, name: str) -> list[str]:
             wrong.append(f"turn {number} of {name}: {diff.available}, {diff.files}")
     failed = [a.message for a in session.activities() if a.code.startswith("checkpoint.")]
     return wrong + failed
-
-
-def at_once(*workers: Callable[[], list[str]]) -> list[str]:
-    found: list[list[str]] = [[] for _ in workers]
-
-    def run(index: int) -> None:
-        try:
-            found[index] = workers[index]()
-        except BaseException as error:  # pragma: no cover - reported below
-            found[index] = [f"worker {index} raised {error!r}"]
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(workers))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return [line for lines in found for line in lines]
 
 
 def test_two_sessions_of_one_handle_in_one_workspace_from_two_threads(

@@ -9,9 +9,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
+from tests.conftest import at_once
 from turnback.workspace import Snapshots
 
 from .conftest import write
@@ -46,23 +46,6 @@ def capturing(snapshots: Snapshots, workspace: Path, name: str, rounds: int) -> 
     return wrong
 
 
-def in_threads(*workers: Callable[[], list[str]]) -> list[str]:
-    found: list[list[str]] = [[] for _ in workers]
-
-    def run(index: int) -> None:
-        try:
-            found[index] = workers[index]()
-        except BaseException as error:  # pragma: no cover - reported below
-            found[index] = [f"worker {index} raised {error!r}"]
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(workers))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return [line for lines in found for line in lines]
-
-
 def settled(home: Path, workspace: Path, names: list[str], problems: list[str]) -> None:
     """Afterwards the shadow is sound and a fresh capture holds every worker's last file."""
     snapshots = Snapshots(home, problems=lambda _ws, message: problems.append(message))
@@ -76,7 +59,7 @@ def settled(home: Path, workspace: Path, names: list[str], problems: list[str]) 
 def test_two_threads_of_one_snapshots_capture_one_workspace_in_turn(
     home: Path, any_workspace: Path, snapshots: Snapshots, problems: list[str]
 ) -> None:
-    wrong = in_threads(
+    wrong = at_once(
         lambda: capturing(snapshots, any_workspace, "one", ROUNDS),
         lambda: capturing(snapshots, any_workspace, "two", ROUNDS),
     )
@@ -92,7 +75,7 @@ def test_two_snapshots_of_one_process_capture_one_workspace_in_turn(
         return Snapshots(home, problems=lambda _ws, message: problems.append(message))
 
     first, second = made(), made()
-    wrong = in_threads(
+    wrong = at_once(
         lambda: capturing(first, any_workspace, "one", ROUNDS),
         lambda: capturing(second, any_workspace, "two", ROUNDS),
     )
