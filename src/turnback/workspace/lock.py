@@ -8,16 +8,17 @@ Some facts it relies on:
 - git creates its own lock files (``index.lock``, ``HEAD.lock`` …) in the process that holds
   them and removes them when it finishes; one left by a git that was killed stays for ever, and
   every later git command that needs it fails.
-- Threads of one process share descriptors, and so anything held "by this process".
+- What one thread holds, the other threads of its process can use: a descriptor, or an object
+  that remembers it holds the lock.
 
 So every git process a holder starts inherits the ``flock``'s descriptor, and whoever takes the
 ``flock`` next knows that no git process of any turnback runs in the repository: any lock file
 of git's found there is stale, and is removed. That is only true if nobody runs git there
-without holding the lock. Within a process, threads first take a lock of their own, one per
-repository for the whole process: a second thread waits for the first to finish, and is never
-let in on the first thread's hold (which would have its git processes running beside the
-first's, and the next holder removing their live lock files). The thread that holds the lock
-may take it again (an operation that holds it calls another that takes it).
+without holding the lock. Within a process, threads therefore take a lock of their own first,
+one per repository for the whole process: a second thread waits for the first to finish, and is
+never let in on the first thread's hold (its git processes would run beside the first's, and the
+next holder would remove their live lock files as stale). The thread that holds the lock may
+take it again (an operation that holds it calls another that takes it).
 """
 
 from __future__ import annotations
