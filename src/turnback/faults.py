@@ -41,6 +41,10 @@ POINTS: frozenset[str] = frozenset(
         # journal durability (engine/journal.py)
         "journal.flush.before",
         "journal.flush.after",
+        # reading back what a commit whose outcome is unknown wrote (engine/reconcile.py)
+        "turn.begin.reconcile",
+        "turn.end.reconcile",
+        "journal.reconcile",
         # recovery and set-aside (engine/recovery.py)
         "recover.turn.before",
         "recover.apply.inside",
