@@ -9,6 +9,7 @@ and drops its reply, then closes the connection."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +44,25 @@ def proxy(postgres_server: Server) -> Iterator[CommitProxy]:
         proxy.close()
 
 
-def opened(
+@contextmanager
+def session_through(
     proxy: CommitProxy, postgres_url: str, home: Path, durability: str = "strict"
-) -> turnback.Turnback:
-    return turnback.open(
-        home, database_url=proxy.url(postgres_url), durability=durability, checkpoints=False
-    )
+) -> Iterator[turnback.Session]:
+    """A new session of a turnback whose store is reached through ``proxy``."""
+    url = proxy.url(postgres_url)
+    with turnback.open(home, database_url=url, durability=durability, checkpoints=False) as tb:
+        yield tb.create_session(home.parent)
+
+
+@contextmanager
+def turn_through(
+    proxy: CommitProxy, postgres_url: str, home: Path, durability: str = "strict"
+) -> Iterator[tuple[turnback.Session, turnback.RunningTurn]]:
+    """A running turn that has recorded one chunk, in a session of its own, through ``proxy``."""
+    with session_through(proxy, postgres_url, home, durability) as session:
+        turn = session.turn("do it")
+        turn.record(chunk("one "))
+        yield session, turn
 
 
 def settled(postgres_url: str, home: Path, session_id: str) -> tuple[list[Any], list[Any]]:
@@ -65,10 +79,9 @@ def settled(postgres_url: str, home: Path, session_id: str) -> tuple[list[Any], 
 
 
 def test_a_begin_whose_reply_is_lost_runs(
-    proxy: CommitProxy, postgres_url: str, home: Path, tmp_path: Path
+    proxy: CommitProxy, postgres_url: str, home: Path
 ) -> None:
-    with opened(proxy, postgres_url, home) as tb:
-        session = tb.create_session(tmp_path)
+    with session_through(proxy, postgres_url, home) as session:
         proxy.lose_reply(BEGIN)
         turn = session.turn("do it")  # the turn is there: begin read it back
         assert proxy.lost.is_set()
@@ -80,10 +93,9 @@ def test_a_begin_whose_reply_is_lost_runs(
 
 
 def test_a_begin_unconfirmed_while_the_server_is_away_is_ended_by_the_next(
-    proxy: CommitProxy, postgres_url: str, home: Path, tmp_path: Path
+    proxy: CommitProxy, postgres_url: str, home: Path
 ) -> None:
-    with opened(proxy, postgres_url, home) as tb:
-        session = tb.create_session(tmp_path)
+    with session_through(proxy, postgres_url, home) as session:
         proxy.lose_reply(BEGIN)
         proxy.refuse(1)  # the read-back cannot reach the server either
         with pytest.raises(turnback.StoreUnavailable):
@@ -103,12 +115,9 @@ def test_a_begin_unconfirmed_while_the_server_is_away_is_ended_by_the_next(
 
 @pytest.mark.parametrize("durability", ["strict", "batched"])
 def test_a_flush_whose_reply_is_lost_is_not_written_twice(
-    proxy: CommitProxy, postgres_url: str, home: Path, tmp_path: Path, durability: str
+    proxy: CommitProxy, postgres_url: str, home: Path, durability: str
 ) -> None:
-    with opened(proxy, postgres_url, home, durability) as tb:
-        session = tb.create_session(tmp_path)
-        turn = session.turn("do it")
-        turn.record(chunk("one "))
+    with turn_through(proxy, postgres_url, home, durability) as (session, turn):
         proxy.lose_reply(EVENTS)
         turn.record(tool_call("two"))  # a boundary: flushed before it returns, in both modes
         assert proxy.lost.is_set()
@@ -126,10 +135,9 @@ def test_a_flush_whose_reply_is_lost_is_not_written_twice(
 
 
 def test_a_flush_unconfirmed_while_the_server_is_away_is_reconciled_by_the_next(
-    proxy: CommitProxy, postgres_url: str, home: Path, tmp_path: Path
+    proxy: CommitProxy, postgres_url: str, home: Path
 ) -> None:
-    with opened(proxy, postgres_url, home) as tb:
-        session = tb.create_session(tmp_path)
+    with session_through(proxy, postgres_url, home) as session:
         turn = session.turn("do it")
         proxy.lose_reply(EVENTS)
         proxy.refuse(1)
@@ -146,12 +154,9 @@ def test_a_flush_unconfirmed_while_the_server_is_away_is_reconciled_by_the_next(
 
 
 def test_a_step_checkpoint_whose_reply_is_lost_is_saved_once(
-    proxy: CommitProxy, postgres_url: str, home: Path, tmp_path: Path
+    proxy: CommitProxy, postgres_url: str, home: Path
 ) -> None:
-    with opened(proxy, postgres_url, home) as tb:
-        session = tb.create_session(tmp_path)
-        turn = session.turn("do it")
-        turn.record(chunk("one "))
+    with turn_through(proxy, postgres_url, home) as (session, turn):
         proxy.lose_reply(STEP)
         turn.step(1, checkpoint_id="c1", state={"at": 1})
         assert proxy.lost.is_set()
@@ -182,14 +187,10 @@ def test_an_end_whose_reply_is_lost_has_ended(
     proxy: CommitProxy,
     postgres_url: str,
     home: Path,
-    tmp_path: Path,
     end: str,
     status: TurnStatus,
 ) -> None:
-    with opened(proxy, postgres_url, home) as tb:
-        session = tb.create_session(tmp_path)
-        turn = session.turn("do it")
-        turn.record(chunk("one "))
+    with turn_through(proxy, postgres_url, home) as (session, turn):
         proxy.lose_reply(END)
         ended = {
             "complete": lambda: turn.complete(),
@@ -207,12 +208,9 @@ def test_an_end_whose_reply_is_lost_has_ended(
 
 
 def test_an_end_unconfirmed_while_the_server_is_away_is_read_back_later(
-    proxy: CommitProxy, postgres_url: str, home: Path, tmp_path: Path
+    proxy: CommitProxy, postgres_url: str, home: Path
 ) -> None:
-    with opened(proxy, postgres_url, home) as tb:
-        session = tb.create_session(tmp_path)
-        turn = session.turn("do it")
-        turn.record(chunk("one "))
+    with turn_through(proxy, postgres_url, home) as (session, turn):
         proxy.lose_reply(END)
         proxy.refuse(1)
         with pytest.raises(turnback.StoreUnavailable):

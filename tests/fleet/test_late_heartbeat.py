@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -83,19 +85,31 @@ def released(holder: subprocess.Popen[str]) -> dict[str, float]:
     return stood
 
 
-def test_a_lock_held_past_the_lease_leaves_the_live_owner_its_turn(
+@contextmanager
+def working(
     url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> Iterator[tuple[turnback.Session, turnback.RunningTurn, subprocess.Popen[str]]]:
+    """A turn of host ``a`` with a 3-second lease (strict), one event durable, and a process
+    that has just begun to hold the lock its heartbeat needs for 6 seconds."""
     monkeypatch.setenv("TURNBACK_HOST", "a")
     with turnback.open(
-        tmp_path / "home", database_url=url, lease_seconds=LEASE, checkpoints=False
+        tmp_path / "home",
+        database_url=url,
+        lease_seconds=LEASE,
+        checkpoints=False,
+        durability="strict",
     ) as tb:
         session = tb.create_session(tmp_path)
         turn = session.turn("work")
         turn.record(chunk("before "))
-        turn.sync()
         assert turn.turn.owner_id is not None
-        holder = hold_lock(url, turn.turn.owner_id, HELD)
+        yield session, turn, hold_lock(url, turn.turn.owner_id, HELD)
+
+
+def test_a_lock_held_past_the_lease_leaves_the_live_owner_its_turn(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with working(url, tmp_path, monkeypatch) as (session, turn, holder):
         stood = released(holder)
         assert stood["expires"] < stood["now"], "the lease did not run out while the lock was held"
         time.sleep(1.0)  # the heartbeat that waited for the lock has given up, and beaten again
@@ -117,20 +131,7 @@ def test_a_turn_taken_over_while_its_heartbeat_waits_is_fenced_off(
 ) -> None:
     """The lease ran out while the heartbeat waited for a lock, and another machine recovered
     the turn meanwhile: the live owner's next writes are refused, nothing of them lands."""
-    monkeypatch.setenv("TURNBACK_HOST", "a")
-    with turnback.open(
-        tmp_path / "home",
-        database_url=postgres_url,
-        lease_seconds=LEASE,
-        checkpoints=False,
-        durability="strict",
-    ) as tb:
-        session = tb.create_session(tmp_path)
-        turn = session.turn("work")
-        turn.record(chunk("before "))
-        turn.sync()
-        assert turn.turn.owner_id is not None
-        holder = hold_lock(postgres_url, turn.turn.owner_id, HELD)
+    with working(postgres_url, tmp_path, monkeypatch) as (session, turn, holder):
         time.sleep(LEASE + 0.5)
         env = {k: v for k, v in os.environ.items() if not k.startswith("TURNBACK_")}
         recovered = subprocess.run(
