@@ -227,3 +227,29 @@ def test_an_end_unconfirmed_while_the_server_is_away_is_read_back_later(
         ("next", TurnStatus.COMPLETED),
     ]
     settled(postgres_url, home, session.id)
+
+
+@pytest.mark.parametrize("away", [False, True])
+def test_a_reopen_whose_reply_is_lost_runs_or_is_interrupted_again(
+    proxy: CommitProxy, postgres_url: str, home: Path, away: bool
+) -> None:
+    """Continuing an interrupted turn is a write like a begin: read back, it runs; when the
+    read-back cannot be done either, the session's next begin interrupts it again."""
+    with turn_through(proxy, postgres_url, home) as (session, turn):
+        turn.interrupt("the agent stopped")
+        proxy.lose_reply(END)  # reopening sets the turn's status, as an end does
+        if away:
+            proxy.refuse(1)
+            with pytest.raises(turnback.StoreUnavailable):
+                session.reopen(turn.token)
+            session.turn("the next one").complete()
+        else:
+            reopened = session.reopen(turn.token)
+            reopened.record(chunk("two "))
+            reopened.complete()
+        assert proxy.lost.is_set()
+    [turns, events] = settled(postgres_url, home, session.id)
+    assert turns[0].status is (TurnStatus.INTERRUPTED if away else TurnStatus.COMPLETED)
+    kinds = [kind for _seq, kind, _ in events[0]]
+    assert kinds.count("_turnback/rewind") == 1, "the reopen was written twice"
+    assert kinds[-1] == ("_turnback/notice" if away else "agent_message_chunk")
