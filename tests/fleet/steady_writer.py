@@ -2,7 +2,8 @@
 while its database connections are cut under it: a begin or an end that raises a store error is
 tried again, and an event whose record raised is not acknowledged (the stream goes on).
 
-    python steady_writer.py '{"url": ..., "home": ..., "session": ..., "mode": ..., "ack": ...}'
+    python -m tests.fleet.steady_writer '{"url": ..., "home": ..., "session": ..., "mode": ...,
+                                          "ack": ...}'   (from the repository's root)
 
 Every call that returned is appended to the ``ack`` file right after it returned (one JSON line,
 one ``write``), so the test knows exactly what turnback acknowledged when the process is killed.
@@ -11,7 +12,6 @@ one ``write``), so the test knows exactly what turnback acknowledged when the pr
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -19,16 +19,10 @@ from typing import Any, TypeVar
 
 import turnback
 
+from ..crash.child import acknowledge
+
 T = TypeVar("T")
 EVENTS = 20
-
-
-def acknowledge(path: str, **data: Any) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (json.dumps(data) + "\n").encode())
-    finally:
-        os.close(fd)
 
 
 def event(turn: int, i: int) -> tuple[dict[str, Any], bool]:

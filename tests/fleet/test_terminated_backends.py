@@ -29,7 +29,7 @@ from turnback.model import TurnStatus
 
 from .steady_writer import EVENTS
 
-WRITER = Path(__file__).with_name("steady_writer.py")
+ROOT = Path(__file__).resolve().parents[2]  # the writer runs as tests.fleet.steady_writer
 KILLS = int(os.environ.get("TURNBACK_TORTURE_KILLS", "30"))
 MODES = ("strict", "batched", "turn")
 
@@ -46,7 +46,8 @@ def start_writer(
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNBACK_")}
     args = {"url": url, "home": str(home), "session": session_id, "mode": mode, "ack": str(ack)}
     return subprocess.Popen(
-        [sys.executable, str(WRITER), json.dumps(args)],
+        [sys.executable, "-m", "tests.fleet.steady_writer", json.dumps(args)],
+        cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
