@@ -79,9 +79,12 @@ bench: $(STAMP) $(TS_STAMP) $(BROWSER_STAMP) $(LANGGRAPH_STAMP)
 	$(BIN)/python bench/ui.py
 
 # the power-loss tests long: every fault point in every mode, and TURNBACK_POWER_CUTS (200)
-# power cuts at random moments
-torture: $(STAMP) fuse
+# power cuts at random moments; and TURNBACK_TORTURE_KILLS (200) terminated PostgreSQL backends
+# of writers running turns, instead of CI's 30
+torture: $(STAMP) fuse postgres
 	TURNBACK_TORTURE=1 $(BIN)/pytest tests/powerloss
+	TURNBACK_TORTURE_KILLS=$${TURNBACK_TORTURE_KILLS:-200} TURNBACK_PG_BIN=$(PG_BIN) \
+		$(BIN)/pytest tests/fleet/test_terminated_backends.py
 
 # the proxy's property test with many more examples than CI runs
 fuzz: $(STAMP)

@@ -3,15 +3,20 @@
 ``point("turn.end.before")`` does nothing unless the environment this process started with arms
 that name:
 ``TURNBACK_FAULT=turn.end.before`` kills this process with SIGKILL when the point is reached
-(``TURNBACK_FAULT=name:raise`` raises :class:`FaultInjected` instead; ``name@3`` fires on the third
-time it is reached). When ``TURNBACK_FAULT_LOG`` names a file, every point reached is appended to it
-first, so a test can prove which points its scenarios reach.
+(``TURNBACK_FAULT=name:raise`` raises :class:`FaultInjected` instead; ``name:lost`` raises
+:class:`~turnback.errors.StoreUnavailable` as a store does when the reply to a commit was lost,
+or the store cannot be reached; ``name@3`` fires on the third time it is reached). Several
+faults are armed at once by separating them with commas. When ``TURNBACK_FAULT_LOG`` names a
+file, every point reached is appended to it first, so a test can prove which points its
+scenarios reach.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+
+from turnback.errors import StoreUnavailable
 
 #: Every fault point in turnback, by write order. The crash suite kills a process at each one, and
 #: fails if the source names a point missing here, so a new step cannot escape it unnoticed.
@@ -36,6 +41,10 @@ POINTS: frozenset[str] = frozenset(
         # journal durability (engine/journal.py)
         "journal.flush.before",
         "journal.flush.after",
+        # reading back what a commit whose outcome is unknown wrote (engine/reconcile.py)
+        "turn.begin.reconcile",
+        "turn.end.reconcile",
+        "journal.reconcile",
         # recovery and set-aside (engine/recovery.py)
         "recover.turn.before",
         "recover.apply.inside",
@@ -78,18 +87,19 @@ class FaultInjected(RuntimeError):
 _counts: dict[str, int] = {}
 
 
-def _armed() -> tuple[str, str, int] | None:
-    spec = os.environ.get("TURNBACK_FAULT")
-    if not spec:
-        return None
-    name, _, action = spec.partition(":")
-    name, _, nth = name.partition("@")
-    return name, action or "kill", int(nth or 1)
+def _armed() -> dict[str, list[tuple[int, str]]]:
+    """Each armed point's (occurrence, action) pairs."""
+    armed: dict[str, list[tuple[int, str]]] = {}
+    for spec in filter(None, os.environ.get("TURNBACK_FAULT", "").split(",")):
+        name, _, action = spec.strip().partition(":")
+        name, _, nth = name.partition("@")
+        armed.setdefault(name, []).append((int(nth or 1), action or "kill"))
+    return armed
 
 
 # Read once: a fault is armed through the environment of the process a test starts. Checking
 # two variables on every call would cost the journal's hot path about a third of its throughput.
-_ARMED = _armed()
+_ARMED = _armed() or None
 _LOG = os.environ.get("TURNBACK_FAULT_LOG")
 
 
@@ -99,11 +109,14 @@ def point(name: str) -> None:
     if _LOG:
         with open(_LOG, "a", encoding="utf-8") as out:
             out.write(name + "\n")
-    if _ARMED is None or _ARMED[0] != name:
+    if _ARMED is None or name not in _ARMED:
         return
     _counts[name] = _counts.get(name, 0) + 1
-    if _counts[name] != _ARMED[2]:
-        return
-    if _ARMED[1] == "raise":
-        raise FaultInjected(name)
-    os.kill(os.getpid(), signal.SIGKILL)
+    for nth, action in _ARMED[name]:
+        if _counts[name] != nth:
+            continue
+        if action == "raise":
+            raise FaultInjected(name)
+        if action == "lost":
+            raise StoreUnavailable(f"the store's reply was lost at {name} (an injected fault)")
+        os.kill(os.getpid(), signal.SIGKILL)

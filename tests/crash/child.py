@@ -45,29 +45,49 @@ def event(i: int) -> tuple[dict[str, Any], bool]:
 
 
 def stream(tb: turnback.Turnback, args: dict[str, Any]) -> None:
+    """Begin a turn, record a stream of events, end it. With ``retry``, as a caller that
+    meets a store error would: a begin or an end that raised is tried once more, and an event
+    whose record raised is not acknowledged (the stream goes on)."""
     ack = args["ack"]
+    retry = bool(args.get("retry"))
     session = tb.session(args["session"])
-    turn = session.turn(args.get("prompt", "do the work"))
+    prompt = args.get("prompt", "do the work")
+    try:
+        turn = session.turn(prompt)
+    except turnback.StoreError:
+        if not retry:
+            raise
+        acknowledge(ack, what="begin failed")
+        turn = session.turn(prompt)
     acknowledge(ack, what="begin", token=turn.token)
     for i in range(1, args["events"] + 1):
-        if args.get("steps") and i % 7 == 0:
-            turn.step(i, checkpoint_id=f"c{i}", state={"i": i})
-            acknowledge(ack, what="event", id=f"step{i}", boundary=True, step=True)
-        else:
-            update, boundary = event(i)
-            turn.record(update)
-            acknowledge(ack, what="event", id=f"e{i}", boundary=boundary)
+        try:
+            if args.get("steps") and i % 7 == 0:
+                turn.step(i, checkpoint_id=f"c{i}", state={"i": i})
+                acknowledge(ack, what="event", id=f"step{i}", boundary=True, step=True)
+            else:
+                update, boundary = event(i)
+                turn.record(update)
+                acknowledge(ack, what="event", id=f"e{i}", boundary=boundary)
+        except turnback.StoreError:
+            if not retry:
+                raise
         if args.get("pause_every") and i % args["pause_every"] == 0:
             time.sleep(0.002)
     end = args.get("end", "complete")
-    if end == "complete":
-        turn.complete()
-    elif end == "fail":
-        turn.fail(RuntimeError("the agent gave up"))
-    elif end == "cancel":
-        turn.cancel("the user pressed stop")
-    else:
+    ends = {
+        "complete": lambda: turn.complete(),
+        "fail": lambda: turn.fail(RuntimeError("the agent gave up")),
+        "cancel": lambda: turn.cancel("the user pressed stop"),
+    }
+    if end not in ends:
         raise SystemExit(f"unknown end {end!r}")
+    try:
+        ends[end]()
+    except turnback.StoreError:
+        if not retry:
+            raise
+        ends[end]()
     acknowledge(ack, what="end", end=end)
 
 

@@ -165,6 +165,74 @@ def test_killed_while_reopening_an_interrupted_turn(
     assert [t for t in timeline if t] == ["e1", "e2", "e3", "e4", "e5", "e6", "e8", "e9"]
 
 
+# A commit whose reply was lost (the fault ``name:lost`` raises the store's error right after
+# it committed), read back at once; or the read-back failed as well (``lost`` at a reconcile
+# point) and the next write of the turn reads it back first. The child is killed while reading
+# back, or at the write after, or not at all; as a caller would, it tries a begin or an end that
+# raised once more, and goes on recording after an event whose record raised.
+# (faults armed, durability mode, how the turn ends, killed)
+LOST_REPLY_CASES: list[tuple[str, str, str, bool]] = [
+    ("turn.begin.after:lost,turn.begin.reconcile", "strict", "complete", True),
+    ("journal.flush.after@5:lost,journal.reconcile", "strict", "complete", True),
+    ("journal.flush.after@2:lost,journal.reconcile", "batched", "complete", True),
+    ("turn.end.after:lost,turn.end.reconcile", "batched", "fail", True),
+    ("turn.begin.after:lost,turn.begin.reconcile:lost,turn.end.inside", "strict", "cancel", True),
+    (
+        "journal.flush.after@5:lost,journal.reconcile:lost,journal.reconcile@2",
+        "strict",
+        "fail",
+        True,
+    ),
+    ("turn.end.after:lost,turn.end.reconcile:lost,turn.end.before@2", "batched", "cancel", True),
+    ("turn.begin.after:lost,turn.begin.reconcile:lost", "batched", "complete", False),
+    ("journal.flush.after@3:lost,journal.reconcile:lost", "strict", "complete", False),
+    ("turn.end.after:lost,turn.end.reconcile:lost", "strict", "fail", False),
+]
+
+
+@pytest.mark.parametrize(("faults_armed", "mode", "end", "killed"), LOST_REPLY_CASES)
+def test_a_lost_commit_reply_is_read_back_and_the_turn_ends_once(
+    home: Path,
+    session_id: str,
+    tmp_path: Path,
+    faults_armed: str,
+    mode: str,
+    end: str,
+    killed: bool,
+) -> None:
+    args = _stream_args(tmp_path, session_id, mode=mode, end=end, steps=True, retry=True)
+    run_child(home, "stream", args, fault=faults_armed, expect_kill=killed)
+    acks = Acks.read(tmp_path / "ack.jsonl")
+    assert killed or acks.done
+    settle_and_check(home, session_id)
+    with turnback.open(home) as tb:
+        turns = [t for t in tb.session(session_id).turns() if t.prompt == "do the work"]
+    unconfirmed = [t for t in turns if t.token != acks.begun]
+    if acks.begin_failed:
+        # The begin that raised had landed: ended by the retry (failed, as its caller was told),
+        # or, killed first, recovered. Never run, never twice.
+        [first] = unconfirmed
+        assert first.status in (turnback.TurnStatus.FAILED, turnback.TurnStatus.INTERRUPTED)
+        assert first.event_count == 0, "a turn whose begin its caller saw fail ran"
+    else:
+        assert len(unconfirmed) <= (0 if acks.begun else 1)
+    check_stream(
+        home,
+        session_id,
+        acks,
+        mode=mode,
+        events=EVENTS,
+        steps=True,
+        unconfirmed=[t.token for t in unconfirmed] if acks.begin_failed else (),
+    )
+    if "turn.end.after:lost" in faults_armed:  # the end that landed is the turn's one end
+        [turn] = [t for t in turns if t.token == acks.begun]
+        assert turn.status.value == {"fail": "failed", "cancel": "cancelled"}[end]
+        with turnback.open(home) as tb:
+            kinds = [e.kind for e in tb.session(session_id).run_events(turn.token)]
+        assert kinds.count("_turnback/error") == (1 if end == "fail" else 0)
+
+
 def _journal_rows(home: Path, token: str) -> list[tuple[Any, ...]]:
     return query(
         home,
@@ -298,6 +366,7 @@ def test_every_declared_fault_point_is_killed_at() -> None:
         | {"recover.set_aside.inside"}
         | {f"{a}.{s}" for a in ("apply", "discard") for s in ("before", "inside", "after")}
         | {"store.migrate.inside"}
+        | {"turn.begin.reconcile", "turn.end.reconcile", "journal.reconcile"}
         | WORKSPACE_PLANNED
     )
     assert planned == set(faults.POINTS), f"points without a crash test: {faults.POINTS - planned}"

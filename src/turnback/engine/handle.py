@@ -22,6 +22,7 @@ from turnback.engine.turns import (
     RunningTurn,
     begin,
     encode,
+    end_unconfirmed,
     journal_messages,
     reopen,
     stranded,
@@ -303,10 +304,12 @@ class Session:
 
         A running turn whose owner died is recovered first; a live one raises TurnInProgress,
         unless it is this process's own that the store could not end (a full disk): that one is
-        ended first, as it was to end.
+        ended first, as it was to end, and so is one whose begin this process could not confirm
+        (the store's reply was lost): failed, since its caller was told the begin had failed.
         So is a revert of the workspace a dead process left half done (rolled back, or its undo
         finished); a live one raises RevertInProgress."""
         store = self._tb.store
+        workspace = self.record.workspace  # read first: after the begin, nothing may fail
         try:
             turn = self._begin(prompt)
         except RevertInProgress as held:
@@ -322,6 +325,8 @@ class Session:
             if left is not None:  # this process could not write its end: end it now
                 left.end_stranded()
                 turn = self._begin(prompt)
+            elif end_unconfirmed(store, self._tb.journal, busy.running_token):
+                turn = self._begin(prompt)  # nor confirm its begin: its caller never ran it
             else:
                 with store.read() as tx:
                     running = tx.get_turn(busy.running_token)
@@ -332,23 +337,20 @@ class Session:
                 recovery.recover_turn(store, running, self._tb.checkpoints)
                 turn = self._begin(prompt)
         return RunningTurn(
-            store,
-            self._tb.journal,
-            turn,
-            workspace=self.record.workspace,
-            checkpoints=self._tb.checkpoints,
+            store, self._tb.journal, turn, workspace=workspace, checkpoints=self._tb.checkpoints
         )
 
     def reopen(self, ref: int | str) -> RunningTurn:
         """Continue the interrupted turn ``ref`` (the session's head) from its last step
         checkpoint: it is running again, under this process, and ends like any other turn. What
         it recorded after that checkpoint leaves the conversation (see ``turns.reopen``)."""
+        workspace = self.record.workspace  # read first: after the reopen, nothing may fail
         turn, next_seq = reopen(self._tb.store, self.get_turn(ref).token, lease=self._tb.lease)
         return RunningTurn(
             self._tb.store,
             self._tb.journal,
             turn,
-            workspace=self.record.workspace,
+            workspace=workspace,
             checkpoints=self._tb.checkpoints,
             next_seq=next_seq,
         )

@@ -15,7 +15,10 @@ always a prefix of what was acknowledged, in order: a boundary event can never b
 event recorded before it is not. Rows that must commit together with an event (a step checkpoint,
 a change to the session's pending requests) travel with it as ``after`` callbacks run in the same
 transaction. A flush that fails keeps its entries in memory, and the error is raised to the next
-caller that needs durability.
+caller that needs durability. A failed flush may have committed all the same (its reply was
+lost): before anything is written again, what it wrote is read back, and only what did not land
+is kept (``engine/reconcile.py``), so the journal stays a prefix of what was recorded, each
+event in it once.
 
 Fencing (see ``engine/owners.py``): a turn this process runs is *held* with its fencing token.
 Each flush locks the sessions of the turns it writes and reads their status and token in the same
@@ -32,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from turnback import faults
+from turnback.engine import reconcile
 from turnback.errors import OwnershipLost, StoreError
 from turnback.model import Durability, JournalEntry, TurnStatus
 from turnback.store import Store, Tx
@@ -42,7 +46,7 @@ After = Callable[[Tx], None]
 @dataclass(slots=True)
 class _Pending:
     entries: list[JournalEntry]
-    after: list[tuple[str, After]]  # (turn, callback)
+    after: list[tuple[str, int, After]]  # (turn, seq of the entry it goes with, callback)
 
 
 class Journal:
@@ -61,6 +65,8 @@ class Journal:
         self.longest_boundary_wait = 0.0
         self._fences: dict[str, str | None] = {}  # turns held, and their fencing tokens
         self._lost: dict[str, str] = {}  # turns taken over, and why
+        #: a flush failed without its caller learning whether it committed (engine/reconcile.py)
+        self._unconfirmed = False
 
     # -- fencing -------------------------------------------------------------------------------
 
@@ -111,7 +117,7 @@ class Journal:
         with self._mutex:
             self._pending.entries.append(entry)
             if after is not None:
-                self._pending.after.append((entry.turn, after))
+                self._pending.after.append((entry.turn, entry.seq, after))
             if self._first_pending_at is None:
                 self._first_pending_at = time.monotonic()
                 if self.mode is Durability.BATCHED:
@@ -137,30 +143,20 @@ class Journal:
 
     def flush(self, turn: str | None = None) -> None:
         """Commit everything appended so far; raises the store's error if it cannot, and
-        OwnershipLost if ``turn`` was found taken over."""
+        OwnershipLost if ``turn`` was found taken over.
+
+        A flush that failed may have committed all the same (the reply to its commit was lost):
+        what it wrote is read back, at once or else before the next flush writes anything, and
+        only what did not land is written again (engine/reconcile.py)."""
         with self._flushing:
             with self._mutex:
                 pending, self._pending = self._pending, _Pending([], [])
                 self._first_pending_at = None
-            if not pending.entries and not pending.after:
-                if turn is not None:
-                    self.check(turn)
-                return
             try:
-                faults.point("journal.flush.before")
-                tokens = sorted({e.turn for e in pending.entries} | {a[0] for a in pending.after})
-                fences = {t: self._fences[t] for t in tokens if t in self._fences}
-                if pending.after:
-                    with self.store.atomic() as tx:
-                        states = tx.append_fenced(pending.entries, fences)
-                        lost = self._lost_of(tokens, states)
-                        for token, after in pending.after:
-                            if token not in lost:
-                                after(tx)
-                else:  # events alone: the store may write them in fewer round trips
-                    states = self.store.append_fenced(pending.entries, fences)
-                    lost = self._lost_of(tokens, states)
-                faults.point("journal.flush.after")
+                if self._unconfirmed and (pending.entries or pending.after):
+                    self._unwritten(pending)
+                if pending.entries or pending.after:
+                    self._write(pending)
             except StoreError:
                 with self._mutex:
                     # Keep them, in order, ahead of anything appended meanwhile.
@@ -169,11 +165,58 @@ class Journal:
                     )
                     self._first_pending_at = self._first_pending_at or time.monotonic()
                 raise
-            if lost:
-                with self._mutex:
-                    self._mark_lost(lost, "another process recovered it")
         if turn is not None:
             self.check(turn)
+
+    def _write(self, pending: _Pending) -> None:
+        """Write ``pending`` in one transaction, but for the held turns found taken over (marked
+        lost). When that fails, what did not land stays in ``pending``, and the store's error is
+        raised unless all of it landed."""
+        faults.point("journal.flush.before")
+        tokens = sorted({e.turn for e in pending.entries} | {a[0] for a in pending.after})
+        fences = {t: self._fences[t] for t in tokens if t in self._fences}
+        try:
+            if pending.after:
+                with self.store.atomic() as tx:
+                    states = tx.append_fenced(pending.entries, fences)
+                    lost = self._lost_of(tokens, states)
+                    for token, _seq, after in pending.after:
+                        if token not in lost:
+                            after(tx)
+            else:  # events alone: the store may write them in fewer round trips
+                states = self.store.append_fenced(pending.entries, fences)
+                lost = self._lost_of(tokens, states)
+            faults.point("journal.flush.after")
+        except StoreError as error:
+            self._unconfirmed = True
+            try:
+                self._unwritten(pending)
+            except StoreError:
+                raise error from None  # read back before the next flush writes
+            if pending.entries or pending.after:
+                raise
+            return  # it had committed
+        pending.entries, pending.after = [], []
+        if lost:
+            with self._mutex:
+                self._mark_lost(lost, "another process recovered it")
+
+    def _unwritten(self, pending: _Pending) -> None:
+        """Read back what an unconfirmed flush wrote and leave in ``pending`` only what did not
+        land. A held turn no longer running under its fencing token was taken over: it is
+        marked lost, and none of its entries is left."""
+        tokens = {e.turn for e in pending.entries} | {a[0] for a in pending.after}
+        fences = {t: self._fences[t] for t in tokens if t in self._fences}
+        heads = reconcile.journal_heads(self.store, fences, sorted(tokens))
+        self._unconfirmed = False
+        gone = {t for t, head in heads.items() if head is None}
+        pending.entries = [
+            e for e in pending.entries if e.turn not in gone and e.seq > (heads[e.turn] or 0)
+        ]
+        pending.after = [a for a in pending.after if a[0] not in gone and a[1] > (heads[a[0]] or 0)]
+        if gone & set(fences):
+            with self._mutex:
+                self._mark_lost(gone & set(fences), "another process recovered it")
 
     def _lost_of(
         self, tokens: list[str], states: dict[str, tuple[TurnStatus, str | None]]

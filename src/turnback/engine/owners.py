@@ -8,17 +8,26 @@ A zombie (killed, not yet reaped) is dead. A reboot kills every owner of the pre
 Owners on another host cannot be checked by pid: they are alive until their lease expires.
 A lease is an expiry time on the owner's row, in the database's clock (``Tx.now()``), so machines
 whose clocks disagree still agree on it; :class:`Lease` sets it when this process begins a turn
-and a heartbeat thread renews it every third of its length. A heartbeat that keeps failing for a
-whole lease is a lost lease: the process can no longer know whether another machine took its
-turns over, so it stops writing them (``on_lost``) and runs later turns as a new owner. An owner
-whose lease was never set (a turn begun before leases existed) on another host cannot be judged
-and is never touched. Recovery only ever touches turns whose owner is dead.
+and a heartbeat thread renews it every third of its length. An owner whose lease was never set
+(a turn begun before leases existed) on another host cannot be judged and is never touched.
+Recovery only ever touches turns whose owner is dead.
 
 The lease says when others may take a turn over; the fencing token says whether a write still
 may land. Each begin (or reopen) of a turn draws a fresh token into the turn's row, and every
 write of the turn checks it, in the same transaction, under the session's lock: a takeover
 changes the turn's status, so a process that was stopped past its lease and wakes up finds its
 token no longer names a running turn and gets ``OwnershipLost``; nothing it writes lands.
+
+So a process loses a turn only when another actually took it over, never because its heartbeat
+was late. A heartbeat that cannot write (another process holds the write lock, the database is
+out of reach) tries again at the next beat, for as long as it takes: until another process
+takes the turn over -- which it may once the lease has run out, and then the fencing token
+refuses this one's next write -- the turn is still this process's, and its writes land. (Losing
+it on a late heartbeat would only stop a live owner while nobody else runs its turn: same-host
+owners are judged by their pid, not their lease, so on one machine nobody ever would.) The one
+lease the heartbeat gives up is one whose owner row is gone (removed by hand): every other
+process then takes the owner for dead, so this one stops writing its turns (``on_lost``) and
+runs later ones as a new owner.
 
 ``TURNBACK_HOST`` overrides the host name in owner records (one machine can then stand in for
 several), and ``TURNBACK_LEASE_SECONDS`` the lease's length (default 30).
@@ -170,8 +179,9 @@ class Lease:
     """This process's lease as an owner, and the heartbeat that renews it.
 
     :meth:`claim` is called inside the transaction that begins (or reopens) a turn: it writes
-    the owner's row with a lease from the database's clock and starts the heartbeat. When renewals
-    keep failing for a whole lease, ``on_lost`` is told why, once, and the owner is retired.
+    the owner's row with a lease from the database's clock and starts the heartbeat. A renewal
+    that fails is tried again at the next beat, however late; when the owner's row is found gone,
+    ``on_lost`` is told why, once, and the owner is retired.
 
     The heartbeat has a connection of its own (``connect`` opens it, at the first beat): on the
     process's connection it would wait behind any transaction that waits for a lock, and a lease
@@ -190,13 +200,11 @@ class Lease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._owner: Owner | None = None
-        self._renewed = 0.0  # time.monotonic() of the last renewal
 
     def claim(self, tx: Tx) -> Owner:
         owner = current_owner()
         tx.upsert_owner(dataclasses.replace(owner, lease_expires=tx.now() + self.seconds))
         self._owner = owner
-        self._renewed = time.monotonic()
         if self._thread is None and not self._stop.is_set():
             self._thread = threading.Thread(
                 target=self._beat, name="turnback-heartbeat", daemon=True
@@ -205,7 +213,8 @@ class Lease:
         return owner
 
     def renew(self) -> None:
-        """One heartbeat: renew the lease, or find it lost."""
+        """One heartbeat: renew the lease, or find its owner's row gone. A renewal that fails
+        is tried again at the next beat: a late heartbeat loses nothing by itself."""
         owner = self._owner
         if owner is None:
             return
@@ -216,15 +225,10 @@ class Lease:
                 self._store = self.connect()
             with self._store.atomic() as tx:
                 renewed = tx.renew_lease(owner.id, self.seconds)
-        except StoreError as error:
-            if time.monotonic() - self._renewed < self.seconds:
-                return  # try again at the next beat, while the lease still holds
-            self._lose(owner, f"its lease could not be renewed for {self.seconds:g}s ({error})")
-            return
+        except StoreError:
+            return  # the turns stay this process's until another takes them over (fencing)
         if renewed is None:
             self._lose(owner, "its owner record was removed")
-        else:
-            self._renewed = time.monotonic()
 
     def _lose(self, owner: Owner, reason: str) -> None:
         if self._owner is owner:

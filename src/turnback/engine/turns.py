@@ -17,10 +17,16 @@ events, which are durable before the commit that writes the messages naming them
 flushed first, and ``commit_turn`` folds only what it finds). ``commit_turn`` only commits a turn
 that is still ``running`` (or ``set_aside``, for an explicit apply): whoever commits first wins,
 the other sees it has gone.
+
+A begin, a reopen or an end whose commit raised may have landed all the same (the store's reply
+was lost): it is read back before anything else is written for the turn, never written twice
+(``engine/reconcile.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import time
 import uuid
@@ -29,6 +35,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from turnback import faults, jsontext
+from turnback.engine import reconcile
 from turnback.engine.fold import (
     Folder,
     cancelled_tool_result,
@@ -290,35 +297,101 @@ def begin(
     prompt = validate_prompt(prompt)
     encode(prompt, "the prompt")
     now = time.time()
+    token, fence = token or uuid.uuid4().hex, uuid.uuid4().hex
+    planned: Turn | None = None
     faults.point("turn.begin.before")
-    with store.atomic() as tx:
-        tx.lock_workspace(session_id)
-        session = tx.get_session(session_id)
-        if session is None:
-            raise SessionNotFound(f"no session {session_id}")
-        require_idle(tx, session_id, "beginning another")
-        require_no_revert(tx, session.workspace, "begin")
-        head = tx.get_turn(session.head) if session.head else None
-        owner = lease.claim(tx)
-        turn = Turn(
-            token=token or uuid.uuid4().hex,
-            session_id=session_id,
-            number=head.number + 1 if head else 1,
-            parent=session.head,
-            owner_id=owner.id,
-            status=TurnStatus.RUNNING,
-            prompt=prompt,
-            started_at=now,
-            fence=uuid.uuid4().hex,
-            host=owner.host,
-        )
-        tx.insert_turn(turn)
-        if prepare is not None:
-            prepare(tx, turn)
-            turn = tx.get_turn(turn.token) or turn
-        faults.point("turn.begin.inside")
-    faults.point("turn.begin.after")
+    try:
+        with store.atomic() as tx:
+            tx.lock_workspace(session_id)
+            session = tx.get_session(session_id)
+            if session is None:
+                raise SessionNotFound(f"no session {session_id}")
+            require_idle(tx, session_id, "beginning another")
+            require_no_revert(tx, session.workspace, "begin")
+            head = tx.get_turn(session.head) if session.head else None
+            owner = lease.claim(tx)
+            turn = planned = Turn(
+                token=token,
+                session_id=session_id,
+                number=head.number + 1 if head else 1,
+                parent=session.head,
+                owner_id=owner.id,
+                status=TurnStatus.RUNNING,
+                prompt=prompt,
+                started_at=now,
+                fence=fence,
+                host=owner.host,
+            )
+            tx.insert_turn(turn)
+            if prepare is not None:
+                prepare(tx, turn)
+                turn = tx.get_turn(turn.token) or turn
+            faults.point("turn.begin.inside")
+        faults.point("turn.begin.after")
+    except StoreError as error:
+        if planned is None:  # failed before the turn's row was written
+            raise
+        turn, _ = _read_back_begin(store, planned, error, TurnStatus.FAILED, _UNCONFIRMED_BEGIN)
+    _settled_unconfirmed(session_id)
     return turn
+
+
+#: Why a turn whose begin this process could not confirm is ended by the session's next begin.
+_UNCONFIRMED_BEGIN = (
+    "the store did not confirm its begin (the reply to the commit was lost), so its caller was "
+    "told it had failed and it never ran"
+)
+_UNCONFIRMED_REOPEN = (
+    "the store did not confirm that it was continued (the reply to the commit was lost), so its "
+    "caller was told it had failed and it did not run again"
+)
+
+#: Turns this process began or reopened whose commit it could not confirm (the store's reply
+#: was lost, and it could not be read back, or not yet): the caller was told it failed, so if
+#: it landed nobody runs it. The next begin in its session that finds it running ends it, as
+#: said here: (the turn as written, its end, why).
+_UNCONFIRMED: dict[str, tuple[Turn, TurnStatus, str]] = {}
+
+
+def _read_back_begin(
+    store: Store, planned: Turn, error: StoreError, status: TurnStatus, why: str
+) -> tuple[Turn, int]:
+    """After a begin or reopen of ``planned`` failed with ``error``: the turn and its last seq,
+    if it landed all the same; else ``error`` raised, the turn kept among the unconfirmed (it
+    may yet show, or the read-back itself failed) to be ended ``status`` by the session's next
+    begin."""
+    assert planned.fence is not None
+    try:
+        landed = reconcile.begun(store, planned.token, planned.fence)
+    except StoreError:
+        landed = None
+    if landed is None:
+        _UNCONFIRMED[planned.token] = (planned, status, why)
+        raise error
+    return landed
+
+
+def _settled_unconfirmed(session_id: str) -> None:
+    """A turn of ``session_id`` began: none of its unconfirmed ones can be running any more
+    (two running turns in a session are refused by the store), so forget them."""
+    for token, (turn, _status, _why) in list(_UNCONFIRMED.items()):
+        if turn.session_id == session_id:
+            _UNCONFIRMED.pop(token, None)
+
+
+def end_unconfirmed(store: Store, journal: Journal, token: str) -> bool:
+    """End the running turn ``token`` if this process wrote it without being able to confirm it
+    to its caller (see ``_UNCONFIRMED``), as said there; whether it was one."""
+    found = _UNCONFIRMED.pop(token, None)
+    if found is None:
+        return False
+    turn, status, why = found
+    running = RunningTurn(store, journal, turn)
+    if status is TurnStatus.INTERRUPTED:
+        running.interrupt(why)
+    else:
+        running.fail(why)
+    return True
 
 
 def require_idle(tx: Tx, session_id: str, before: str) -> None:
@@ -382,40 +455,56 @@ def reopen(store: Store, token: str, *, lease: Lease) -> tuple[Turn, int]:
     with a dead owner, which recovery settles again like any other. It runs under a fresh
     fencing token."""
     now = time.time()
+    fence = uuid.uuid4().hex
+    planned: Turn | None = None
     faults.point("turn.reopen.before")
     with store.read() as tx:
         found = tx.get_turn(token)
-    with store.atomic() as tx:
-        if found is not None:
-            tx.lock_workspace(found.session_id)
-        turn = tx.get_turn(token)
-        session = tx.get_session(turn.session_id) if turn else None
-        if turn is None or session is None:
-            raise TurnNotFound(f"no turn {token}").settled_by(TURNS)
-        if turn.status is not TurnStatus.INTERRUPTED or session.head != token or turn.reverted_by:
-            raise ResumeUnavailable(
-                f"turn {turn.number} ({turn.token}) cannot be continued: only an interrupted "
-                f"turn at its session's head can, and it is {turn.status.value}"
-                + ("" if session.head == token else ", not the head")
-                + (", reverted" if turn.reverted_by else "")
-            )
-        require_idle(tx, turn.session_id, "continuing an interrupted turn")
-        require_no_revert(tx, session.workspace, "continue the turn")
-        owner = lease.claim(tx)
-        changed = tx.reopen_turn(token, owner.id, uuid.uuid4().hex)
-        assert changed, "checked interrupted in this same transaction"
-        tx.set_head(turn.session_id, turn.parent, now)
-        _, last = tx.journal_size(token)
-        steps = tx.step_checkpoints(token)
-        event = rewind_event(steps[-1] if steps else None)
-        tx.append_journal(
-            [JournalEntry(token, last + 1, EventKind.REWIND.value, encode(event, "a rewind"), now)]
+    try:
+        with store.atomic() as tx:
+            if found is not None:
+                tx.lock_workspace(found.session_id)
+            turn = tx.get_turn(token)
+            session = tx.get_session(turn.session_id) if turn else None
+            if turn is None or session is None:
+                raise TurnNotFound(f"no turn {token}").settled_by(TURNS)
+            if (
+                turn.status is not TurnStatus.INTERRUPTED
+                or session.head != token
+                or turn.reverted_by
+            ):
+                raise ResumeUnavailable(
+                    f"turn {turn.number} ({turn.token}) cannot be continued: only an interrupted "
+                    f"turn at its session's head can, and it is {turn.status.value}"
+                    + ("" if session.head == token else ", not the head")
+                    + (", reverted" if turn.reverted_by else "")
+                )
+            require_idle(tx, turn.session_id, "continuing an interrupted turn")
+            require_no_revert(tx, session.workspace, "continue the turn")
+            owner = lease.claim(tx)
+            changed = tx.reopen_turn(token, owner.id, fence)
+            assert changed, "checked interrupted in this same transaction"
+            planned = dataclasses.replace(turn, status=TurnStatus.RUNNING, fence=fence)
+            tx.set_head(turn.session_id, turn.parent, now)
+            _, last = tx.journal_size(token)
+            steps = tx.step_checkpoints(token)
+            event = rewind_event(steps[-1] if steps else None)
+            rewind = encode(event, "a rewind")
+            tx.append_journal([JournalEntry(token, last + 1, EventKind.REWIND.value, rewind, now)])
+            tx.delete_step_checkpoints(token, after_seq=event["toSeq"])
+            faults.point("turn.reopen.inside")
+            reopened = tx.get_turn(token)
+        faults.point("turn.reopen.after")
+    except StoreError as error:
+        if planned is None:
+            raise
+        reopened, rewound = _read_back_begin(
+            store, planned, error, TurnStatus.INTERRUPTED, _UNCONFIRMED_REOPEN
         )
-        tx.delete_step_checkpoints(token, after_seq=event["toSeq"])
-        faults.point("turn.reopen.inside")
-        reopened = tx.get_turn(token)
-    faults.point("turn.reopen.after")
+        _settled_unconfirmed(reopened.session_id)
+        return reopened, rewound + 1  # the rewind it appended is its last event
     assert reopened is not None
+    _settled_unconfirmed(reopened.session_id)
     return reopened, last + 2
 
 
@@ -440,11 +529,13 @@ def commit_turn(
     keep_unreadable: bool = False,
     expected: TurnStatus = TurnStatus.RUNNING,
     prefolded: tuple[int, list[tuple[MessageKind, JSON]]] | None = None,
+    now: float | None = None,
 ) -> bool:
     """Fold ``turn``'s journal into its session and end it, inside the caller's transaction.
 
     ``extra`` events are appended after the journal (a notice, synthetic tool results). Returns
-    False, having changed nothing, when the turn is no longer in ``expected`` status.
+    False, having changed nothing, when the turn is no longer in ``expected`` status. ``now`` is
+    its end time (by default, the time it is called).
 
     ``prefolded`` is ``(events, messages)`` from the process that recorded the turn and folded it
     as it went. It is used only when the journal holds exactly those ``events`` (seqs 1 to
@@ -453,7 +544,7 @@ def commit_turn(
     current = tx.get_turn(turn.token)
     if current is None or current.status is not expected:
         return False
-    now = time.time()
+    now = time.time() if now is None else now
     if (
         prefolded is not None
         and not extra
@@ -600,6 +691,8 @@ class RunningTurn:
         self._folder: Folder | None = Folder(turn.prompt, refer=True) if next_seq == 1 else None
         self._seq = next_seq - 1
         self._ended = False
+        #: (status, end time) of each end written whose commit was not confirmed
+        self._unconfirmed_ends: list[tuple[TurnStatus, float]] = []
         journal.hold(turn.token, turn.fence)
 
     @property
@@ -789,13 +882,34 @@ class RunningTurn:
         self._require_running()
         try:
             ended = self._commit_end(status, detail, extra)
-        except StoreError:
-            # The store cannot write (a full disk, say): remember how this turn was to end, so
-            # this process ends it once it can instead of holding the session (end_stranded).
-            _STRANDED[self.turn.token] = (self, status, detail, tuple(extra))
-            raise
+        except StoreError as error:
+            if self._unconfirmed_ends:
+                with contextlib.suppress(StoreError):  # out of reach: read back at the next end
+                    self._read_back_end()
+            if not self._ended:
+                # The store cannot write (a full disk, say) or cannot say whether it did:
+                # remember how this turn was to end, so this process ends it once it can
+                # instead of holding the session (end_stranded).
+                _STRANDED[self.turn.token] = (self, status, detail, tuple(extra))
+                raise error
+            ended = self.turn
         _STRANDED.pop(self.turn.token, None)
+        if ended.status is not status:
+            self._require_running()  # an earlier end, unconfirmed, had landed: say which
         return ended
+
+    def _read_back_end(self) -> None:
+        """The turn has ended as one of the ends this process wrote without learning whether
+        they landed, if one did."""
+        landed = reconcile.ended(self._store, self.turn.token, self._unconfirmed_ends)
+        if landed is not None:
+            self._ended_as(landed)
+
+    def _ended_as(self, ended: Turn) -> None:
+        self._ended = True
+        self._unconfirmed_ends.clear()
+        self._journal.release(self.turn.token)
+        self.turn = ended
 
     def _commit_end(
         self, status: TurnStatus, detail: str | None, extra: Sequence[JSON] = ()
@@ -811,14 +925,27 @@ class RunningTurn:
                 since=self.turn.begin_checkpoint,
             )
         faults.point("turn.end.before")
+        ended_at = time.time()
         with self._store.atomic() as tx:
             state = tx.lock_turns([self.turn.token]).get(self.turn.token)
             if state != (TurnStatus.RUNNING, self.turn.fence):
+                landed = tx.get_turn(self.turn.token)
+                if landed and (landed.status, landed.ended_at) in self._unconfirmed_ends:
+                    self._ended_as(landed)  # an earlier end of this process, unconfirmed
+                    return landed
                 self._journal.lose_turn(self.turn.token, "another process recovered it")
                 self._journal.check(self.turn.token)
             prefolded = (self._seq, self._folder.messages()) if self._folder else None
+            # From here until it is known to have committed or not, this end may have landed.
+            self._unconfirmed_ends.append((status, ended_at))
             applied = commit_turn(
-                tx, self.turn, status, detail=detail, extra=extra, prefolded=prefolded
+                tx,
+                self.turn,
+                status,
+                detail=detail,
+                extra=extra,
+                prefolded=prefolded,
+                now=ended_at,
             )
             assert applied, "checked running under this fence in this same transaction"
             if capture is not None:
@@ -826,14 +953,13 @@ class RunningTurn:
             faults.point("turn.end.inside")
             ended = tx.get_turn(self.turn.token)
         faults.point("turn.end.after")
-        self._ended = True
-        self._journal.release(self.turn.token)
         assert ended is not None
-        self.turn = ended
+        self._ended_as(ended)
         return ended
 
     def end_stranded(self) -> Turn:
-        """End this turn as an earlier attempt meant to, before the store failed it."""
+        """End this turn as an earlier attempt meant to, before the store failed it (or could
+        not say whether it had written it)."""
         _own, status, detail, extra = _STRANDED[self.turn.token]
         return self._end(status, detail, extra)
 
