@@ -9,7 +9,9 @@ is asked; the answer is recorded and synced before the agent hears it. A request
 outside a turn, or whose turn has gone, is answered ``cancelled``/``cancel``: no turn can take it.
 A request still being asked when its turn ends is withdrawn from the embedding application (its
 callback is cancelled, so a proxy cancels the editor's request in turn) and answered
-``cancelled``/``decline``.
+``cancelled``/``decline``: that answer is recorded by :meth:`PendingRequests.withdraw` itself,
+before the turn's end is queued, so the end always folds it in (the handler, woken later by the
+cancellation, would find the turn ended and its answer refused).
 """
 
 from __future__ import annotations
@@ -70,12 +72,16 @@ class PendingRequests:
         self._on_input = on_input
         self._permissions: dict[str, deque[tuple[str, RunningTurn]]] = {}
         self._inputs: deque[tuple[str, RunningTurn]] = deque()
-        #: the callbacks being awaited, by the token of the turn that asked
-        self._asking: dict[str, set[asyncio.Future[Any]]] = {}
+        #: the callbacks being awaited, by the token of the turn that asked, each with the
+        #: answer to record if it is withdrawn
+        self._asking: dict[str, dict[asyncio.Future[Any], _Withdrawn]] = {}
 
     def withdraw(self, token: str) -> None:
-        """The turn ``token`` has ended: stop asking what it asked (answered as cancelled)."""
-        for asking in self._asking.pop(token, ()):
+        """The turn ``token`` is ending: stop asking what it asked, and record each answer as
+        cancelled (declined) now, in wire order, ahead of the end."""
+        for asking, withdrawn in self._asking.pop(token, {}).items():
+            withdrawn.done = True
+            _record(withdrawn.turn, withdrawn.answer)
             asking.cancel()
 
     def clear(self) -> None:
@@ -136,24 +142,20 @@ class PendingRequests:
         options = [o for o in offered if isinstance(o, dict)] if isinstance(offered, list) else []
         choice: str | None = None
         if self._on_permission is not None:
+            withdrawn = _Withdrawn(turn, _permission_answer(request_id, None))
             try:
                 choice = await self._ask(
-                    turn.token,
+                    withdrawn,
                     self._on_permission,
                     PermissionRequest(request_id, turn.token, tool_call, options),
                 )
             except Exception as error:
                 await self._failed("permission", error, request_id, turn, "answered 'cancelled'")
+            if withdrawn.done:
+                return _CANCELLED  # answered so when its turn ended
         if choice is not None and choice not in {o.get("optionId") for o in options}:
             choice = None
-        answer = {
-            "sessionUpdate": EventKind.PERMISSION_ANSWERED.value,
-            "requestId": request_id,
-            "outcome": "selected" if choice is not None else "cancelled",
-        }
-        if choice is not None:
-            answer["optionId"] = choice
-        _record(turn, answer)
+        _record(turn, _permission_answer(request_id, choice))
         # Durable before the agent hears it.
         if not await self._synced(turn):
             return _CANCELLED
@@ -171,33 +173,31 @@ class PendingRequests:
         mode = {k: v for k, v in params.items() if k not in ("message", "_meta")}
         content: dict[str, Any] | None = None
         if self._on_input is not None:
+            withdrawn = _Withdrawn(turn, _input_answer(request_id, None))
             try:
                 content = await self._ask(
-                    turn.token,
+                    withdrawn,
                     self._on_input,
                     InputRequest(request_id, turn.token, str(message or ""), mode),
                 )
             except Exception as error:
                 await self._failed("input", error, request_id, turn, "declined")
-        _record(
-            turn,
-            {
-                "sessionUpdate": EventKind.INPUT_ANSWERED.value,
-                "requestId": request_id,
-                "action": "accept" if content is not None else "decline",
-                "content": content,
-            },
-        )
+            if withdrawn.done:
+                return {"action": "decline"}  # answered so when its turn ended
+        _record(turn, _input_answer(request_id, content))
         if not await self._synced(turn):
             return {"action": "cancel"}
         if content is None:
             return {"action": "decline"}
         return {"action": "accept", "content": content}
 
-    async def _ask(self, token: str, callback: Callable[[Any], Any], request: Any) -> Any:
+    async def _ask(
+        self, withdrawn: _Withdrawn, callback: Callable[[Any], Any], request: Any
+    ) -> Any:
         """``callback(request)``; None if the turn ends first (see :meth:`withdraw`)."""
+        token = withdrawn.turn.token
         asking = asyncio.ensure_future(_call(callback, request))
-        self._asking.setdefault(token, set()).add(asking)
+        self._asking.setdefault(token, {})[asking] = withdrawn
         try:
             return await asking
         except asyncio.CancelledError:
@@ -208,7 +208,7 @@ class PendingRequests:
         finally:
             waiting = self._asking.get(token)
             if waiting is not None:
-                waiting.discard(asking)
+                waiting.pop(asking, None)
                 if not waiting:
                     del self._asking[token]
 
@@ -235,6 +235,36 @@ class PendingRequests:
                 turn.token,
             )
         )
+
+
+@dataclass(slots=True)
+class _Withdrawn:
+    """A question being asked for ``turn``: the answer recorded if the turn ends first, and
+    whether it has (then the handler records nothing more)."""
+
+    turn: RunningTurn
+    answer: dict[str, Any]
+    done: bool = False
+
+
+def _permission_answer(request_id: str, choice: str | None) -> dict[str, Any]:
+    answer = {
+        "sessionUpdate": EventKind.PERMISSION_ANSWERED.value,
+        "requestId": request_id,
+        "outcome": "selected" if choice is not None else "cancelled",
+    }
+    if choice is not None:
+        answer["optionId"] = choice
+    return answer
+
+
+def _input_answer(request_id: str, content: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "sessionUpdate": EventKind.INPUT_ANSWERED.value,
+        "requestId": request_id,
+        "action": "accept" if content is not None else "decline",
+        "content": content,
+    }
 
 
 def _record(turn: RunningTurn, event: dict[str, Any]) -> bool:
