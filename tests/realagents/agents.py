@@ -32,10 +32,11 @@ import contextlib
 import json
 import os
 import platform
+import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,16 @@ def codex_acp() -> list[str]:
 
 
 @dataclass(frozen=True)
+class Answer:
+    """A hook's configuration for one event: the tools it matches, its timeout in seconds,
+    and record_hook.py's options (``--sleep``, ``--exit``, ``--stderr``, ``--stdout``)."""
+
+    matcher: str = "*"
+    timeout: int = 30
+    options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class World:
     """One agent run's surroundings: ``home`` (its HOME, settings and transcripts),
     ``workspace`` (a git repository it edits), ``hooks`` (where recording hooks write)."""
@@ -178,12 +189,19 @@ class World:
             "GEMINI_CLI_NO_RELAUNCH": "true",
         }
 
-    def hook_command(self, event: str) -> str:
-        return f"{sys.executable} {RECORD_HOOK} {self.hooks} {event}"
+    def hook_command(self, event: str, *options: str) -> str:
+        return shlex.join([sys.executable, str(RECORD_HOOK), str(self.hooks), event, *options])
 
-    def configure(self, *, hooks: bool = False, codex_approval: str = "never") -> None:
-        """Write each agent's settings into the home, with recording hooks when asked;
-        ``codex_approval`` is Codex's ``approval_policy``."""
+    def configure(
+        self,
+        *,
+        hooks: bool = False,
+        answers: Mapping[str, Answer] | None = None,
+        codex_approval: str = "never",
+    ) -> None:
+        """Write each agent's settings into the home, with recording hooks when asked, and for
+        the events in ``answers`` a hook that answers so; ``codex_approval`` is Codex's
+        ``approval_policy``."""
         (self.home / ".claude").mkdir(parents=True, exist_ok=True)
         (self.home / ".gemini").mkdir(parents=True, exist_ok=True)
         self.codex_home.mkdir(parents=True, exist_ok=True)
@@ -195,10 +213,13 @@ class World:
             "security": {"auth": {"selectedType": "gemini-api-key"}},
         }
         if hooks:
-            claude_settings["hooks"] = self._hooks(CLAUDE_EVENTS, timeout=30)
+            answers = answers or {}
+            claude_settings["hooks"] = self._hooks(CLAUDE_EVENTS, answers, seconds=1)
             # gemini-cli's timeouts are in milliseconds
-            gemini_settings["hooks"] = self._hooks(GEMINI_EVENTS, timeout=30_000)
-            hooks_json = {"hooks": self._hooks(CODEX_EVENTS, timeout=30, skip=CODEX_CLAMPED)}
+            gemini_settings["hooks"] = self._hooks(GEMINI_EVENTS, answers, seconds=1000)
+            hooks_json = {
+                "hooks": self._hooks(CODEX_EVENTS, answers, seconds=1, clamped=CODEX_CLAMPED)
+            }
             (self.codex_home / "hooks.json").write_text(json.dumps(hooks_json, indent=1))
         (self.home / ".claude" / "settings.json").write_text(json.dumps(claude_settings))
         (self.home / ".gemini" / "settings.json").write_text(json.dumps(gemini_settings))
@@ -219,14 +240,26 @@ class World:
         )
 
     def _hooks(
-        self, events: Sequence[str], *, timeout: int, skip: Sequence[str] = ()
+        self,
+        events: Sequence[str],
+        answers: Mapping[str, Answer],
+        *,
+        seconds: int,
+        clamped: Sequence[str] = (),
     ) -> dict[str, Any]:
+        """Each event's hook configuration, as Claude Code, Codex and gemini-cli all take it:
+        matcher groups of command handlers, timeouts in the agent's unit (``seconds``), none
+        for the ``clamped`` events."""
         hooks: dict[str, Any] = {}
         for event in events:
-            handler = {"type": "command", "command": self.hook_command(event)}
-            if event not in skip:
-                handler["timeout"] = timeout
-            hooks[event] = [{"matcher": "*", "hooks": [handler]}]
+            answer = answers.get(event, Answer())
+            handler: dict[str, Any] = {
+                "type": "command",
+                "command": self.hook_command(event, *answer.options),
+            }
+            if event not in clamped:
+                handler["timeout"] = answer.timeout * seconds
+            hooks[event] = [{"matcher": answer.matcher, "hooks": [handler]}]
         return hooks
 
     def recorded_hooks(self) -> list[dict[str, Any]]:

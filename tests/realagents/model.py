@@ -82,9 +82,9 @@ class ToolResult:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One request the endpoint got: which API, its path and query, its JSON body, and, for a
-    step of the agent's loop, the step's number and the ids of the tool calls it was answered
-    with."""
+    """One request the endpoint got: which API, its path and query, its JSON body, when (the
+    wall clock's seconds, as hooks can record them too), and, for a step of the agent's loop,
+    the step's number and the ids of the tool calls it was answered with."""
 
     api: str
     path: str
@@ -297,7 +297,7 @@ class _Handler(BaseHTTPRequestHandler):
             query=parse_qs(parts.query),
             headers={k.lower(): v for k, v in self.headers.items()},
             body=body,
-            at=time.monotonic(),
+            at=time.time(),
         )
 
     def _json(self, status: int, payload: Any) -> None:

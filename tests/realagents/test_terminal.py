@@ -174,6 +174,47 @@ def test_a_turn_writes_and_runs_commands_for_real(name: str, make_world: MakeWor
     _compare_with_fixture(name, records, world)
 
 
+#: The hooks that run when a prompt is sent, and before a tool runs
+PROMPT_HOOK = {"claude": "UserPromptSubmit", "codex": "UserPromptSubmit", "gemini": "BeforeAgent"}
+TOOL_HOOK = {"claude": "PreToolUse", "codex": "PreToolUse", "gemini": "BeforeTool"}
+SHELL_TOOL = {"claude": "Bash", "codex": "Bash", "gemini": "run_shell_command"}
+REFUSAL = "turnback's test hook refuses this command"
+
+
+@pytest.mark.parametrize("name", sorted(TERMINALS))
+def test_a_hook_blocks_the_shell_and_a_slow_hook_does_not_hold_the_turn(
+    name: str, make_world: MakeWorld
+) -> None:
+    """Exit code 2 from the hook before a shell command blocks the command, and its standard
+    error reaches the model as the tool's result; a hook that outlives its timeout (1 s here)
+    is given up on, and the turn goes on (hooks fail open)."""
+    terminal = TERMINALS[name]
+    with Model() as model:
+        world = make_world(model.url)
+        model.script = terminal.script(world)
+        world.configure(
+            hooks=True,
+            answers={
+                PROMPT_HOOK[name]: agents.Answer(timeout=1, options=("--sleep", "10")),
+                TOOL_HOOK[name]: agents.Answer(
+                    matcher=SHELL_TOOL[name], options=("--exit", "2", "--stderr", REFUSAL)
+                ),
+            },
+        )
+        done = run(world, terminal.argv())
+    assert done.returncode == 0, f"{name} failed:\n{done.stdout}\n{done.stderr}"
+    # the write ran, the shell command did not
+    assert (world.workspace / "NOTES").read_text() == NOTES
+    assert (world.workspace / "scratch.txt").read_text() == "the user's own notes\n"
+    assert (world.workspace / "README").read_text() == "committed\nedited by hand\n"
+    steps = model.steps()
+    assert [s.step for s in steps] == [1, 2, 3], model.summary()
+    assert REFUSAL in steps[2].tool_results()[-1].output, steps[2].tool_results()
+    # the model was asked long before the slow hook would have finished
+    [prompted] = [r for r in world.recorded_hooks() if r["event"] == PROMPT_HOOK[name]]
+    assert steps[0].at - prompted["at"] < 8, steps[0].at - prompted["at"]
+
+
 def _label(record: dict[str, Any]) -> str:
     tool = (record["stdin"] or {}).get("tool_name")
     return f"{record['event']} {tool}" if tool else record["event"]
