@@ -317,6 +317,15 @@ def group_members(pgid: int) -> list[tuple[int, str]]:
     return members
 
 
+def parent_of(pid: int) -> int | None:
+    """The parent's process id of ``pid``, or None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
 def end_group(pgid: int) -> list[tuple[int, str]]:
     """Kill what is left of process group ``pgid``; returns what was left."""
     left = group_members(pgid)
