@@ -284,7 +284,8 @@ def _representative(record: dict[str, Any], world: World) -> dict[str, Any]:
         if isinstance(value, str):
             for old, new in replacements:
                 value = value.replace(old, new)
-            value = re.sub(r"/tmp/[^\s\"'/]+", "<tmp>", value)
+            # a temporary path of the agent's own (not one inside a path replaced above)
+            value = re.sub(r"(?<![\w>.-])/tmp/[^\s\"'/]+", "<tmp>", value)
             return value if len(value) <= 200 else value[:200] + f"…[{len(value)} chars]"
         if isinstance(value, list):
             cut = [clean(v) for v in value[:4]]
