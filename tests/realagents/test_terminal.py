@@ -22,96 +22,57 @@ from typing import Any
 
 import pytest
 
-from . import agents
+from . import agents, turn
 from .agents import World
 from .conftest import MakeWorld
-from .model import Call, Model, Reply, Request, Text
+from .model import Model, Reply, Request
+from .turn import ANSWER, NOTES, PROMPT
 
-PROMPT = "Write NOTES, then remove scratch.txt and reset the repository."
-NOTES = "hello from the agent\n"
-SHELL = "rm scratch.txt && git reset --hard -q"
-ANSWER = "NOTES is written; scratch.txt is gone and the repository is reset."
 FIXTURES = Path(__file__).with_name("hooks")
 REFRESH = os.environ.get("TURNBACK_REFRESH_HOOK_FIXTURES") == "1"
 
 
 @dataclass(frozen=True)
 class Terminal:
-    """How one CLI is run for a turn, what its model does, and the hooks expected of it."""
+    """How one CLI is run for a turn, what its model does, and the names of its hooks (the
+    prompt's, before and after a tool, the turn's end) and of its write and shell tools."""
 
     name: str
     argv: Callable[[], list[str]]
     script: Callable[[World], list[Reply]]
-    #: the hook events of a turn, in order, leaving out per-model-call ones
-    events: tuple[str, ...]
+    hooks: tuple[str, str, str, str]
+    tools: tuple[str, str]
+
+    @property
+    def events(self) -> list[str]:
+        """The hooks of a turn, in order, leaving out gemini-cli's per-model-call ones."""
+        prompt, before, after, stop = self.hooks
+        tools = [f"{hook} {tool}" for tool in self.tools for hook in (before, after)]
+        return ["SessionStart", prompt, *tools, stop, "SessionEnd"]
 
 
 CLAUDE = Terminal(
     "claude",
     lambda: [*agents.claude(), "-p", PROMPT, "--permission-mode", "bypassPermissions"],
-    lambda world: [
-        Reply(
-            Text("I will write the notes first."),
-            Call("Write", {"file_path": str(world.workspace / "NOTES"), "content": NOTES}),
-        ),
-        Reply(Call("Bash", {"command": SHELL, "description": "Remove scratch and reset"})),
-        Reply(Text(ANSWER)),
-    ],
-    (
-        "SessionStart",
-        "UserPromptSubmit",
-        "PreToolUse Write",
-        "PostToolUse Write",
-        "PreToolUse Bash",
-        "PostToolUse Bash",
-        "Stop",
-        "SessionEnd",
-    ),
+    turn.claude,
+    ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"),
+    ("Write", "Bash"),
 )
 CODEX = Terminal(
     "codex",
     # a hook runs only once trusted; this run trusts the hooks this test wrote
     lambda: [*agents.codex(), "exec", "--dangerously-bypass-hook-trust", PROMPT],
-    lambda world: [
-        Reply(
-            Text("I will write the notes first."),
-            Call("apply_patch", f"*** Begin Patch\n*** Add File: NOTES\n+{NOTES}*** End Patch\n"),
-        ),
-        Reply(Call("exec_command", {"cmd": SHELL})),
-        Reply(Text(ANSWER)),
-    ],
-    (
-        "SessionStart",
-        "UserPromptSubmit",
-        "PreToolUse apply_patch",
-        "PostToolUse apply_patch",
-        "PreToolUse Bash",
-        "PostToolUse Bash",
-        "Stop",
-        "SessionEnd",
-    ),
+    turn.codex,
+    ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"),
+    # the hooks name the shell tool Bash, as Claude Code's
+    ("apply_patch", "Bash"),
 )
 GEMINI = Terminal(
     "gemini",
     lambda: [*agents.gemini(), "-p", PROMPT, "--approval-mode", "yolo"],
-    lambda world: [
-        Reply(
-            Text("I will write the notes first."),
-            Call("write_file", {"file_path": "NOTES", "content": NOTES}),
-        ),
-        Reply(Call("run_shell_command", {"command": SHELL})),
-        Reply(Text(ANSWER)),
-    ],
-    (
-        "SessionStart",
-        "BeforeAgent",
-        "BeforeTool write_file",
-        "AfterTool write_file",
-        "BeforeTool run_shell_command",
-        "AfterTool run_shell_command",
-        "AfterAgent",
-        "SessionEnd",
-    ),
+    turn.gemini,
+    ("BeforeAgent", "BeforeTool", "AfterTool", "AfterAgent"),
+    ("write_file", "run_shell_command"),
 )
 TERMINALS = {t.name: t for t in (CLAUDE, CODEX, GEMINI)}
 #: gemini-cli's hooks around each model call, left out of a turn's order
@@ -168,16 +129,12 @@ def test_a_turn_writes_and_runs_commands_for_real(name: str, make_world: MakeWor
 
     # the hooks ran in the turn's order and name the same session, turn and tool calls
     records = world.recorded_hooks()
-    turn = [_label(r) for r in records if r["event"] not in PER_MODEL_CALL]
-    assert turn == list(terminal.events), turn
+    order = [_label(r) for r in records if r["event"] not in PER_MODEL_CALL]
+    assert order == terminal.events, order
     _check_links(name, records, steps)
     _compare_with_fixture(name, records, world)
 
 
-#: The hooks that run when a prompt is sent, and before a tool runs
-PROMPT_HOOK = {"claude": "UserPromptSubmit", "codex": "UserPromptSubmit", "gemini": "BeforeAgent"}
-TOOL_HOOK = {"claude": "PreToolUse", "codex": "PreToolUse", "gemini": "BeforeTool"}
-SHELL_TOOL = {"claude": "Bash", "codex": "Bash", "gemini": "run_shell_command"}
 REFUSAL = "turnback's test hook refuses this command"
 
 
@@ -189,15 +146,16 @@ def test_a_hook_blocks_the_shell_and_a_slow_hook_does_not_hold_the_turn(
     error reaches the model as the tool's result; a hook that outlives its timeout (1 s here)
     is given up on, and the turn goes on (hooks fail open)."""
     terminal = TERMINALS[name]
+    prompt_hook, tool_hook, _, _ = terminal.hooks
     with Model() as model:
         world = make_world(model.url)
         model.script = terminal.script(world)
         world.configure(
             hooks=True,
             answers={
-                PROMPT_HOOK[name]: agents.Answer(timeout=1, options=("--sleep", "10")),
-                TOOL_HOOK[name]: agents.Answer(
-                    matcher=SHELL_TOOL[name], options=("--exit", "2", "--stderr", REFUSAL)
+                prompt_hook: agents.Answer(timeout=1, options=("--sleep", "10")),
+                tool_hook: agents.Answer(
+                    matcher=terminal.tools[1], options=("--exit", "2", "--stderr", REFUSAL)
                 ),
             },
         )
@@ -211,7 +169,7 @@ def test_a_hook_blocks_the_shell_and_a_slow_hook_does_not_hold_the_turn(
     assert [s.step for s in steps] == [1, 2, 3], model.summary()
     assert REFUSAL in steps[2].tool_results()[-1].output, steps[2].tool_results()
     # the model was asked long before the slow hook would have finished
-    [prompted] = [r for r in world.recorded_hooks() if r["event"] == PROMPT_HOOK[name]]
+    [prompted] = [r for r in world.recorded_hooks() if r["event"] == prompt_hook]
     assert steps[0].at - prompted["at"] < 8, steps[0].at - prompted["at"]
 
 
