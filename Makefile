@@ -21,7 +21,7 @@ LANGGRAPH_STAMP := $(LANGGRAPH)/.installed
 
 PG_BIN ?= /usr/lib/postgresql/15/bin
 
-.PHONY: demo test lint typecheck pytest postgres bench fuzz clean
+.PHONY: demo test lint typecheck pytest postgres fuse bench fuzz torture clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -67,7 +67,15 @@ postgres:
 		postgresql-15 >/dev/null; } || { echo "make test needs PostgreSQL 15's server \
 		($(PG_BIN)/postgres): apt-get install postgresql-15" >&2; exit 1; }
 
-pytest: $(STAMP) $(TS_STAMP) $(REAL_STAMP) $(BROWSER_STAMP) $(LANGGRAPH_STAMP) postgres
+# The power-loss tests mount a FUSE file system (tests/powerloss/): libfuse 3 and fusermount3
+# come from Debian's fuse3, installed as root when missing. Without /dev/fuse they skip, loudly.
+fuse:
+	@command -v fusermount3 >/dev/null || { test "$$(id -u)" = 0 && command -v apt-get >/dev/null \
+		&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		fuse3 >/dev/null; } || { echo "the power-loss tests need fuse3 (fusermount3 and \
+		libfuse 3): apt-get install fuse3" >&2; exit 1; }
+
+pytest: $(STAMP) $(TS_STAMP) $(REAL_STAMP) $(BROWSER_STAMP) $(LANGGRAPH_STAMP) postgres fuse
 	TURNBACK_PG_BIN=$(PG_BIN) $(BIN)/pytest
 
 test: lint typecheck pytest
@@ -79,6 +87,11 @@ bench: $(STAMP) $(TS_STAMP) $(BROWSER_STAMP) $(LANGGRAPH_STAMP)
 	$(BIN)/python bench/proxy.py
 	$(BIN)/python bench/log.py
 	$(BIN)/python bench/ui.py
+
+# the power-loss tests long: every fault point in every mode, and TURNBACK_POWER_CUTS (200)
+# power cuts at random moments
+torture: $(STAMP) fuse
+	TURNBACK_TORTURE=1 $(BIN)/pytest tests/powerloss
 
 # the proxy's property test with many more examples than CI runs
 fuzz: $(STAMP)

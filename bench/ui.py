@@ -145,7 +145,7 @@ def start_server(home: Path) -> tuple[subprocess.Popen[str], str, str]:
         raise RuntimeError(
             f"turnback ui did not start: {process.stderr.read() if process.stderr else ''}"
         )
-    return process, url, url.split("/?token=")[0]
+    return process, url, url.split("/#token=")[0]
 
 
 def first_screen(url: str, base: str, page_path: str, rounds: int, scratch: Path) -> list[float]:
@@ -156,7 +156,8 @@ def first_screen(url: str, base: str, page_path: str, rounds: int, scratch: Path
         browser = launch(driver, scratch / "profile")
         try:
             page = browser.new_page()
-            page.goto(url)
+            page.goto(url)  # logs in: the page keeps its key
+            page.wait_for_selector("body[data-ready]")
             for _ in range(rounds + 1):  # the first warms the browser's cache of the assets
                 page.goto(base + page_path, wait_until="commit")
                 page.wait_for_function(f"() => {MARKED}.length > 0", timeout=30_000)
@@ -178,7 +179,8 @@ def bench(turns: int, files: int, rounds: int, scratch: Path, browser: bool) -> 
     process, url, base = start_server(home)
     try:
         with httpx.Client(base_url=base, timeout=300) as client:
-            client.get(url)  # the cookie
+            login = client.post("/api/login", json={"token": url.split("#token=")[1]})
+            client.headers["authorization"] = f"Bearer {login.raise_for_status().json()['key']}"
             get = lambda path: client.get(path).raise_for_status()  # noqa: E731
             get(f"/api/sessions/{long_id}/log")  # warm both sides once
             cli_run(home, "log", long_id, "--json")

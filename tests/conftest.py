@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -171,3 +172,22 @@ def fill(disk: Path, leave: int = 0) -> Path:
             except OSError:
                 break
     return filler
+
+
+def at_once(*workers: Callable[[], list[str]]) -> list[str]:
+    """Run each worker in a thread of its own, all at the same time; returns what they said went
+    wrong, in the order of the workers (a worker that raised says so)."""
+    found: list[list[str]] = [[] for _ in workers]
+
+    def run(index: int) -> None:
+        try:
+            found[index] = workers[index]()
+        except BaseException as error:  # pragma: no cover - reported below
+            found[index] = [f"worker {index} raised {error!r}"]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(workers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [line for lines in found for line in lines]

@@ -33,13 +33,13 @@ def _run(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
 
 def test_the_readme_has_the_snippets_this_test_runs() -> None:
     blocks = _blocks()
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     assert "turnback.open(" in blocks[0] and "session.diff(" in blocks[1]
-    assert "AgentRuntime" in blocks[2]
+    assert "AgentRuntime" in blocks[2] and "Service.of(" in blocks[3]
 
 
 def test_the_api_snippets_run_as_written(tmp_path: Path) -> None:
-    first, second, _runtime = _blocks()
+    first, second, _runtime, _service = _blocks()
     done = _run(first + second, tmp_path)
     assert done.returncode == 0, done.stderr
     workspace = tmp_path / "workspace"
@@ -52,3 +52,10 @@ def test_the_runtime_snippet_runs_as_written(tmp_path: Path) -> None:
     done = _run(_blocks()[2], tmp_path)
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "workspace" / "hello.txt").exists()  # written, then reverted
+
+
+def test_the_service_snippet_runs_as_written(tmp_path: Path) -> None:
+    done = _run(_blocks()[3], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "write notes" in done.stdout  # the turns it read through the service
+    assert not (tmp_path / "workspace" / "notes.txt").exists()  # written, then reverted

@@ -7,6 +7,7 @@ Every command takes ``--json`` for scripts; the shapes are documented in the REA
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
         Turn,
         UnrecoveredTurn,
     )
+    from turnback.service import Command
 
 T = TypeVar("T")
 
@@ -386,6 +388,13 @@ class Context:
             self._tb = turnback.open(self.home, create=False, progress=Progress())
         return self._tb
 
+    def run(self, command: Command[T]) -> T:
+        """Carry a command out through the handle's service, on this thread (Ctrl-C reaches
+        it where the engine settles it)."""
+        from turnback.service import Service
+
+        return Service.of(self.tb).run(command)
+
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
@@ -592,7 +601,9 @@ def show(state: Context, session: str, turn: str, events: bool, as_json: bool) -
 @pass_state
 def recover(state: Context, as_json: bool) -> None:
     """Recover turns whose process died: apply each as interrupted, or set it aside."""
-    report = state.tb.recover()
+    from turnback.service import Recover
+
+    report = state.run(Recover())
     if as_json:
         _emit_json(
             {
@@ -639,6 +650,8 @@ def unrecovered(
     state: Context, session: str, action: str | None, turn: str | None, as_json: bool
 ) -> None:
     """List a session's set-aside turns, or apply or discard one (by token prefix)."""
+    from turnback.service import ApplySetAside, DiscardSetAside
+
     handle = state.tb.session(session)
     if action is None:
         items = handle.unrecovered()
@@ -656,7 +669,7 @@ def unrecovered(
     if turn is None:
         raise click.UsageError(f"`unrecovered SESSION {action}` needs the TURN to {action}")
     if action == "apply":
-        applied = handle.apply(turn)
+        applied = state.run(ApplySetAside(handle.id, turn))
         result: dict[str, Any] = {"applied": turn_json(applied)}
         text = f"applied turn {applied.token[:12]} as turn {applied.number}"
     else:
@@ -665,7 +678,7 @@ def unrecovered(
             (u.turn.token for u in handle.unrecovered() if u.turn.token.startswith(turn.lower())),
             turn,
         )
-        count = handle.discard(turn)
+        count = state.run(DiscardSetAside(handle.id, turn))
         result = {"discarded": token, "events": count}
         text = f"discarded set-aside turn {token} and its {_events(count)}"
     if as_json:
@@ -679,7 +692,9 @@ def unrecovered(
 @pass_state
 def sweep(state: Context, as_json: bool) -> None:
     """Remove what no turn can use any more: stale step checkpoints and dead owners."""
-    report = state.tb.sweep()
+    from turnback.service import Sweep
+
+    report = state.run(Sweep())
     if as_json:
         _emit_json(
             {
@@ -797,6 +812,9 @@ def revert(
     everything back. Files that existed before the undone turns began, and ignored files,
     are never deleted. `--dry-run` shows the files it would restore, delete and keep, and the
     hand edits in its way, and changes nothing."""
+    from turnback.model import RevertRequest
+    from turnback.service import PlanRevert, RevertSession, UndoRevert
+
     if files_only and conversation_only:
         raise click.UsageError("--files-only and --conversation-only exclude each other")
     if undo and turn is not None:
@@ -810,19 +828,13 @@ def revert(
     handle = state.tb.session(session)
     if turn is not None and not turn.strip().isdigit():
         turn = str(handle.get_turn(turn).number)
-    options = {
-        "files": not conversation_only,
-        "conversation": not files_only,
-        "keep_user_edits": keep_user_edits,
-    }
+    request = RevertRequest(int(turn or 0), not conversation_only, not files_only, keep_user_edits)
     what = "undo the last revert" if undo else f"revert session {handle.id[:12]} to turn {turn}"
     if dry_run or not yes:
         if not dry_run and not (sys.stdin.isatty() and sys.stderr.isatty()):
             raise click.UsageError(f"this would {what}; pass --yes to confirm without a terminal")
         plan = (
-            None
-            if undo
-            else _conflicts_as_json(as_json, handle.revert_plan, int(turn or 0), **options)
+            None if undo else _conflicts_as_json(as_json, state.run, PlanRevert(handle.id, request))
         )
         if dry_run:
             assert plan is not None
@@ -838,9 +850,9 @@ def revert(
     before = {r.id: r.state for r in handle.reverts()}
     try:
         if undo:
-            result = handle.undo_revert()
+            result = state.run(UndoRevert(handle.id))
         else:
-            result = _conflicts_as_json(as_json, handle.revert, int(turn or 0), **options)
+            result = _conflicts_as_json(as_json, state.run, RevertSession(handle.id, request))
     except KeyboardInterrupt:
         _interrupted(handle, before, undo, as_json)
     if as_json:
@@ -971,7 +983,9 @@ def _plan_lines(plan: RevertPlan, keep_user_edits: bool) -> list[str]:
 @pass_state
 def gc(state: Context, keep: int | None, older_than: float | None, as_json: bool) -> None:
     """Prune workspace checkpoints nothing needs and report the bytes freed."""
-    report = state.tb.gc(keep=keep, older_than=older_than)
+    from turnback.service import CollectGarbage
+
+    report = state.run(CollectGarbage(keep, older_than))
     if as_json:
         _emit_json(
             {
@@ -1105,7 +1119,8 @@ def acp(
     "--host",
     default="127.0.0.1",
     show_default=True,
-    help="The address to serve on; anything but loopback lets other machines knock.",
+    help="The address to serve on; anything but loopback lets other machines knock "
+    "(0.0.0.0: every address, and an address they can use is printed).",
 )
 @click.option(
     "--port",
@@ -1120,8 +1135,9 @@ def acp(
 def ui(state: Context, host: str, port: int, no_open: bool, read_only: bool) -> None:
     """Serve a local review page: sessions, timelines, diffs, reverts with a preview, undo.
 
-    Prints the page's address, with its token, as the first line, then opens a browser unless
-    --no-open; serves until interrupted. Every request needs the token."""
+    Prints the page's address, with its token, as the first line, then opens a browser (on a
+    one-time address) unless --no-open; serves until interrupted. The page swaps the token for
+    a key that every request of its API needs."""
     from turnback.ui import serve
 
     try:
@@ -1208,5 +1224,10 @@ def remedy_hint(remedy: object, session: str | None, turn: int | None = None) ->
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    # A stored string may hold an unpaired surrogate (an agent sent one; the store keeps it):
+    # written as its escape it cannot fail, and --json stays the same JSON value
+    # (turnback.jsontext). Standard error already writes it so.
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
     with _errors_to_exit_codes():
         cli.main(args=list(argv) if argv is not None else None, prog_name="turnback")

@@ -47,12 +47,12 @@ POINTS: frozenset[str] = frozenset(
         "discard.before",
         "discard.inside",
         "discard.after",
-        # workspace capture (workspace/snapshots.py): snapshots before references
+        # workspace capture (workspace/capture.py, scan.py): snapshots before references
         "capture.shadow",
         "capture.index",
         "capture.commit",
         "capture.ref",
-        # moving files (workspace/snapshots.py)
+        # moving files (workspace/restore.py)
         "restore.plan",
         "restore.file",
         "restore.done",

@@ -6,7 +6,10 @@ Some facts about JSON and Python that the rest of turnback depends on:
   JavaScript and Python agents both write it. Python reads it into a ``str`` that cannot be
   encoded as UTF-8, so ``json.dumps(..., ensure_ascii=False).encode()`` -- and SQLite, which
   stores UTF-8 -- fail on it. :func:`dumps` writes such a value with ``\\uXXXX`` escapes
-  instead: the same JSON value, so it is stored losslessly and replayed as it was sent.
+  instead: the same JSON value, so it is stored losslessly and replayed as it was sent. In JSON
+  text a surrogate can only stand inside a string, so encoding the text with Python's
+  ``backslashreplace`` writes each one as exactly that escape (:func:`utf8`): output that must
+  not fail -- the CLI's standard output, the review page's answers -- is written that way.
 * ``json.loads`` recurses once per nesting level, so a line of a few thousand ``[`` raises
   ``RecursionError`` -- not ``ValueError`` -- wherever it is parsed; code that catches only
   ``ValueError`` dies of it. :func:`loads` refuses nesting deeper than :data:`MAX_DEPTH` levels
@@ -60,6 +63,12 @@ def safe_text(text: str, value: Any) -> str:
     """``text`` (``value`` written with ``ensure_ascii=False``), or ``value`` written with
     escapes when ``text`` holds an unpaired surrogate: UTF-8 encodable either way."""
     return _ASCII.encode(value) if has_surrogates(text) else text
+
+
+def utf8(text: str) -> bytes:
+    """JSON ``text`` as UTF-8, each unpaired surrogate written as its ``\\uXXXX`` escape (the
+    same JSON value; see the module docstring)."""
+    return text.encode("utf-8", "backslashreplace")
 
 
 def dumps(value: Any) -> str:

@@ -8,9 +8,9 @@ with a ``sessionUpdate`` discriminator. turnback's own kinds use the ACP extensi
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 JSON = dict[str, Any]
 
@@ -167,6 +167,12 @@ class Turn:
     @property
     def prompt_text(self) -> str:
         return prompt_text(self.prompt)
+
+
+def conversation(turns: Iterable[Turn]) -> list[Turn]:
+    """The turns of a session's current conversation, in order: the one way every part of
+    turnback counts and numbers them."""
+    return sorted((t for t in turns if t.in_conversation), key=lambda t: t.number)
 
 
 def prompt_text(prompt: Any) -> str:
@@ -371,6 +377,24 @@ class RevertRequest:
     files: bool = True
     conversation: bool = True
     keep_user_edits: bool = False
+
+    @classmethod
+    def of(cls, target: int | RevertRequest, **options: Unpack[RevertOptions]) -> RevertRequest:
+        """``target`` as it is, or a request to rewind to turn ``target`` with ``options``."""
+        if isinstance(target, RevertRequest):
+            if options:
+                raise TypeError("give a RevertRequest or a turn number with options, not both")
+            return target
+        return cls(target, **options)
+
+
+class RevertOptions(TypedDict, total=False):
+    """A revert's options as keywords (``session.revert(2, keep_user_edits=True)``): the fields
+    of :class:`RevertRequest` but its target."""
+
+    files: bool
+    conversation: bool
+    keep_user_edits: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,8 @@ from typing import Any, cast
 import pytest
 
 from turnback import jsontext
-from turnback.acp.proxy import Proxy, _SessionRelay
+from turnback.acp.editor import Editor
+from turnback.acp.sessions import SessionRelay, Sessions
 from turnback.runtime.wire import (
     UpdateFrame,
     _chunk_update,
@@ -22,7 +23,7 @@ EDITOR_ID = "editor-session"
 
 
 class Recorder:
-    """What the relay hands the proxy: lines for the editor, and the agent's commands."""
+    """What the relay hands on: lines for the editor, and the agent's commands."""
 
     def __init__(self) -> None:
         self.wire = self
@@ -35,6 +36,15 @@ class Recorder:
     def agent_commands(self, editor: object, update: dict[str, Any], *, forward: bool) -> None:
         self.commands.append((update, forward))
 
+    def announce_commands(self, editor: object) -> None:
+        pass
+
+
+def relay_to(recorder: Recorder) -> SessionRelay:
+    relay = SessionRelay(cast(Editor, recorder), cast(Sessions, recorder), EDITOR_ID, [])
+    relay.editor_session = cast(Any, "the editor session")
+    return relay
+
 
 async def reply(frame: dict[str, Any]) -> None:
     raise AssertionError("a notification is not answered")
@@ -42,7 +52,7 @@ async def reply(frame: dict[str, Any]) -> None:
 
 def forward(line: bytes, *, replay: bool = False) -> Recorder:
     recorder = Recorder()
-    relay = _SessionRelay(cast(Proxy, recorder), EDITOR_ID, [])
+    relay = relay_to(recorder)
     relay.answered()  # the editor knows the session
     assert relay.agent_frame(json.loads(line), replay, reply, line)
     return recorder
@@ -50,7 +60,7 @@ def forward(line: bytes, *, replay: bool = False) -> Recorder:
 
 def test_updates_before_the_editor_knows_the_session_wait_for_its_answer() -> None:
     recorder = Recorder()
-    relay = _SessionRelay(cast(Proxy, recorder), EDITOR_ID, [])
+    relay = relay_to(recorder)
     commands = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"agent-1",'
     commands += b'"update":{"sessionUpdate":"available_commands_update","availableCommands":[]}}}'
     for line in (COMPACT, commands, COMPACT):

@@ -181,7 +181,7 @@ def test_an_agent_gone_before_answering_is_an_error_naming_it() -> None:
 
     async def scenario() -> None:
         sidecar = await take_over(launched)
-        with pytest.raises(AgentUnavailable, match="exited during initialize"):
+        with pytest.raises(AgentUnavailable, match=r"exited \(exit status 0\) during initialize"):
             await sidecar.open(5.0)
 
     run(scenario())

@@ -24,7 +24,7 @@ from tests.acp.harness import (
     start,
     wait_for,
 )
-from turnback.acp.proxy import LIST_PAGE
+from turnback.acp.sessions import LIST_PAGE
 from turnback.model import TurnStatus
 
 

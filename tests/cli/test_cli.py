@@ -238,6 +238,24 @@ def test_show(home: Path, session: turnback.Session, completed: turnback.Turn) -
     assert data["events"][0]["event"] == chunk("It ")
 
 
+def test_a_lone_surrogate_is_printed_as_its_escape(home: Path, session: turnback.Session) -> None:
+    """JavaScript and Python agents can send a string with an unpaired UTF-16 surrogate; the
+    proxy stores it as it came. Printing it must not fail on a UTF-8 standard output: --json
+    writes it as the JSON escape it was sent as (the same value), people read the escape."""
+    with session.turn("fix the \ud83d emoji") as turn:
+        turn.record(chunk("half a pair: \ud800 here"))
+
+    for args in (("log", session.id), ("show", session.id, "1", "--events")):
+        text = ok(home, *args)
+        assert "\\ud83d" in text
+    assert "half a pair: \\ud800 here" in ok(home, "show", session.id, "1")
+    log = ok_json(home, "log", session.id)
+    shown = ok_json(home, "show", session.id, "1", "--events")
+    assert log["turns"][0]["prompt"] == "fix the \ud83d emoji"  # read back as the same value
+    assert shown["messages"][1]["text"] == "half a pair: \ud800 here"
+    assert shown["events"][0]["event"] == chunk("half a pair: \ud800 here")
+
+
 # -- recover, unrecovered, activities ----------------------------------------------------------
 
 

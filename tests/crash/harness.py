@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +110,24 @@ def run_child(
     else:
         assert result.returncode == 0, result.stderr.decode()[-2000:]
     return result
+
+
+def kill_stream_after(home: Path, args: dict[str, Any], delay: float) -> Acks:
+    """Run the ``stream`` scenario, SIGKILL it ``delay`` seconds after its turn began (or once
+    it has ended), and read what it acknowledged."""
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), "stream", str(home), json.dumps(args)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    ack = Path(args["ack"])
+    deadline = time.monotonic() + 60
+    while not ack.exists() and time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.01)  # let it begin
+    time.sleep(delay)
+    child.send_signal(signal.SIGKILL)
+    assert child.wait(timeout=30) in (-signal.SIGKILL, 0)
+    return Acks.read(ack)
 
 
 def dump(home: Path) -> dict[str, list[tuple[Any, ...]]]:

@@ -4,14 +4,12 @@ compared with what was acknowledged (README, Design, invariants 1-3 and 5-8)."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ from .harness import (
     Acks,
     check_stream,
     dump,
+    kill_stream_after,
     query,
     run_child,
     settle_and_check,
@@ -231,19 +230,7 @@ def test_killed_at_a_random_moment_while_streaming(
     mode = ("batched", "strict", "batched", "turn", "batched")[seed]
     events = 4000
     args = _stream_args(tmp_path, session_id, mode=mode, events=events, pause_every=50)
-    child = subprocess.Popen(
-        [sys.executable, str(CHILD), "stream", str(home), json.dumps(args)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    ack = tmp_path / "ack.jsonl"
-    deadline = time.monotonic() + 30
-    while not ack.exists() and time.monotonic() < deadline:  # let it begin
-        time.sleep(0.01)
-    time.sleep(rng.uniform(0.0, 0.3))
-    child.send_signal(signal.SIGKILL)
-    assert child.wait(timeout=30) in (-signal.SIGKILL, 0)
-    acks = Acks.read(ack)
+    acks = kill_stream_after(home, args, rng.uniform(0.0, 0.3))
     settle_and_check(home, session_id)
     check_stream(home, session_id, acks, mode=mode, events=events, steps=False)
 

@@ -4,6 +4,8 @@ TurnInProgress). On a real small tmpfs."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +15,8 @@ import turnback
 from turnback.errors import StoreError
 
 from ..conftest import fill
+
+ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def chunk(text: str) -> dict[str, object]:
@@ -45,3 +49,48 @@ def test_a_turn_whose_journal_cannot_write_ends_once_it_can(
     assert "written before the disk filled" in "".join(m.text for m in session.turn_messages(1))
     assert second.status is turnback.TurnStatus.COMPLETED and second.parent == first.token
     tb.close()
+
+
+EXITS_ON_A_FULL_DISK = """
+import sys
+import turnback
+sys.path.insert(0, sys.argv[3])
+from tests.conftest import fill
+
+tb = turnback.open(sys.argv[1], checkpoints=False)  # batched: events wait to be written
+session = tb.create_session(sys.argv[2])
+turn = session.turn("fill the disk")
+turn.record({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "durable"})
+fill(tb.home.parent)
+for _ in range(50):
+    turn.record({"sessionUpdate": "agent_message_chunk",
+                 "content": {"type": "text", "text": "x" * 1000}})
+print(turn.token)
+"""
+
+
+def test_a_process_that_exits_on_a_full_disk_says_so_without_a_traceback(
+    tmp_path: Path, small_disk: Callable[[int], Path]
+) -> None:
+    """Closing at exit writes what the journal still holds; on a full disk it cannot. That is
+    said in a line (bug: an atexit traceback), the process exits as it meant to, and the turn
+    is recovered with what was written."""
+    disk = small_disk(4 * 2**20)
+    done = subprocess.run(
+        [sys.executable, "-c", EXITS_ON_A_FULL_DISK, str(disk / "home"), str(tmp_path), ROOT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "atexit" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("turnback: "), done.stderr
+    assert "full" in lines[0] and "not written" in lines[0]
+    (disk / "filler.bin").unlink()
+    with turnback.open(disk / "home") as tb:
+        [recovered] = tb.recover().recovered
+        assert recovered.token == done.stdout.strip()
+        kinds = [e.kind for e in tb.session(recovered.session_id).run_events(recovered.token)]
+        assert kinds[0] == "tool_call"  # acknowledged durable: kept

@@ -376,3 +376,19 @@ def test_gc_reports_the_space_a_killed_process_left_in_the_database_log(home: Pa
     assert not wal.exists() or wal.stat().st_size == 0
     # the log is given back, less what of it the database file took in
     assert report.bytes_freed == left - (database.stat().st_size - before) > left // 2
+
+
+def test_the_conversation_is_the_turns_neither_reverted_nor_unfinished_in_order(
+    session: turnback.Session, workspace: Path
+) -> None:
+    run_turns(session, workspace)
+    session.revert(2)
+    running = session.turn("still running")
+    assert [t.number for t in session.conversation()] == [1, 2]
+    assert [t.number for t in session.turns()] == [1, 2, 3, 3]  # reverted 3, running 3
+    running.complete()
+    assert [t.prompt_text for t in session.conversation()] == [
+        "create a",
+        "edit a, add b",
+        "still running",
+    ]

@@ -154,3 +154,50 @@ def test_a_frame_turnback_fails_on_is_answered_and_the_receive_loop_goes_on() ->
     Recorder(reactor, None, relayed=True).rejected(refused)  # type: ignore[arg-type]
     [notice] = reactor
     assert notice.code == "agent.frame.failed" and "turnback could not handle" in notice.message
+
+
+MUTE_AGENT = """
+    import asyncio, os, sys, time
+    import acp
+    from acp.schema import InitializeResponse, NewSessionResponse
+
+    class Mute:
+        async def initialize(self, protocol_version, **_):
+            return InitializeResponse(protocol_version=protocol_version)
+
+        async def new_session(self, cwd, **_):
+            return NewSessionResponse(session_id="s1")
+
+        async def prompt(self, prompt, session_id, **_):
+            os.close(1)  # closes its output and goes on running
+            time.sleep(30)
+
+    async def main():
+        reader, writer = await acp.stdio_streams()
+        await acp.run_agent(Mute(), writer, reader)
+
+    asyncio.run(main())
+"""
+
+
+def test_an_agent_that_closes_its_output_is_not_said_to_have_exited(
+    tb: turnback.Turnback,
+    session: turnback.Session,
+    write_agent: Callable[[str, str], tuple[str, ...]],
+) -> None:
+    """Bug: 'exited (still running)'. A process that closed its standard output and still
+    runs is said to have closed its output."""
+    command = write_agent("mute_agent", MUTE_AGENT)
+
+    async def scenario() -> turnback.Turn:
+        policy = ResumePolicy(attempts=0, exit_grace=0.2)
+        async with await AgentRuntime.start(tb, session, command, policy=policy) as rt:
+            return await rt.prompt("go")
+
+    started = time.monotonic()
+    turn = run(scenario())
+    assert time.monotonic() - started < 20
+    assert turn.status is TurnStatus.FAILED
+    said = " ".join([turn.detail or "", *(a.message for a in session.activities())])
+    assert "closed its output" in said, said
+    assert "still running" not in said and "exited" not in said, said

@@ -66,7 +66,7 @@ def test_sigkill_at_each_step_resumes_with_every_effect_and_update_once(
     assert codes.count("agent.crashed") == 1
     assert codes.count("turn.resuming") == 1 and codes.count("turn.resumed") == 1
     crashed = next(a for a in session.activities() if a.code == "agent.crashed")
-    assert "(killed by SIGKILL)" in crashed.message, crashed.message  # not "(status None)"
+    assert "was killed by SIGKILL" in crashed.message, crashed.message  # not "(status None)"
     assert crashed.data["returncode"] == -signal.SIGKILL
     sessions = [a.data["opened"] for a in session.activities() if a.code == "agent.session"]
     assert sessions == ["new", "loaded"]

@@ -106,6 +106,31 @@ def test_a_session_held_past_the_busy_timeout_is_locked_and_nothing_is_lost(
         waiter.close()
 
 
+def test_a_statement_timeout_is_worded_as_one_not_as_a_lock(postgres_url: str) -> None:
+    """The server's statement_timeout (the DBA's, or the URL's options) cancels a statement
+    that waits on a lock before the busy timeout does: the error says so, not that a session
+    was locked for the busy timeout's 5 s (bug)."""
+    holder = open_store(postgres_url)
+    timed = postgres_url.replace("options=", f"options={quote('-c statement_timeout=200 ')}")
+    waiter = open_store(timed, busy_timeout=5.0)
+    record = new_session()
+    try:
+        with holder.atomic() as tx:
+            tx.insert_session(record)
+        with holder.atomic() as tx:
+            tx.lock_sessions([record.id])
+            with pytest.raises(StoreUnavailable) as cancelled, waiter.atomic() as other:
+                other.lock_sessions([record.id])
+        message = str(cancelled.value)
+        assert "statement_timeout" in message and "statement timeout" in message
+        assert "locked" not in message and "5s" not in message
+        with waiter.atomic() as tx:  # usable again once the holder is done
+            tx.lock_sessions([record.id])
+    finally:
+        holder.close()
+        waiter.close()
+
+
 def test_a_begin_and_a_revert_on_one_workspace_lock_each_other(postgres_url: str) -> None:
     holder = open_store(postgres_url)
     waiter = open_store(postgres_url, busy_timeout=0.3)

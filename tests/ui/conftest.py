@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 import turnback
@@ -85,6 +87,16 @@ class Server:
     base: str
     process: subprocess.Popen[str]
 
+    @property
+    def token(self) -> str:
+        return re.split(r"[?#]token=", self.url)[1]
+
+    def key(self) -> str:
+        """Log in with the printed token, as the page's script does: a key for the API."""
+        answer = httpx.post(f"{self.base}/api/login", json={"token": self.token})
+        answer.raise_for_status()
+        return str(answer.json()["key"])
+
     def stop(self) -> int:
         """SIGTERM, as a user's Ctrl-C or a service manager would; the exit code."""
         if self.process.poll() is None:
@@ -101,8 +113,8 @@ def start_server() -> Iterator[StartServer]:
     line of its standard output; each is stopped with SIGTERM at the end and must exit 0."""
     started: list[Server] = []
 
-    def start(home: Path, *args: str) -> Server:
-        env = {k: v for k, v in os.environ.items() if k != "TURNBACK_HOME"}
+    def start(home: Path, *args: str, env: dict[str, str] | None = None) -> Server:
+        env = {k: v for k, v in (env or os.environ).items() if k != "TURNBACK_HOME"}
         process = subprocess.Popen(
             [TURNBACK, "--home", str(home), "ui", "--no-open", *args],
             stdout=subprocess.PIPE,
@@ -116,7 +128,7 @@ def start_server() -> Iterator[StartServer]:
             process.wait(timeout=10)
             assert process.stderr is not None
             raise AssertionError(f"turnback ui printed no address: {process.stderr.read()}")
-        server = Server(url, url.split("/?token=")[0], process)
+        server = Server(url, re.split(r"/[?#]token=", url)[0], process)
         started.append(server)
         return server
 

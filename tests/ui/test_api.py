@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -30,16 +33,13 @@ def tb(reviewed: Reviewed) -> Iterator[turnback.Turnback]:
 def client_for(tb: turnback.Turnback, *, read_only: bool = False) -> TestClient:
     app = build_app(tb, TOKEN, read_only=read_only, hosts=["testserver"])
     client = TestClient(app, follow_redirects=False)
-    client.csrf = csrf_of(client)  # type: ignore[attr-defined]
+    client.headers["authorization"] = f"Bearer {login(client, TOKEN).json()['key']}"
     return client
 
 
-def csrf_of(client: TestClient) -> str:
-    page = client.get("/", params={"token": TOKEN})
-    assert page.status_code == 303
-    html = client.get("/").text
-    config = html.split('<script id="config" type="application/json">')[1].split("</script>")[0]
-    return str(json.loads(config)["csrf"])
+def login(client: TestClient, token: str) -> httpx.Response:
+    """What the page's script does with the address's ``#token=``."""
+    return client.post("/api/login", json={"token": token})
 
 
 @pytest.fixture
@@ -48,53 +48,109 @@ def client(tb: turnback.Turnback) -> TestClient:
 
 
 def post(client: TestClient, path: str, body: object) -> httpx.Response:
-    return client.post(path, json=body, headers={"x-turnback-csrf": client.csrf})  # type: ignore[attr-defined]
+    return client.post(path, json=body)
 
 
 def files(workspace: Path) -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted(workspace.iterdir()) if p.is_file()}
 
 
-# -- the token ----------------------------------------------------------------------------------
+# -- the token and the key ----------------------------------------------------------------------
 
 
-def test_without_the_token_every_page_and_api_is_refused(tb: turnback.Turnback) -> None:
+def test_without_a_key_every_api_is_refused_and_the_shell_holds_no_secret(
+    tb: turnback.Turnback,
+) -> None:
     app = build_app(tb, TOKEN, hosts=["testserver"])
     with TestClient(app, follow_redirects=False) as anonymous:
         page = anonymous.get("/")
-        api = anonymous.get("/api/sessions")
-        anonymous.cookies.set("turnback_80", "not-the-token")
-        wrong = anonymous.get("/api/sessions")
-        anonymous.cookies.clear()
-        wrong_query = anonymous.get("/", params={"token": "guess"})
         asset = anonymous.get("/assets/app.js")
+        api = anonymous.get("/api/sessions")
+        wrong = anonymous.get("/api/sessions", headers={"authorization": "Bearer guess"})
+        wrong_token = login(anonymous, "guess")
+        not_json = anonymous.post("/api/login", content=b"token=guess")
 
-    assert page.status_code == 401 and "No access" in page.text and TOKEN not in page.text
-    assert api.status_code == 401
-    assert "token" in api.json()["error"]["hint"]
-    assert wrong.status_code == 403
-    assert wrong_query.status_code == 403 and "set-cookie" not in wrong_query.headers
-    assert asset.status_code == 401
+    assert page.status_code == 200 and asset.status_code == 200  # no data, no secret in them
+    assert TOKEN not in page.text and "review me" not in page.text
+    assert api.status_code == 401 and "#token=" in api.json()["error"]["hint"]
+    assert wrong.status_code == 403 and wrong_token.status_code == 403
+    assert "wrong token" in wrong_token.json()["error"]["message"]
+    assert not_json.status_code == 400
 
 
-def test_the_token_is_swapped_once_for_a_strict_http_only_cookie(tb: turnback.Turnback) -> None:
+def test_the_token_is_swapped_for_a_key_and_no_cookie_is_ever_set(tb: turnback.Turnback) -> None:
     app = build_app(tb, TOKEN, hosts=["testserver"])
     with TestClient(app, follow_redirects=False) as browser:
-        first = browser.get("/sessions/abc", params={"token": TOKEN, "x": "1"})
-        then = browser.get("/api/sessions")
+        first = login(browser, TOKEN)
+        again = login(browser, TOKEN)  # the printed token logs in again: another browser
+        key, other = first.json()["key"], again.json()["key"]
+        listed = browser.get("/api/sessions", headers={"authorization": f"Bearer {key}"})
+        also = browser.get("/api/sessions", headers={"authorization": f"Bearer {other}"})
+        page = browser.get("/")
 
-    assert first.status_code == 303
-    assert first.headers["location"] == "/sessions/abc?x=1"  # the token leaves the address
-    cookie = first.headers["set-cookie"]
-    assert f"turnback_80={TOKEN}" in cookie
-    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
-    assert then.status_code == 200
-    assert then.headers["x-frame-options"] == "DENY"
-    assert "script-src 'self'" in then.headers["content-security-policy"]
+    assert first.status_code == 200 and key != other and TOKEN not in (key, other)
+    assert first.headers["cache-control"] == "no-store"
+    assert listed.status_code == 200 and also.status_code == 200
+    for answer in (first, again, listed, page):
+        assert "set-cookie" not in answer.headers  # cookies reach every port of this host
+    assert listed.headers["x-frame-options"] == "DENY"
+    assert "script-src 'self'" in listed.headers["content-security-policy"]
+
+
+def test_a_one_time_token_logs_in_once_and_only_for_a_while(
+    tb: turnback.Turnback, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = build_app(tb, TOKEN, once=["for-the-browser"], hosts=["testserver"])
+    with TestClient(app) as browser:
+        first = login(browser, "for-the-browser")
+        second = login(browser, "for-the-browser")
+    monkeypatch.setattr("turnback.ui.app.ONCE_FOR", -1.0)
+    late = build_app(tb, TOKEN, once=["for-the-browser"], hosts=["testserver"])
+    with TestClient(late) as browser:
+        expired = login(browser, "for-the-browser")
+
+    assert first.status_code == 200
+    assert second.status_code == 403 and "used already" in second.json()["error"]["message"]
+    assert expired.status_code == 403
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"sec-fetch-site": "same-site"},  # another port of this host
+        {"sec-fetch-site": "cross-site"},
+        {"origin": "http://127.0.0.1:9"},
+        {"origin": "null"},
+    ],
+)
+def test_an_action_from_another_site_or_port_is_refused_even_with_the_key(
+    client: TestClient, reviewed: Reviewed, tb: turnback.Turnback, headers: dict[str, str]
+) -> None:
+    sid = reviewed.session
+    refused = client.post(f"/api/sessions/{sid}/revert", json={"to_turn": 0}, headers=headers)
+    read = client.get(f"/api/sessions/{sid}/log", headers=headers)
+
+    assert refused.status_code == 403, refused.text
+    assert "another site or another port" in refused.json()["error"]["message"]
+    assert tb.session(sid).reverts() == []
+    assert read.status_code == (200 if "origin" in headers else 403)
+    mine = client.get("/api/sessions", headers={"sec-fetch-site": "same-origin"})
+    assert mine.status_code == 200
 
 
 def test_a_foreign_host_name_is_refused(client: TestClient) -> None:
     assert client.get("/api/sessions", headers={"host": "evil.example:80"}).status_code == 400
+    assert client.get("/", headers={"host": "192.0.2.7:80"}).status_code == 400
+
+
+def test_served_on_every_address_an_address_is_a_host_and_a_name_is_not(
+    tb: turnback.Turnback,
+) -> None:
+    app = build_app(tb, TOKEN, hosts=["0.0.0.0", "builder"], any_address=True)
+    with TestClient(app) as browser:
+        for host in ("192.0.2.7:8080", "[2001:db8::7]:8080", "builder:8080", "127.0.0.1"):
+            assert browser.get("/", headers={"host": host}).status_code == 200, host
+        assert browser.get("/", headers={"host": "rebound.example:8080"}).status_code == 400
 
 
 # -- the API serves the CLI's --json shapes ---------------------------------------------------
@@ -145,6 +201,35 @@ def test_a_range_diff_spans_turns_and_the_hand_edits_between(
     backwards = client.get(f"/api/sessions/{sid}/range", params={"from": 3, "to": 1})
     assert backwards.status_code == 404
     assert "earlier turn to a later one" in backwards.json()["error"]["message"]
+
+
+def test_a_lone_surrogate_is_served_as_its_json_escape(
+    client: TestClient, reviewed: Reviewed, tb: turnback.Turnback
+) -> None:
+    """An unpaired surrogate an agent sent (kept by the store) is answered as the JSON escape it
+    came as, in the log, a turn and the live stream: never a 500."""
+    sid = reviewed.session
+    session = tb.session(sid)
+    with session.turn("mend the \ud83d emoji") as turn:
+        say(turn, "half a pair: \ud800")
+    running = session.turn("still \udfff going")
+    say(running, "live \udc00 text")
+    tb.journal.flush()
+
+    log = client.get(f"/api/sessions/{sid}/log")
+    shown = client.get(f"/api/sessions/{sid}/turns/4")
+    assert log.status_code == 200 and shown.status_code == 200
+    assert b"\\ud83d" in log.content  # the escape, in UTF-8 that always encodes
+    assert log.json()["turns"][3]["prompt"] == "mend the \ud83d emoji"
+    assert shown.json()["messages"][1]["text"] == "half a pair: \ud800"
+    with client.stream("GET", f"/api/sessions/{sid}/stream") as events:
+        for line in events.iter_lines():
+            if line.startswith("data: {"):
+                data = json.loads(line[6:])
+                assert data["turn"]["prompt"] == "still \udfff going"
+                assert data["messages"][-1]["text"] == "live \udc00 text"
+                break
+    running.complete()
 
 
 @pytest.mark.parametrize(
@@ -235,11 +320,7 @@ def test_a_refused_action_says_what_happened_and_what_to_do_and_changes_nothing(
     conflict = post(client, f"/api/sessions/{sid}/revert", {"to_turn": 1, "keep_user_edits": True})
     too_far = post(client, f"/api/sessions/{sid}/revert", {"to_turn": 7})
     bad_scope = post(client, f"/api/sessions/{sid}/revert", {"to_turn": 1, "scope": "all"})
-    not_json = client.post(
-        f"/api/sessions/{sid}/revert",
-        content=b"{",
-        headers={"x-turnback-csrf": client.csrf},  # type: ignore[attr-defined]
-    )
+    not_json = client.post(f"/api/sessions/{sid}/revert", content=b"{")
 
     assert nothing.status_code == 409 and nothing.json()["error"]["type"] == "NothingToRevert"
     assert conflict.status_code == 409
@@ -282,17 +363,18 @@ def test_the_page_words_what_settles_an_error_from_its_remedy(
         assert "`turnback recover` in a terminal" in body["hint"]  # the page cannot do it
 
 
-def test_an_action_without_the_anti_forgery_header_is_refused(
+def test_an_action_without_the_key_is_refused(
     client: TestClient, reviewed: Reviewed, tb: turnback.Turnback
 ) -> None:
     sid = reviewed.session
-    forged = client.post(f"/api/sessions/{sid}/revert", json={"to_turn": 0})
+    forged = client.post(
+        f"/api/sessions/{sid}/revert", json={"to_turn": 0}, headers={"authorization": ""}
+    )
     wrong = client.post(
-        f"/api/sessions/{sid}/revert", json={"to_turn": 0}, headers={"x-turnback-csrf": "guess"}
+        f"/api/sessions/{sid}/revert", json={"to_turn": 0}, headers={"authorization": "Bearer x"}
     )
 
-    assert forged.status_code == 403 and wrong.status_code == 403
-    assert "anti-forgery" in forged.json()["error"]["message"]
+    assert forged.status_code == 401 and wrong.status_code == 403
     assert tb.session(sid).reverts() == []
     assert (reviewed.workspace / "app.py").exists()
 
@@ -378,15 +460,67 @@ def test_turnback_ui_prints_its_address_first_and_stops_on_sigterm(
 ) -> None:
     server = start_server(reviewed.home)
 
-    assert server.url.startswith("http://127.0.0.1:") and "/?token=" in server.url
+    assert server.url.startswith("http://127.0.0.1:") and "/#token=" in server.url
     refused = httpx.get(f"{server.base}/api/sessions")
-    with httpx.Client(base_url=server.base) as browser:
-        browser.get(server.url)  # the cookie
-        listed = browser.get("/api/sessions").json()
+    key = server.key()
+    listed = httpx.get(f"{server.base}/api/sessions", headers={"authorization": f"Bearer {key}"})
 
     assert refused.status_code == 401
-    assert [s["id"] for s in listed] == [reviewed.session]
+    assert [s["id"] for s in listed.json()] == [reviewed.session]
     assert server.stop() == 0
+
+
+def test_the_browser_is_opened_on_a_one_time_address(
+    reviewed: Reviewed, start_server: StartServer, tmp_path: Path
+) -> None:
+    """A command line can be read by every user of the machine: the browser's carries a token
+    that logs in once, not the printed one."""
+    seen = tmp_path / "browser-was-given"
+    browser = tmp_path / "browser"
+    browser.write_text(f'#!/bin/sh\necho "$1" > {seen}\n')
+    browser.chmod(0o755)
+    process = subprocess.Popen(
+        [TURNBACK, "--home", str(reviewed.home), "ui"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "BROWSER": f"{browser} %s"},
+    )
+    try:
+        assert process.stdout is not None
+        printed = process.stdout.readline().strip()
+        deadline = time.monotonic() + 20
+        while not seen.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        opened = seen.read_text().strip()
+        base, once = opened.split("/#token=")
+
+        assert printed.startswith(base) and once != printed.split("#token=")[1]
+        first = httpx.post(f"{base}/api/login", json={"token": once})
+        again = httpx.post(f"{base}/api/login", json={"token": once})
+        assert first.status_code == 200 and again.status_code == 403
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+
+
+def test_served_on_every_address_it_prints_one_another_machine_can_use(
+    reviewed: Reviewed, start_server: StartServer
+) -> None:
+    server = start_server(reviewed.home, "--host", "0.0.0.0")
+    shown = httpx.URL(server.url)
+    port = shown.port
+
+    assert shown.host not in ("0.0.0.0", "127.0.0.1", "localhost")
+    with socket.socket() as probe:  # an address of this machine: it can be bound here
+        probe.bind((shown.host, 0))
+    # what another machine's browser sends, sent over loopback here: its Host is accepted
+    as_from_afar = {"host": f"{shown.host}:{port}"}
+    page = httpx.get(f"http://127.0.0.1:{port}/", headers=as_from_afar)
+    login = httpx.post(
+        f"http://127.0.0.1:{port}/api/login", json={"token": server.token}, headers=as_from_afar
+    )
+    assert page.status_code == 200 and login.status_code == 200
 
 
 def test_turnback_ui_refuses_a_home_without_sessions_and_a_taken_port(

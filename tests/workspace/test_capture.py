@@ -406,7 +406,7 @@ def test_a_lost_or_damaged_head_of_the_shadow_is_reset_and_checkpoints_survive(
 def test_a_long_capture_reports_its_progress_as_it_goes(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("turnback.workspace.snapshots.BATCH", 100)  # 1,000 in use: same code
+    monkeypatch.setattr("turnback.workspace.scan.BATCH", 100)  # 1,000 in use: same code
     workspace = tmp_path / "many"
     workspace.mkdir()
     for i in range(250):

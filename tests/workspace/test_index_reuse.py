@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from turnback.workspace import Snapshots
-from turnback.workspace import snapshots as snapshots_module
+from turnback.workspace import plan as plan_module
+from turnback.workspace.plan import FileReader
+from turnback.workspace.scan import SYNC_AFTER
 from turnback.workspace.shadow import INDEX_TREE
-from turnback.workspace.snapshots import SYNC_AFTER
 
 from .conftest import write
 
@@ -44,18 +45,18 @@ def test_files_read_by_the_last_capture_are_read_again_only_when_they_may_have_c
     snapshots = Snapshots(home)
     snapshots.capture(workspace, "t/0")
     read: list[str] = []
-    original = Snapshots._read
+    original = FileReader.read
 
-    def reading(self: Snapshots, full: bytes, info: object = None) -> object:
+    def reading(self: FileReader, full: bytes, info: object = None) -> object:
         read.append(Path(full.decode()).name)
         return original(self, full, info)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Snapshots, "_read", reading)
+    monkeypatch.setattr(FileReader, "read", reading)
     fresh = iter(range(100))
 
     def captured_exactly(ref: str, racy: float) -> list[str]:
         """Capture; check the tree is what a first capture finds; return the files read."""
-        monkeypatch.setattr(snapshots_module, "RACY_NS", int(racy * 1e9))
+        monkeypatch.setattr(plan_module, "RACY_NS", int(racy * 1e9))
         read.clear()
         tree = snapshots.capture(workspace, ref).tree
         reads = sorted(read)

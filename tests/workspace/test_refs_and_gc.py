@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from turnback.workspace import Snapshots
-from turnback.workspace import snapshots as snapshots_module
+from turnback.workspace import scan as scan_module
 
 from .conftest import write
 
@@ -70,7 +70,7 @@ def test_gc_keeps_young_unreferenced_objects(snapshots: Snapshots, workspace: Pa
 
 
 def test_progress_is_reported(home: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(snapshots_module, "BATCH", 100)
+    monkeypatch.setattr(scan_module, "BATCH", 100)
     seen: list[tuple[str, int, int]] = []
     snapshots = Snapshots(home, progress=lambda *args: seen.append(args))
     empty = snapshots.capture(workspace, "s/1/empty").commit

@@ -12,7 +12,6 @@ command again with ``confirm``. Declined, cancelled or unanswered, nothing is wr
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,7 +27,7 @@ from turnback.errors import (
     WAIT,
     TurnbackError,
 )
-from turnback.model import FileChange, Turn
+from turnback.model import FileChange, RevertRequest
 
 if TYPE_CHECKING:
     from turnback.runtime import AgentRuntime
@@ -80,9 +79,9 @@ async def run(
     ``confirm`` asks the editor (elicitation), where it can be asked."""
     try:
         if command.name == "checkpoints":
-            return Answer(await asyncio.to_thread(_checkpoints, runtime))
+            return Answer(await runtime.service.acall(_checkpoints, runtime))
         if command.name == "diff":
-            return Answer(await asyncio.to_thread(_diff, runtime, command.args))
+            return Answer(await runtime.service.acall(_diff, runtime, command.args))
         if command.name == "rewind":
             return await _rewind(runtime, command.args, confirm)
         await runtime.undo_revert()
@@ -109,11 +108,6 @@ def worded(error: TurnbackError) -> str:
     return f"{error}{hints.get(error.remedy or '', '')}"
 
 
-def _conversation(runtime: AgentRuntime) -> list[Turn]:
-    turns = runtime.session.turns()
-    return sorted((t for t in turns if t.in_conversation), key=lambda t: t.number)
-
-
 def _changes(changes: Sequence[FileChange]) -> str:
     if not changes:
         return "no file changes"
@@ -131,7 +125,7 @@ def _cell(text: str) -> str:
 
 def _checkpoints(runtime: AgentRuntime) -> str:
     session = runtime.session
-    turns = _conversation(runtime)
+    turns = runtime.session.conversation()
     lines = [
         "**Checkpoints of this session**",
         "",
@@ -156,7 +150,7 @@ def _checkpoints(runtime: AgentRuntime) -> str:
 
 
 def _diff(runtime: AgentRuntime, args: tuple[str, ...]) -> str:
-    turns = _conversation(runtime)
+    turns = runtime.session.conversation()
     if len(args) > 1 or (args and not args[0].isdigit()):
         return "Usage: `/diff [N]`, where N is a turn number from `/checkpoints`."
     if not turns:
@@ -185,8 +179,9 @@ async def _rewind(runtime: AgentRuntime, args: tuple[str, ...], confirm: Confirm
     scope = rest[0] if rest else "both"
     files, conversation = _SCOPES[scope]
     number, keep = int(args[0]), "keep-edits" in flags
+    request = RevertRequest(number, files, conversation, keep)
     if "confirm" not in flags:
-        said, refused = await asyncio.to_thread(_planned, runtime, number, scope, keep)
+        said, refused = await runtime.service.acall(_planned, runtime, request)
         if refused:
             return Answer(said + "\n\nNothing was changed.")
         confirmed = await confirm(said) if confirm is not None else None
@@ -195,7 +190,7 @@ async def _rewind(runtime: AgentRuntime, args: tuple[str, ...], confirm: Confirm
             return Answer(f"{said}\n\nNothing was changed yet: send `{again}` to do it.")
         if not confirmed:
             return Answer(f"{said}\n\nRewind declined: nothing was changed.")
-    await runtime.revert(number, files=files, conversation=conversation, keep_user_edits=keep)
+    await runtime.revert(request)
     kept = "; the edits you made by hand were kept" if keep else ""
     return Answer(
         f"Rewound {_WHAT[scope]} to turn {number}{kept}. Later turns are kept as history; "
@@ -204,14 +199,24 @@ async def _rewind(runtime: AgentRuntime, args: tuple[str, ...], confirm: Confirm
     )
 
 
-def _planned(runtime: AgentRuntime, number: int, scope: str, keep: bool) -> tuple[str, bool]:
+def _scope(request: RevertRequest) -> str:
+    """The words of ``_SCOPES`` that say what ``request`` reverts."""
+    return (
+        "both"
+        if request.files and request.conversation
+        else "files"
+        if request.files
+        else "conversation"
+    )
+
+
+def _planned(runtime: AgentRuntime, request: RevertRequest) -> tuple[str, bool]:
     """What a rewind would do, in Markdown (the plan of its files, the turns it undoes), and
     whether it would be refused (hand edits that keep-edits cannot keep). Writes nothing."""
-    files, conversation = _SCOPES[scope]
-    plan = runtime.session.revert_plan(
-        number, files=files, conversation=conversation, keep_user_edits=keep
-    )
-    later = sum(1 for t in _conversation(runtime) if t.number > number)
+    plan = runtime.session.revert_plan(request)
+    number, keep = request.to_turn, request.keep_user_edits
+    scope = _scope(request)
+    later = sum(1 for t in runtime.session.conversation() if t.number > number)
     lines = [
         f"**Rewind {_WHAT[scope]} to turn {number}**"
         + (", keeping your own edits" if keep else "")

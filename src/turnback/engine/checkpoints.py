@@ -29,6 +29,7 @@ from turnback.model import (
     RevertState,
     TurnStatus,
     WorkspaceCheckpoint,
+    conversation,
 )
 from turnback.store import Store, Tx
 from turnback.workspace import CaptureBackoff, Snapshots
@@ -286,16 +287,7 @@ def collect_garbage(
         if keep is not None:
             for session in sessions:
                 turns = tx.session_turns(session.id)
-                kept = (
-                    {
-                        t.token
-                        for t in sorted(
-                            (t for t in turns if t.in_conversation), key=lambda t: t.number
-                        )[-keep:]
-                    }
-                    if keep > 0
-                    else set()
-                )
+                kept = {t.token for t in conversation(turns)[-keep:]} if keep > 0 else set()
                 released += [
                     t.token
                     for t in turns

@@ -5,18 +5,18 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
-import re
+import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
-from turnback.engine import recovery, revert
-from turnback.engine.checkpoints import DELETED, WorkspaceCheckpoints, collect_garbage
+from turnback.engine import diffs, recovery, revert, sessions
+from turnback.engine.checkpoints import WorkspaceCheckpoints, collect_garbage
 from turnback.engine.journal import Journal
-from turnback.engine.owners import Lease, host_identity, is_alive, require_here
-from turnback.engine.revert import ConversationRollback, StartedRevert
+from turnback.engine.owners import Lease, is_alive
+from turnback.engine.sessions import normalise_id
 from turnback.engine.turns import (
     UNFINISHED_REVERTS,
     RunningTurn,
@@ -24,18 +24,11 @@ from turnback.engine.turns import (
     encode,
     journal_messages,
     reopen,
-    require_idle,
     stranded,
     validate_prompt,
 )
 from turnback.errors import (
-    ACTIVITIES,
-    DECIDE,
-    SESSIONS,
-    TURNS,
     AmbiguousId,
-    CheckpointUnavailable,
-    InvalidId,
     RevertInProgress,
     SessionNotFound,
     StoreCorrupt,
@@ -54,6 +47,7 @@ from turnback.model import (
     RangeDiff,
     RecoveryReport,
     Revert,
+    RevertOptions,
     RevertPlan,
     RevertRequest,
     RunEvent,
@@ -64,11 +58,10 @@ from turnback.model import (
     TurnDiff,
     TurnStatus,
     UnrecoveredTurn,
+    conversation,
 )
 from turnback.store import DEFAULT_DATABASE, Store, Tx, open_store, sqlite_url
 from turnback.workspace.snapshots import holds_checkpoints
-
-_HEX = re.compile(r"[0-9a-f]+")
 
 
 def default_home() -> Path:
@@ -79,15 +72,6 @@ def default_home() -> Path:
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("turnback", appauthor=False))
-
-
-def normalise_id(text: str, what: str) -> str:
-    value = text.strip().lower()
-    if not value or not _HEX.fullmatch(value):
-        raise InvalidId(
-            f"{text!r} is not a {what} id: ids are hexadecimal (a unique prefix is enough)"
-        )
-    return value
 
 
 def _refuse_an_emptied_database(home: Path) -> None:
@@ -150,7 +134,13 @@ class Turnback:
             WorkspaceCheckpoints(self.home, progress=progress) if checkpoints else None
         )
         self._closed = False
-        atexit.register(self.close)
+        self._closing: list[Callable[[], None]] = []
+        atexit.register(self._close_at_exit)
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` first when this handle closes (what works on the handle stops
+        before its store does)."""
+        self._closing.append(callback)
 
     # sessions
 
@@ -160,37 +150,11 @@ class Turnback:
         title: str | None = None,
         agent: str | None = None,
     ) -> Session:
-        now = time.time()
-        record = SessionRecord(
-            id=uuid.uuid4().hex,
-            workspace=str(Path(workspace).expanduser().resolve()),
-            title=title,
-            agent=agent,
-            head=None,
-            status="open",
-            pending_requests=(),
-            created_at=now,
-            updated_at=now,
-        )
-        with self.store.atomic() as tx:
-            tx.insert_session(record)
-        return Session(self, record.id)
+        return Session(self, sessions.create(self.store, workspace, title, agent))
 
     def session(self, ref: str) -> Session:
         """The session whose id is ``ref`` or starts with it."""
-        prefix = normalise_id(ref, "session")
-        with self.store.read() as tx:
-            exact = tx.get_session(prefix)
-            matches = [exact] if exact else tx.find_sessions(prefix, limit=6)
-        if not matches:
-            raise SessionNotFound(f"no session matches {ref!r} in {self.home}").settled_by(SESSIONS)
-        if len(matches) > 1:
-            names = ", ".join(m.id[:12] for m in matches[:5])
-            raise AmbiguousId(
-                f"{ref!r} matches {len(matches)}{'+' if len(matches) > 5 else ''} sessions "
-                f"({names}); give more characters"
-            )
-        return Session(self, matches[0].id)
+        return Session(self, sessions.find(self.store, ref, self.home))
 
     def sessions(self) -> list[SessionRecord]:
         with self.store.read() as tx:
@@ -243,28 +207,40 @@ class Turnback:
         return doctor(self)
 
     def close(self) -> None:
+        """Write what the journal still holds and let go of the store; raises the store's error
+        when that cannot be written (everything is let go all the same)."""
         if self._closed:
             return
         self._closed = True
-        atexit.unregister(self.close)
+        atexit.unregister(self._close_at_exit)
         try:
+            for callback in reversed(self._closing):
+                callback()
             self.lease.close()
-            self.journal.close()
         finally:
-            self.store.close()
+            try:
+                self.journal.close()
+            finally:
+                self.store.close()
+
+    def _close_at_exit(self) -> None:
+        """:meth:`close` for a process that exits without closing: nobody is left to catch
+        its error, so it is said in one line instead of a traceback."""
+        try:
+            self.close()
+        except TurnbackError as error:
+            print(
+                f"turnback: at exit, the events still waiting were not written: {error}. "
+                "Every event acknowledged as durable is kept, and a turn left running is "
+                "recovered the next time this home is opened",
+                file=sys.stderr,
+            )
 
     def __enter__(self) -> Turnback:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _ambiguous(ref: int | str, found: list[Turn], remedy: str) -> AmbiguousId:
-    names = ", ".join(f"{t.token[:12]} (turn {t.number}, {t.status})" for t in found[:5])
-    return AmbiguousId(
-        f"{ref!r} matches {len(found)} turns: {names}{' …' if len(found) > 5 else ''}; {remedy}"
-    )
 
 
 def _live_counts(tx: Tx, turns: list[Turn]) -> list[Turn]:
@@ -305,111 +281,15 @@ class Session:
         title: str | None = None,
         agent: str | None = None,
     ) -> Session:
-        """A new session whose conversation is a copy of this one's, in one transaction.
-
-        Each turn of the conversation is copied (new tokens, the same numbers, statuses and
-        timeline; reverted and set-aside turns are not), with its file changes and step
-        checkpoints, so an interrupted head can be continued in the fork too. In the same
-        workspace the copies name the same workspace checkpoints; in another they have none."""
-        now = time.time()
-        with self._tb.store.atomic() as tx:
-            source = tx.get_session(self.id)
-            if source is None:
-                raise SessionNotFound(f"session {self.id} no longer exists")
-            place = str(Path(workspace).expanduser().resolve()) if workspace else source.workspace
-            same = place == source.workspace
-            fork = SessionRecord(
-                id=uuid.uuid4().hex,
-                workspace=place,
-                title=title or f"fork of {source.title or source.id[:12]}",
-                agent=agent if agent is not None else source.agent,
-                head=None,
-                status="open",
-                pending_requests=(),
-                created_at=now,
-                updated_at=now,
-            )
-            tx.insert_session(fork)
-            parent: str | None = None
-            turns = sorted(
-                (t for t in tx.session_turns(self.id) if t.in_conversation), key=lambda t: t.number
-            )
-            for turn in turns:
-                token = uuid.uuid4().hex
-                tx.insert_turn(
-                    dataclasses.replace(
-                        turn,
-                        token=token,
-                        session_id=fork.id,
-                        parent=parent,
-                        owner_id=None,
-                        begin_checkpoint=turn.begin_checkpoint if same else None,
-                        end_checkpoint=turn.end_checkpoint if same else None,
-                    )
-                )
-                tx.insert_messages(
-                    [
-                        dataclasses.replace(m, session_id=fork.id, turn=token)
-                        for m in tx.turn_messages(turn.token)
-                    ]
-                )
-                tx.insert_run_events(
-                    [
-                        dataclasses.replace(e, session_id=fork.id, turn=token)
-                        for e in tx.run_events(turn.token)
-                    ]
-                )
-                for scope in ("before", "turn"):
-                    tx.insert_file_changes(token, scope, tx.file_changes(turn.token, scope))
-                for step in tx.step_checkpoints(turn.token):  # an interrupted turn's
-                    tx.insert_step_checkpoint(dataclasses.replace(step, turn=token))
-                parent = token
-            tx.set_head(fork.id, parent, now)
-            tx.insert_activity(
-                fork.id,
-                None,
-                ActivityLevel.INFO,
-                "session.forked",
-                f"forked from session {self.id[:12]} with {len(turns)} turn(s)",
-                {"source": self.id, "turns": len(turns)},
-                now,
-            )
-        return Session(self._tb, fork.id)
+        """A new session whose conversation is a copy of this one's, in one transaction
+        (``turnback.engine.sessions.fork`` says what is copied)."""
+        return Session(self._tb, sessions.fork(self._tb.store, self.id, workspace, title, agent))
 
     def delete(self) -> None:
         """Remove this session from the store: its turns, conversation, timeline, activities
-        and reverts. Its workspace checkpoints are named by nothing any more, so ``gc``
-        releases them. Refused while a turn runs (TurnInProgress) and while a turn is set
-        aside (invariant 7: only apply or discard removes one)."""
-        with self._tb.store.atomic() as tx:
-            if tx.get_session(self.id) is None:
-                raise SessionNotFound(f"session {self.id} no longer exists")
-            require_idle(tx, self.id, "deleting the session")
-            aside = [t for t in tx.session_turns(self.id) if t.status is TurnStatus.SET_ASIDE]
-            if aside:
-                raise TurnInProgress(
-                    f"session {self.id[:12]} has {len(aside)} set-aside turn(s) (turn "
-                    f"{aside[0].number} first), kept until each is applied or discarded, so it "
-                    "cannot be deleted yet",
-                    aside[0].token,
-                    turn=aside[0].number,
-                    state=TurnStatus.SET_ASIDE.value,
-                    remedy=DECIDE,
-                )
-            record = tx.get_session(self.id)
-            assert record is not None
-            tx.delete_session(self.id)
-            # Kept outside the session (which is gone): says what went, and tells gc which
-            # workspace's shadow repository holds the checkpoints nothing names any more.
-            tx.insert_activity(
-                None,
-                None,
-                ActivityLevel.INFO,
-                DELETED,
-                f"session {self.id[:12]} in {record.workspace} was deleted",
-                {"session": self.id, "workspace": record.workspace},
-                time.time(),
-            )
+        and reverts; ``gc`` then releases its workspace checkpoints. Refused while a turn runs
+        (TurnInProgress) and while a turn is set aside (invariant 7)."""
+        sessions.delete(self._tb.store, self.id)
 
     def set_agent_state(self, state: dict[str, object]) -> None:
         """Remember what the runtime needs of the agent behind this session (its own session
@@ -535,34 +415,12 @@ class Session:
         """A turn by number or by token prefix. A number is a turn's position in the
         conversation; a running or set-aside turn keeps the number it was begun with, and is
         reached by it unless a turn of the conversation has that number too."""
-        turns = self.turns()
-        if isinstance(ref, int) or (isinstance(ref, str) and ref.strip().isdigit()):
-            number = int(ref)
-            numbered = [t for t in turns if t.number == number]
-            found = (
-                [t for t in numbered if t.in_conversation]
-                or [t for t in numbered if t.status is TurnStatus.RUNNING]
-                or [t for t in numbered if t.status is TurnStatus.SET_ASIDE]
-            )
-            if len(found) > 1 and found[0].status is TurnStatus.SET_ASIDE:
-                raise _ambiguous(ref, found, "give a token prefix")
-            if found:
-                return found[-1]
-            if isinstance(ref, str) and len(ref.strip()) >= 4:  # 4+ digits: a token prefix too
-                by_token = [t for t in turns if t.token.startswith(ref.strip())]
-                if len(by_token) == 1:
-                    return by_token[0]
-            reached = {t.number for t in turns if t.in_conversation or not t.status.ended}
-            raise TurnNotFound(
-                f"session {self.id[:12]} has no turn {number} (it has {len(reached)})"
-            ).settled_by(TURNS, session=self.id)
-        prefix = normalise_id(str(ref), "turn")
-        found = [t for t in turns if t.token.startswith(prefix)]
-        if len(found) > 1:
-            raise _ambiguous(ref, found, "give more characters")
-        if not found:
-            raise TurnNotFound(f"session {self.id[:12]} has no turn matching {ref!r}")
-        return found[0]
+        return sessions.find_turn(self.turns(), ref, self.id)
+
+    def conversation(self) -> list[Turn]:
+        """The turns of the session's current conversation, in order: how every front-end
+        counts and numbers them."""
+        return conversation(self.turns())
 
     def running(self) -> Turn | None:
         with self._tb.store.read() as tx:
@@ -595,27 +453,10 @@ class Session:
         unless ``patch`` asks for the unified patch too, of every file or only of ``paths``:
         a rename needs its old path too)."""
         turn = self.get_turn(ref)
-        with self._tb.store.read() as tx:
-            files = tx.file_changes(turn.token, "turn")
-            outside = tx.file_changes(turn.token, "before")
-        if turn.status is TurnStatus.RUNNING and turn.begin_checkpoint and self._tb.checkpoints:
-            return self._running_diff(turn, tuple(outside), patch)
-        available = bool(turn.begin_checkpoint and turn.end_checkpoint)
-        text = None
-        if patch:
-            require_here([turn], "its patch")
-            if not available or self._tb.checkpoints is None:
-                moment = "begin" if not turn.begin_checkpoint else "end"
-                raise CheckpointUnavailable(
-                    f"turn {turn.number} has no workspace checkpoint at its {moment} (the capture "
-                    "failed, was skipped or pruned, or the turn is still running), so its diff "
-                    "is unavailable"
-                ).settled_by(ACTIVITIES, session=self.id)
-            assert turn.begin_checkpoint and turn.end_checkpoint
-            text = self._tb.checkpoints.snapshots.patch(
-                Path(self.record.workspace), turn.begin_checkpoint, turn.end_checkpoint, paths
-            )
-        return TurnDiff(turn, tuple(files), tuple(outside), available, text)
+        workspace = self.record.workspace
+        return diffs.turn_diff(
+            self._tb.store, self._tb.checkpoints, workspace, turn, patch=patch, paths=paths
+        )
 
     def range_diff(self, from_turn: int, to_turn: int, *, patch: bool = False) -> RangeDiff:
         """What the workspace changed from the end of turn ``from_turn`` (0: before the first
@@ -625,125 +466,49 @@ class Session:
             raise TurnNotFound(
                 f"a range goes from an earlier turn to a later one, not {from_turn} to {to_turn}"
             )
-        old = self._checkpoint_after(from_turn)
-        new = self._checkpoint_after(to_turn)
-        assert self._tb.checkpoints is not None
-        snapshots, workspace = self._tb.checkpoints.snapshots, Path(self.record.workspace)
-        files = snapshots.changes(workspace, old, new)
-        text = snapshots.patch(workspace, old, new) if patch else None
-        return RangeDiff(from_turn, to_turn, tuple(files), text)
-
-    def _checkpoint_after(self, number: int) -> str:
-        """The workspace checkpoint at the end of turn ``number`` (0: the first turn's begin)."""
-        turn = self.get_turn(max(number, 1))
-        commit = turn.begin_checkpoint if number == 0 else turn.end_checkpoint
-        if commit is None or self._tb.checkpoints is None:
-            moment = "beginning" if number == 0 else "end"
-            raise CheckpointUnavailable(
-                f"turn {turn.number} has no workspace checkpoint at its {moment} (the capture "
-                "failed, was skipped or pruned, or checkpoints are off), so no range can start "
-                "or end there"
-            )
-        require_here([turn], "a diff from or to it")
-        return commit
+        checkpoints = self._tb.checkpoints
+        old, new = (
+            diffs.checkpoint_after(checkpoints, self.get_turn(max(n, 1)), n)
+            for n in (from_turn, to_turn)
+        )
+        assert checkpoints is not None
+        return diffs.range_diff(
+            checkpoints, self.record.workspace, (from_turn, to_turn), (old, new), patch=patch
+        )
 
     def changes_since_head(self) -> list[FileChange] | None:
-        """What changed in the workspace since the head turn ended (by hand, or a ``git pull``):
-        the head's end checkpoint against the workspace now, captured under a ref that is gone
-        once this returns. ``None`` when that cannot be known (checkpoints off, no head, or no
-        capture possible, as on a read-only home)."""
-        checkpoints = self._tb.checkpoints
+        """What changed in the workspace since the head turn ended (by hand, or a ``git pull``),
+        or ``None`` when that cannot be known (see ``turnback.engine.diffs.since_head``)."""
         record = self.record
         with self._tb.store.read() as tx:
             head = tx.get_turn(record.head) if record.head else None
-        if checkpoints is None or head is None or not head.end_checkpoint:
-            return None
-        if head.host and head.host != host_identity()[0]:
-            return None  # its checkpoint is on that host, and so is the workspace it saw
-        ref = f"{self.id}/now-{uuid.uuid4().hex}"
-        captured, _notes = checkpoints.capture(record.workspace, ref)
-        if captured is None:
-            return None
-        snapshots, path = checkpoints.snapshots, Path(record.workspace)
-        try:
-            return snapshots.changes(path, head.end_checkpoint, captured.commit)
-        except TurnbackError:
-            return None
-        finally:
-            snapshots.delete_refs(path, [ref])
-
-    def _running_diff(self, turn: Turn, outside: tuple[FileChange, ...], patch: bool) -> TurnDiff:
-        """A running turn's diff so far: its begin checkpoint against the workspace now,
-        captured under a ref that is gone once this returns."""
-        checkpoints = self._tb.checkpoints
-        assert checkpoints is not None and turn.begin_checkpoint
-        require_here([turn], "its diff while it runs")
-        workspace = self.record.workspace
-        ref = f"{self.id}/now-{uuid.uuid4().hex}"
-        captured, notes = checkpoints.capture(workspace, ref)
-        if captured is None:
-            if patch:
-                reason = notes[-1].message if notes else "the capture failed"
-                raise CheckpointUnavailable(
-                    f"turn {turn.number} is running and the workspace cannot be captured now "
-                    f"({reason}), so its diff so far is unavailable"
-                )
-            return TurnDiff(turn, (), outside, False)
-        snapshots, path = checkpoints.snapshots, Path(workspace)
-        try:
-            files = snapshots.changes(path, turn.begin_checkpoint, captured.commit)
-            text = snapshots.patch(path, turn.begin_checkpoint, captured.commit) if patch else None
-        finally:
-            snapshots.delete_refs(path, [ref])
-        return TurnDiff(turn, tuple(files), outside, True, text)
+        return diffs.since_head(self._tb.checkpoints, record.workspace, head)
 
     def revert(
         self,
-        to_turn: int,
+        target: int | RevertRequest,
+        /,
         *,
-        files: bool = True,
-        conversation: bool = True,
-        keep_user_edits: bool = False,
         rollback: revert.ConversationRollback | None = None,
+        **options: Unpack[RevertOptions],
     ) -> Revert:
-        """Rewind to turn ``to_turn`` (0: before the first): files, conversation or both.
+        """Rewind to turn ``target`` (0: before the first): files, conversation or both.
 
         Validates everything first, captures the workspace so the revert can be undone, moves
         the files, then rolls the conversation back in one transaction; later turns are kept as
         reverted history. ``keep_user_edits`` undoes only the agent's own changes (RevertConflict,
-        with nothing written, where they clash with hand edits)."""
-        request = RevertRequest(to_turn, files, conversation, keep_user_edits)
-        return revert.revert(*self._reverting(), request, rollback)
-
-    def start_revert(
-        self,
-        to_turn: int,
-        *,
-        files: bool = True,
-        conversation: bool = True,
-        keep_user_edits: bool = False,
-        rollback: ConversationRollback | None = None,
-    ) -> StartedRevert:
-        """:meth:`revert` up to the agent's side: validated (``rollback.check`` included),
-        captured, the files moved. Roll the agent back on your side, then call ``finish()`` on
-        the result (or ``abandon(why)``, which puts the files back)."""
-        request = RevertRequest(to_turn, files, conversation, keep_user_edits)
-        return revert.start_revert(*self._reverting(), request, rollback)
+        with nothing written, where they clash with hand edits). ``target`` may be a whole
+        :class:`RevertRequest` instead of a number and options."""
+        return revert.revert(*self._reverting(), RevertRequest.of(target, **options), rollback)
 
     def revert_plan(
-        self,
-        to_turn: int,
-        *,
-        files: bool = True,
-        conversation: bool = True,
-        keep_user_edits: bool = False,
+        self, target: int | RevertRequest, /, **options: Unpack[RevertOptions]
     ) -> RevertPlan:
         """What ``revert`` with the same arguments would do to the files, writing nothing: the
         files restored and deleted (with +/-), the files kept (ignored, not captured, existing
         before the turns, or hand edits under ``keep_user_edits``) and the hand edits in the way
         (``conflicts``). Raises what the revert would raise before it writes."""
-        request = RevertRequest(to_turn, files, conversation, keep_user_edits)
-        return revert.plan(*self._reverting(), request)
+        return revert.plan(*self._reverting(), RevertRequest.of(target, **options))
 
     def _reverting(self) -> tuple[Store, WorkspaceCheckpoints | None, str]:
         """What the engine's revert, its first steps and its plan take before their own

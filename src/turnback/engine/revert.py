@@ -71,6 +71,7 @@ from turnback.model import (
     RevertState,
     SessionRecord,
     Turn,
+    conversation,
 )
 from turnback.store import Store, Tx
 
@@ -86,12 +87,6 @@ class ConversationRollback(Protocol):
         """Roll the agent's context back ``turns`` turns; ``transcript`` is the conversation
         that remains. Only :func:`revert` calls it, on its caller's thread, between the files and
         the commit; a caller on an event loop runs :func:`start_revert` and its steps instead."""
-
-
-def _conversation(tx: Tx, session_id: str) -> list[Turn]:
-    return sorted(
-        (t for t in tx.session_turns(session_id) if t.in_conversation), key=lambda t: t.number
-    )
 
 
 def _require_quiet(tx: Tx, session_id: str, workspace: str, then: str) -> None:
@@ -318,7 +313,7 @@ def _validate(
         if session is None:
             raise SessionNotFound(f"no session {session_id}")
         _require_quiet(tx, session_id, session.workspace, "revert")
-        chain = _conversation(tx, session_id)
+        chain = conversation(tx.session_turns(session_id))
     head = chain[-1].number if chain else 0
     if not 0 <= to_turn <= head:
         raise TurnNotFound(
@@ -475,8 +470,8 @@ def undo_revert(store: Store, checkpoints: WorkspaceCheckpoints | None, session_
             raise NothingToRevert(f"session {session_id[:12]} has no revert to undo")
         newer = [
             t
-            for t in tx.session_turns(session_id)
-            if t.in_conversation and t.started_at > record.created_at
+            for t in conversation(tx.session_turns(session_id))
+            if t.started_at > record.created_at
         ]
         if newer:
             raise NothingToRevert(

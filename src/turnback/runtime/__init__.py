@@ -30,7 +30,7 @@ The modules, one job each:
   the permission and input requests, durable before anyone is asked;
 * ``resume`` -- what a turn does when the agent (or turnback) died in it;
 * ``rollback`` -- the agent's side of reverts and their undo;
-* ``reactor`` -- the engine's work, one event at a time, on one engine thread;
+* ``reactor`` -- the engine's work, one event at a time, through the handle's service;
 * ``parts`` -- what the runtime hands each of its parts for a session, in one record;
 * ``policy`` and ``relay`` -- the options, and the seam for a proxy in front of the agent.
 """
@@ -47,7 +47,7 @@ from turnback.errors import (
 )
 from turnback.runtime.connection import AgentConnection
 from turnback.runtime.policy import AgentState, OnCrash, ResumePolicy
-from turnback.runtime.reactor import EngineThread, Reactor
+from turnback.runtime.reactor import Reactor
 from turnback.runtime.requests import InputRequest, PermissionRequest
 from turnback.runtime.rollback import AgentRollback
 from turnback.runtime.runtime import AgentRuntime
@@ -63,7 +63,6 @@ __all__ = [
     "AgentState",
     "AgentUnavailable",
     "ConversationRollback",
-    "EngineThread",
     "InputRequest",
     "OnCrash",
     "PermissionRequest",

@@ -14,9 +14,10 @@ session is opened in it again, in this order of preference:
 
 Then the settings the user chose (a mode, config options) are given again, in the order they were
 made. Each opening is an ``agent.session`` activity, posted to the reactor and not waited for;
-the state is written through the engine thread before anything relies on it. That is what lets a
-revert's rollback open a fresh session (:meth:`AgentSession.fresh`) from inside the reactor's
-revert event, between its engine steps: the engine thread is free then, and the reactor is not.
+the state is written through the handle's service before anything relies on it. That is what lets
+a revert's rollback open a fresh session (:meth:`AgentSession.fresh`) from inside the reactor's
+revert event, between its engine steps: the service lets go of the engine then, and the reactor
+does not.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from turnback.runtime.parts import SessionParts
 from turnback.runtime.policy import AgentState
 from turnback.runtime.reactor import Notice
 from turnback.runtime.rpc import RequestError
-from turnback.runtime.sidecar import exit_text
 from turnback.runtime.wire import Frame, Rejected
+from turnback.service import SetAgentState
 
 #: Requests that change how the agent's session behaves from then on: the latest of each (of
 #: each config option) is sent again to an agent process started after the one that took it.
@@ -149,8 +150,8 @@ class AgentSession:
             await self._restore_settings()
         except (AgentDied, RequestError) as error:
             raise AgentUnavailable(
-                f"agent {self._parts.agent.described!r} could not open a session "
-                f"({exit_text(self._parts.agent.returncode)}): "
+                f"agent {self._parts.agent.described!r} could not open a session: "
+                # a death says how the process ended; a refusal, what the agent answered
                 f"{error.described if isinstance(error, RequestError) else error}"
             ) from error
         self._opened_in = generation
@@ -159,7 +160,7 @@ class AgentSession:
         """Load (or resume) the agent session this turnback session used last; else open a new
         one, and give it the conversation so far ahead of the next prompt."""
         if not self._state_read:
-            self._state = await self._parts.engine.run(self._last_state)
+            self._state = await self._parts.service.acall(self._last_state)
             self._state_read = True
         previous = self._state.agent_session_id
         features = self._parts.agent.features
@@ -191,7 +192,7 @@ class AgentSession:
                 return
             finally:
                 self._reopening = False
-        messages = await self._parts.engine.run(self._parts.session.messages)
+        messages = await self._parts.service.acall(self._parts.session.messages)
         await self._new(messages, context=None)
 
     async def fresh(self, transcript: list[Message]) -> str:
@@ -292,7 +293,7 @@ class AgentSession:
             self._state.context_pending if context_pending is None else context_pending,
             self._state.settings if settings is None else settings,
         )
-        await self._parts.engine.run(self._parts.session.set_agent_state, self._state.to_json())
+        await self._parts.service.arun(SetAgentState(self._parts.session.id, self._state.to_json()))
 
     def _opened_notice(self, how: str, context_pending: bool) -> Notice:
         """A line for people saying which agent session serves this one (the runtime reads it
@@ -327,7 +328,7 @@ class AgentSession:
         if self._context is not None:
             messages: list[Message] = self._context
         else:
-            messages = await self._parts.engine.run(self._parts.session.messages)
+            messages = await self._parts.service.acall(self._parts.session.messages)
         if not messages:
             return blocks
         text = render_transcript(messages)

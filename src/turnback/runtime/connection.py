@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from turnback.errors import AgentDied
 from turnback.runtime.relay import Relay, Reply
 from turnback.runtime.rpc import RequestError
-from turnback.runtime.sidecar import AgentFeatures, Sidecar, Started, exit_text
+from turnback.runtime.sidecar import AgentFeatures, Sidecar, Started, ended_text
 from turnback.runtime.wire import Frame, Rejected
 
 log = logging.getLogger("turnback.runtime")
@@ -240,7 +240,7 @@ class AgentConnection:
         except (ConnectionError, OSError) as error:
             status = await sidecar.exit_status()
             raise AgentDied(
-                f"agent {self.described!r} exited ({exit_text(status)}): {error}", status
+                f"agent {self.described!r} {ended_text(status)}: {error}", status
             ) from error
 
     async def notify(self, method: str, params: Any) -> None:

@@ -14,10 +14,11 @@ if TYPE_CHECKING:
     from turnback.engine.handle import Session
     from turnback.runtime.connection import AgentConnection
     from turnback.runtime.policy import ResumePolicy
-    from turnback.runtime.reactor import EngineThread, Reactor
+    from turnback.runtime.reactor import Reactor
     from turnback.runtime.recording import Recorder
     from turnback.runtime.relay import Relay
     from turnback.runtime.requests import PendingRequests
+    from turnback.service import Service
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +29,7 @@ class SessionParts:
     command: tuple[str, ...]  # the agent's command, as the session's agent state names it
     policy: ResumePolicy
     agent: AgentConnection  # the agent process, which may host other sessions too
-    engine: EngineThread
+    service: Service  # the handle's way to the engine
     reactor: Reactor
     recorder: Recorder
     requests: PendingRequests

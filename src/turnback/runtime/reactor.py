@@ -7,9 +7,9 @@ tasks: the caller, the agent's connection, the crash handler. The engine's rules
 the middle of a turn -- so every such event goes through this queue and is handled one at a time,
 in the order it was put there.
 
-Why a single engine thread. Engine calls commit to the store (fsync) and take git captures, which
-must not block the event loop; they run in one worker thread (:class:`EngineThread`), never two at
-once, so their order is the queue's order.
+Why the service. Engine calls commit to the store (fsync) and take git captures, which must not
+block the event loop; the handle's service (:class:`~turnback.service.Service`) runs them on its
+one engine thread, never two at once, so their order is the queue's order.
 
 Failures. Side work that fails (saving a step checkpoint, removing an agent's checkpoint store, a
 revert) becomes an activity on the session and never stops the reactor; whoever asked for the work
@@ -24,33 +24,26 @@ import logging
 import os
 import shutil
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from turnback.engine.handle import Session
 from turnback.engine.turns import RunningTurn
-from turnback.errors import RECOVER, OwnershipLost, TurnbackError
-from turnback.model import ActivityLevel, Revert, Turn, TurnStatus
+from turnback.errors import RECOVER, OwnershipLost
+from turnback.model import ActivityLevel, Revert, RevertRequest, Turn, TurnStatus
+from turnback.service import (
+    AddActivity,
+    AgentRollback,
+    BeginTurn,
+    EndTurn,
+    ReopenTurn,
+    RevertSession,
+    Service,
+    SyncTurn,
+)
 
-T = TypeVar("T")
 log = logging.getLogger("turnback.runtime")
-
-
-class EngineThread:
-    """One worker thread for every blocking engine call, so calls keep the order they were made
-    in and the event loop never waits on a commit or a capture."""
-
-    def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turnback-engine")
-
-    async def run(self, function: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, function, *args)
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
 
 
 # -- events ------------------------------------------------------------------------------------
@@ -91,13 +84,10 @@ class TurnEnded:
 
 @dataclass(frozen=True, slots=True)
 class RevertRequested:
-    """Domain: revert the session to turn ``to_turn`` (files, conversation or both)."""
+    """Domain: revert the session as ``request`` says, the agent's ``rollback`` with it."""
 
-    to_turn: int
-    files: bool
-    conversation: bool
-    keep_user_edits: bool
-    rollback: Any  # an AgentRollback, or None
+    request: RevertRequest
+    rollback: AgentRollback | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,11 +110,11 @@ class Reactor:
     def __init__(
         self,
         session: Session,
-        engine: EngineThread,
+        service: Service,
         on_notice: Callable[[Notice], None] | None = None,
     ) -> None:
         self.session = session
-        self.engine = engine
+        self.service = service
         self._on_notice = on_notice  # told of every activity after it is added (a relay)
         self._queue: asyncio.Queue[tuple[Event, asyncio.Future[Any] | None]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
@@ -181,16 +171,20 @@ class Reactor:
                     future.set_result(result)
 
     async def _handle(self, event: Event) -> Any:
+        session = self.session.id
         if isinstance(event, TurnRequested):
-            return await self.engine.run(self.session.turn, event.prompt)
+            return await self.service.arun(BeginTurn(session, event.prompt))
         if isinstance(event, ResumeRequested):
-            return await self.engine.run(self.session.reopen, event.token)
+            return await self.service.arun(ReopenTurn(session, event.token))
         if isinstance(event, CheckpointSaved):
-            return await self.engine.run(event.turn.sync)
+            return await self.service.arun(SyncTurn(event.turn))
         if isinstance(event, TurnEnded):
             return await self._end(event)
         if isinstance(event, RevertRequested):
-            return await self._revert(event)
+            revert: Revert = await self.service.arun(
+                RevertSession(session, event.request, event.rollback)
+            )
+            return revert
         if event.code:
             await self.activity(event.level, event.code, event.message, event.data, event.turn)
             if self._on_notice is not None:
@@ -202,15 +196,10 @@ class Reactor:
 
     async def _end(self, event: TurnEnded) -> Turn:
         turn = event.turn
-        if event.status is TurnStatus.COMPLETED:
-            ended = await self.engine.run(turn.complete, event.detail)
-        elif event.status is TurnStatus.CANCELLED:
-            ended = await self.engine.run(turn.cancel, event.detail or "cancelled")
-        elif event.status is TurnStatus.INTERRUPTED:
-            ended = await self.engine.run(turn.interrupt, event.detail or "interrupted")
-        else:
-            ended = await self.engine.run(turn.fail, event.detail or "the agent failed")
-        for path, problem in await self.engine.run(remove_stores, event.store_paths, self.session):
+        ended = await self.service.arun(EndTurn(turn, event.status, event.detail))
+        for path, problem in await self.service.acall(
+            remove_stores, event.store_paths, self.session
+        ):
             await self.activity(
                 ActivityLevel.WARNING,
                 "checkpoint.store.remove.failed",
@@ -220,28 +209,6 @@ class Reactor:
                 turn.token,
             )
         return ended
-
-    async def _revert(self, event: RevertRequested) -> Revert:
-        """The engine's steps on the engine thread, the agent's rollback on the loop between
-        them: no thread waits on another."""
-        started = await self.engine.run(
-            partial(
-                self.session.start_revert,
-                event.to_turn,
-                files=event.files,
-                conversation=event.conversation,
-                keep_user_edits=event.keep_user_edits,
-                rollback=event.rollback,
-            )
-        )
-        if event.conversation and event.rollback is not None and started.turns:
-            try:
-                await event.rollback.roll_back(started.turns, started.transcript)
-            except (TurnbackError, OSError) as error:
-                await self.engine.run(started.abandon, f"the revert failed: {error}")
-                raise
-        finished: Revert = await self.engine.run(started.finish)
-        return finished
 
     async def _failed(self, event: Event, error: Exception) -> None:
         """Turn a failure of side work into an activity; requests only the caller can act on
@@ -271,7 +238,7 @@ class Reactor:
         elif isinstance(event, RevertRequested):
             code, message, turn = (
                 "checkpoint.revert.failed",
-                f"revert to turn {event.to_turn} failed: {error}",
+                f"revert to turn {event.request.to_turn} failed: {error}",
                 None,
             )
         elif isinstance(event, Notice):
@@ -294,7 +261,8 @@ class Reactor:
     ) -> None:
         """Add an activity; a store that cannot take it is logged, never raised."""
         try:
-            await self.engine.run(self.session.add_activity, level, code, message, data, turn)
+            command = AddActivity(self.session.id, level, code, message, data or {}, turn)
+            await self.service.arun(command)
         except asyncio.CancelledError:
             raise
         except Exception as error:

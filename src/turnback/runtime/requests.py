@@ -24,7 +24,8 @@ from typing import Any
 from turnback.engine.turns import RunningTurn
 from turnback.errors import InvalidEvent, OwnershipLost, TurnNotRunning
 from turnback.model import ActivityLevel, EventKind
-from turnback.runtime.reactor import EngineThread, Notice, Reactor
+from turnback.runtime.reactor import Notice, Reactor
+from turnback.service import Service, SyncTurn
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +59,12 @@ class PendingRequests:
 
     def __init__(
         self,
-        engine: EngineThread,
+        service: Service,
         reactor: Reactor,
         on_permission: PermissionCallback | None,
         on_input: InputCallback | None,
     ) -> None:
-        self._engine = engine
+        self._service = service
         self._reactor = reactor
         self._on_permission = on_permission
         self._on_input = on_input
@@ -216,7 +217,7 @@ class PendingRequests:
         (OwnershipLost): the request is then answered as cancelled, and the turn is stopped
         by its end, which raises the same."""
         try:
-            await self._engine.run(turn.sync)
+            await self._service.arun(SyncTurn(turn))
         except OwnershipLost:
             return False
         return True

@@ -90,14 +90,14 @@ class CrashResume:
             await self._notice(
                 ActivityLevel.ERROR,
                 "turn.resume.failed",
-                f"turn {turn.number} failed: the agent kept exiting; gave up after {attempt} "
+                f"turn {turn.number} failed: the agent kept stopping; gave up after {attempt} "
                 f"restart{'s' if attempt != 1 else ''} "
                 f"(ResumePolicy.attempts={self._parts.policy.attempts})",
                 {"attempts": attempt},
                 turn.token,
             )
             return "fail"
-        checkpoint = await self._parts.engine.run(turn.last_checkpoint)
+        checkpoint = await self._parts.service.acall(turn.last_checkpoint)
         if checkpoint is None and self._parts.policy.on_crash is OnCrash.STOP:
             await self._notice(
                 ActivityLevel.WARNING,
@@ -109,9 +109,9 @@ class CrashResume:
             )
             return "stop"
         if checkpoint is None:
-            await self._parts.engine.run(turn.clear_requests)
+            await self._parts.service.acall(turn.clear_requests)
         else:
-            await self._parts.engine.run(turn.rewind, checkpoint)
+            await self._parts.service.acall(turn.rewind, checkpoint)
         where = f"from step {checkpoint.step}" if checkpoint else "where it had got to"
         # In the turn, after the rewind: the conversation says where the turn went on from (a
         # session/load shows this line; the editor was told live by the activity below).
@@ -154,15 +154,14 @@ class CrashResume:
         from its last step checkpoint, or as a continuation; ``ensure_agent`` has the agent
         running with its session open before the turn is reopened. Raises ResumeUnavailable
         when there is no such turn, or it has no checkpoint and the policy is to stop."""
-        turns = await self._parts.engine.run(self._parts.session.turns)
-        conversation = [t for t in turns if t.in_conversation]
+        conversation = await self._parts.service.acall(self._parts.session.conversation)
         if not conversation or conversation[-1].status is not TurnStatus.INTERRUPTED:
             raise ResumeUnavailable(
                 f"session {self._parts.session.id[:12]} has no interrupted turn at its head "
                 "to resume"
             )
         interrupted = conversation[-1]
-        checkpoints = await self._parts.engine.run(
+        checkpoints = await self._parts.service.acall(
             self._parts.session.step_checkpoints, interrupted.token
         )
         checkpoint = checkpoints[-1] if checkpoints else None
@@ -180,7 +179,9 @@ class CrashResume:
         reported = (
             None
             if checkpoint is not None
-            else await self._parts.engine.run(self._parts.session.turn_messages, interrupted.token)
+            else await self._parts.service.acall(
+                self._parts.session.turn_messages, interrupted.token
+            )
         )
         await ensure_agent()
         turn: RunningTurn = await self._parts.reactor.submit(ResumeRequested(interrupted.token))
@@ -193,7 +194,7 @@ class CrashResume:
             },
             sync=False,
         )
-        await self._parts.engine.run(turn.sync)
+        await self._parts.service.acall(turn.sync)
         await self._notice(
             ActivityLevel.INFO,
             "turn.continued",

@@ -1,11 +1,11 @@
 """Rolling the agent's own conversation back when a revert rolls back turnback's.
 
-The engine calls ``check(turns)`` on its thread before any file moves; it raises if the rollback
-cannot be done (a turn runs, the agent is down, or it cannot roll back and fresh sessions are
-off). The runtime's reverts (``AgentRuntime.revert``) are reactor events that run the engine's
-steps on the engine thread and the agent's side, :meth:`AgentRollback.roll_back`, on the event
-loop between them (``Session.start_revert``, then ``roll_back``, then ``finish``): no thread of
-the runtime ever waits on another.
+The engine calls ``check(turns)`` before any file moves; it raises if the rollback cannot be done
+(a turn runs, the agent is down, or it cannot roll back and fresh sessions are off). The
+runtime's reverts (``AgentRuntime.revert``) are one command to the handle's service
+(:class:`~turnback.service.RevertSession`), which runs the engine's steps in its order and the
+agent's side, :meth:`AgentRollback.roll_back`, on the event loop between them: no thread of the
+runtime ever waits on another.
 
 ``apply`` is only the engine's one-call ``Session.revert(..., rollback=...)``'s way in, for an
 application that calls it from a thread of its own: it hands the rollback to the runtime's loop
@@ -36,6 +36,7 @@ from turnback.runtime.agent_session import AgentSession
 from turnback.runtime.parts import SessionParts
 from turnback.runtime.reactor import Notice
 from turnback.runtime.rpc import RequestError
+from turnback.service import UndoRevert
 
 ROLLBACK_METHOD = "_turnback/rollback"
 
@@ -156,10 +157,10 @@ class AgentRollback:
         conversation back, a fresh agent session is given the whole restored transcript ahead
         of the next prompt (``ensure_agent`` has the agent running first)."""
         self._refuse_while_running("forward")
-        undone: Revert = await self._parts.engine.run(self._parts.session.undo_revert)
+        undone: Revert = await self._parts.service.arun(UndoRevert(self._parts.session.id))
         if undone.conversation:
             await ensure_agent()
-            transcript = await self._parts.engine.run(self._parts.session.messages)
+            transcript = await self._parts.service.acall(self._parts.session.messages)
             session_id = await self._agent_session.fresh(transcript)
             await self._parts.reactor.submit(
                 Notice(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from turnback.engine.handle import Session, Turnback
 from turnback.engine.turns import RunningTurn
@@ -33,13 +33,20 @@ from turnback.errors import (
     ResumeUnavailable,
     TurnNotRunning,
 )
-from turnback.model import Message, Revert, StepCheckpoint, Turn, TurnStatus
+from turnback.model import (
+    Message,
+    Revert,
+    RevertOptions,
+    RevertRequest,
+    StepCheckpoint,
+    Turn,
+    TurnStatus,
+)
 from turnback.runtime.agent_session import AgentSession
 from turnback.runtime.connection import AgentConnection
 from turnback.runtime.parts import SessionParts
 from turnback.runtime.policy import AgentState, OnCrash, ResumePolicy
 from turnback.runtime.reactor import (
-    EngineThread,
     Reactor,
     RevertRequested,
     TurnEnded,
@@ -57,7 +64,8 @@ from turnback.runtime.requests import (
 from turnback.runtime.resume import CrashResume, resume_prompt
 from turnback.runtime.rollback import AgentRollback
 from turnback.runtime.rpc import RequestError
-from turnback.runtime.sidecar import AgentFeatures, exit_text
+from turnback.runtime.sidecar import AgentFeatures, ended_text
+from turnback.service import Service
 
 
 class AgentRuntime:
@@ -95,13 +103,14 @@ class AgentRuntime:
             initialize_timeout=self.policy.initialize_timeout,
             relay=relay,
         )
-        self._engine = engine = EngineThread()
+        #: the handle's way to the engine, shared with every other runtime of the handle
+        self._service = service = Service.of(tb)
         self._reactor = reactor = Reactor(
-            session, engine, on_notice=relay.activity if relay is not None else None
+            session, service, on_notice=relay.activity if relay is not None else None
         )
         #: the workspace start() set a watcher on, once it has (on the engine thread)
         self._watched: asyncio.Future[str | None] | None = None
-        self._requests = requests = PendingRequests(engine, reactor, on_permission, on_input)
+        self._requests = requests = PendingRequests(service, reactor, on_permission, on_input)
         self._recorder = recorder = Recorder(reactor, requests, relayed=relay is not None)
         recorder.on_lost = self._ownership_lost
         parts = SessionParts(
@@ -109,7 +118,7 @@ class AgentRuntime:
             self.command,
             self.policy,
             self._agent,
-            engine,
+            service,
             reactor,
             recorder,
             requests,
@@ -173,9 +182,9 @@ class AgentRuntime:
         checkpoints = tb.checkpoints
         if checkpoints is not None:
             # A file watcher spares each capture the scan. Nobody waits for it to be set up:
-            # it runs on the engine thread, so it is in place before any capture runs there.
+            # it runs in the service's order, so it is in place before any capture runs there.
             runtime._watched = asyncio.ensure_future(
-                runtime._engine.run(checkpoints.watch, session.workspace)
+                runtime._service.acall(checkpoints.watch, session.workspace)
             )
         return runtime
 
@@ -190,14 +199,18 @@ class AgentRuntime:
         if watched is not None and self.tb.checkpoints is not None:
             workspace = await watched
             if workspace is not None:
-                await self._engine.run(self.tb.checkpoints.unwatch, workspace)
-        await asyncio.get_running_loop().run_in_executor(None, self._engine.close)
+                await self._service.acall(self.tb.checkpoints.unwatch, workspace)
 
     async def __aenter__(self) -> AgentRuntime:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    @property
+    def service(self) -> Service:
+        """The handle's service, through which this runtime reaches the engine."""
+        return self._service
 
     @property
     def features(self) -> AgentFeatures:
@@ -290,30 +303,20 @@ class AgentRuntime:
         )
 
     async def revert(
-        self,
-        to_turn: int,
-        *,
-        files: bool = True,
-        conversation: bool = True,
-        keep_user_edits: bool = False,
+        self, target: int | RevertRequest, /, **options: Unpack[RevertOptions]
     ) -> Revert:
-        """Revert the session to turn ``to_turn`` through the engine, rolling the agent's own
-        conversation back with it. Refused (before any file moves) while a turn runs, or when the
-        agent's conversation cannot be rolled back; the refusal is also a
-        ``checkpoint.revert.failed`` activity. Returns the engine's ``Revert``."""
-        if conversation:
+        """Revert the session to turn ``target`` (or as a whole :class:`RevertRequest` says)
+        through the engine, rolling the agent's own conversation back with it. Refused (before
+        any file moves) while a turn runs, or when the agent's conversation cannot be rolled
+        back; the refusal is also a ``checkpoint.revert.failed`` activity. Returns the engine's
+        ``Revert``."""
+        request = RevertRequest.of(target, **options)
+        if request.conversation:
             # The rollback runs while the reactor handles the revert, so it cannot start an
             # agent then (opening a session waits on the reactor): have one now.
             await self._ensure_agent()
-        revert: Revert = await self._reactor.submit(
-            RevertRequested(
-                to_turn,
-                files,
-                conversation,
-                keep_user_edits,
-                self._rollback if conversation else None,
-            )
-        )
+        rollback = self._rollback if request.conversation else None
+        revert: Revert = await self._reactor.submit(RevertRequested(request, rollback))
         return revert
 
     async def undo_revert(self) -> Revert:
@@ -362,7 +365,7 @@ class AgentRuntime:
                         return await self._end(turn, TurnStatus.CANCELLED, "cancelled")
                     if then == "continue":
                         resume = None
-                        reported = await self._engine.run(turn.messages_so_far)
+                        reported = await self._service.acall(turn.messages_so_far)
                     else:
                         resume = then
                     await asyncio.sleep(self.policy.delay(attempt))
@@ -428,9 +431,10 @@ class AgentRuntime:
                     await asyncio.wait_for(asyncio.shield(request), self.policy.exit_grace)
                 except TimeoutError:
                     request.cancel()
-                    death = f"agent {self._agent.described!r} exited"
                     returncode = self._agent.returncode
-                    raise AgentDied(f"{death} ({exit_text(returncode)})", returncode) from None
+                    raise AgentDied(
+                        f"agent {self._agent.described!r} {ended_text(returncode)}", returncode
+                    ) from None
             response = request.result()
         except BaseException:
             request.cancel()

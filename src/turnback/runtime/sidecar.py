@@ -91,17 +91,17 @@ class Started:
     sent_at: float | None = None  # time.monotonic() when it was sent: its timeout runs from then
 
 
-def exit_text(returncode: int | None) -> str:
-    """How an agent process ended, for messages: its exit status, the signal that killed it,
-    or that it has not exited."""
+def ended_text(returncode: int | None) -> str:
+    """How an agent process stopped serving, for messages (after "agent X"): it exited with its
+    status, a signal killed it, or -- no exit status yet -- it closed its output and runs on."""
     if returncode is None:
-        return "still running"
+        return "closed its output (the process still runs)"
     if returncode < 0:
         try:
-            return f"killed by {signal.Signals(-returncode).name}"
+            return f"was killed by {signal.Signals(-returncode).name}"
         except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exit status {returncode}"
+            return f"was killed by signal {-returncode}"
+    return f"exited (exit status {returncode})"
 
 
 def _object(value: Any) -> dict[str, Any]:
@@ -302,8 +302,8 @@ class Sidecar:
         except (ConnectionError, OSError, AgentDied) as error:
             await self.close()
             raise AgentUnavailable(
-                f"agent {self.described!r} exited during initialize "
-                f"({exit_text(await self.exit_status())}): {error}"
+                f"agent {self.described!r} {ended_text(await self.exit_status())} during "
+                f"initialize: {error}"
             ) from error
         except RequestError as error:
             await self.close()

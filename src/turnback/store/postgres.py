@@ -41,7 +41,15 @@ from turnback.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, po
 from turnback.store.sql import Cursor, SQLStore, SQLTx
 
 #: SQLSTATE classes and codes, and what they mean to turnback.
-_LOCKED = {"40001", "40P01", "55P03", "57014"}  # serialization, deadlock, lock/statement timeout
+#: What another process's write did to ours, per SQLSTATE: each is StoreLocked, and nothing of
+#: the transaction was written.
+_LOCKED = {
+    "55P03": "kept a session locked by another process for more than {timeout:g}s",
+    "40P01": "found this write deadlocked with another process's",
+    "40001": "could not serialise this write with another process's",
+}
+#: A statement the server cancelled: its statement_timeout ran out, or an operator cancelled it.
+_CANCELLED = "57014"
 _UNAVAILABLE_CLASSES = {"08", "28", "53", "57", "58"}  # connection, auth, resources, server
 _CORRUPT = {"XX001", "XX002"}  # data or index corrupted
 
@@ -360,9 +368,17 @@ class PostgresStore(SQLStore):
         code = error.sqlstate or ""
         text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if code in _LOCKED:
+            what = _LOCKED[code].format(timeout=self.busy_timeout)
             return StoreLocked(
-                f"{self._where} kept a session locked by another process for more than "
-                f"{self.busy_timeout:g}s ({text}); wait for that process to finish and retry"
+                f"{self._where} {what} ({text}); nothing of it was written. Wait for that "
+                "process to finish and retry"
+            )
+        if code == _CANCELLED:
+            return StoreUnavailable(
+                f"{self._where} cancelled a statement ({text}): it ran past the server's "
+                "statement_timeout, or an administrator cancelled it; nothing of its transaction "
+                "was written. Retry; if it keeps happening, give turnback's role a longer "
+                "statement_timeout"
             )
         if code in _CORRUPT:
             return StoreCorrupt(

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from turnback import faults
+from turnback.durable import make_directories
 from turnback.errors import SchemaTooNew, StoreCorrupt, StoreError, StoreLocked, StoreUnavailable
 from turnback.model import JournalEntry, TurnStatus
 from turnback.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
@@ -45,7 +46,7 @@ class SQLiteStore(SQLStore):
         self.busy_timeout = busy_timeout
         self._lock = threading.RLock()
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_directories(path.parent)  # a new home outlives a power cut
         except OSError as error:
             raise StoreUnavailable(
                 f"cannot create turnback's home {path.parent}: {error.strerror or error}; "

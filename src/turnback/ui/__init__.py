@@ -15,6 +15,25 @@ import sys
 from collections.abc import Callable
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+EVERY_ADDRESS = frozenset({"0.0.0.0", "::", ""})
+
+
+def reachable_address(host: str) -> str:
+    """An address of this machine that another machine can use for a server on ``host``:
+    ``host`` itself, unless it stands for every address; then the address this machine's
+    traffic leaves from (connecting a UDP socket sends nothing), else its name."""
+    if host not in EVERY_ADDRESS:
+        return host
+    family, probe = (
+        (socket.AF_INET6, "2001:db8::1") if host == "::" else (socket.AF_INET, "192.0.2.1")
+    )
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as udp:
+            udp.connect((probe, 9))
+            address = str(udp.getsockname()[0])
+    except OSError:
+        return socket.gethostname()
+    return address if address not in LOOPBACK else socket.gethostname()
 
 
 def serve(
@@ -27,7 +46,8 @@ def serve(
     announce: Callable[[str], None] = print,
 ) -> None:
     """Serve the page until interrupted or SIGTERM. The first thing announced is the address
-    with its token; nothing is served to a request that does not carry the token."""
+    with its token (after ``#``: see turnback.ui.app's security facts); a browser is opened on
+    an address with a one-time token instead."""
     import uvicorn
 
     import turnback
@@ -36,6 +56,7 @@ def serve(
     tb = turnback.open(home, create=False)
     try:
         token = secrets.token_urlsafe(24)
+        once = secrets.token_urlsafe(24)  # the browser's: its command line is public
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         # IPPROTO_TCP by name: asyncio sets TCP_NODELAY only on sockets that say so, and
         # without it a response's headers and body wait on the client's delayed ACK (40 ms).
@@ -44,8 +65,8 @@ def serve(
         sock.bind((host, port))
         sock.listen(128)
         bound = sock.getsockname()[1]
-        where = f"[{host}]" if family == socket.AF_INET6 else host
-        url = f"http://{where}:{bound}/?token={token}"
+        shown = reachable_address(host)
+        url = f"http://{_bracketed(shown)}:{bound}/#token={token}"
         announce(url)
         sys.stdout.flush()
         if host not in LOOPBACK:
@@ -55,7 +76,14 @@ def serve(
                 "these sessions",
                 file=sys.stderr,
             )
-        app = build_app(tb, token, read_only=read_only, hosts=[host, *LOOPBACK])
+        app = build_app(
+            tb,
+            token,
+            once=[once],
+            read_only=read_only,
+            hosts=[host, shown, socket.gethostname()],
+            any_address=host in EVERY_ADDRESS,
+        )
         config = uvicorn.Config(
             app,
             log_level="warning",
@@ -67,7 +95,9 @@ def serve(
         if open_browser:
             import webbrowser
 
-            webbrowser.open(url)
+            # this machine's browser: by loopback when served on every address
+            local = host if host not in EVERY_ADDRESS else "::1" if host == "::" else "127.0.0.1"
+            webbrowser.open(f"http://{_bracketed(local)}:{bound}/#token={once}")
         server = uvicorn.Server(config)
 
         # uvicorn stops on SIGINT and SIGTERM, then raises the signal again under the handler
@@ -83,3 +113,8 @@ def serve(
                 signal.signal(signum, handler)
     finally:
         tb.close()
+
+
+def _bracketed(host: str) -> str:
+    """``host`` as it stands in a URL: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host

@@ -2,42 +2,53 @@
 
 Some facts about its security, on which the rest relies:
 
-* Every request carries the token ``turnback ui`` printed. The address's ``?token=`` is accepted
-  once: it is exchanged for an HttpOnly, SameSite=Strict cookie and the browser is sent to the
-  same address without it, so the token leaves the address bar and the history. Without a token
-  the answer is 401; with a wrong one, 403. The comparison takes constant time.
-* A cookie alone does not make an action: every POST must also carry ``X-Turnback-Csrf`` with a
-  second secret that only the page's own HTML holds. Another site can make a browser send the
-  cookie (not with SameSite=Strict, but belt and braces) but cannot read the page, nor set a
-  custom header on a cross-site request without a CORS preflight this app never answers.
+* Cookies ignore ports: one set by this server is sent to every server on the same host name
+  (an agent's dev server on another port of 127.0.0.1 included), which could read it and act
+  with it. So nothing here is a cookie. The page's shell and its assets hold no data and no
+  secret, and are served to anyone; every request under ``/api/`` must carry
+  ``Authorization: Bearer KEY``, a key that only this server and the page's own script know.
+  A browser never adds that header by itself, and another origin's script can neither read the
+  key (the page keeps it in its origin's ``localStorage``, which is per port) nor send the
+  header to this origin without a CORS preflight this app never answers. So the key is also
+  the anti-forgery check: no other site can make the browser act.
+* The key comes from ``POST /api/login`` with the token ``turnback ui`` printed: the address
+  carries it after ``#``, which the browser never sends anywhere; the page's script posts it
+  once, keeps the key and takes the token out of the address. The printed token can log in
+  again (another browser, a new profile); the address a browser is started with carries a
+  one-time token instead, because a command line can be read by every user of the machine:
+  it logs in once, within ``ONCE_FOR`` seconds, and never again. Without a key the answer is
+  401; with a wrong key or token, 403. Comparisons take constant time.
+* Browsers say where a request comes from: a request under ``/api/`` whose ``Sec-Fetch-Site``
+  is another site or port (``same-site`` covers other ports of this host) is refused, and so
+  is a POST whose ``Origin`` is not this server, whatever else it carries.
 * The Host header must name this machine (or the host served on), so a DNS-rebound name cannot
-  reach the app from a web page.
+  reach the app from a web page. Served on every address (``--host 0.0.0.0``), a Host that is
+  an IP address is accepted too: no name was resolved, so nothing was rebound.
 * ``--read-only`` mounts no POST route at all.
 * Ids from the address are checked against the shape of an id before they reach the library,
   and assets are served from a fixed table: no part of an address becomes a file path.
 
-Every library call runs on one worker thread, in order: the handle and its store are used by one
-thread at a time, and the event loop never waits on SQLite or git.
+Every library call goes through the handle's service (:class:`~turnback.service.Service`), in
+order, on its engine thread: the event loop never waits on SQLite or git.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
+import ipaddress
 import json
 import re
 import secrets
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from http.cookies import SimpleCookie
 from importlib.resources import files
-from typing import Any, TypedDict, TypeVar
-from urllib.parse import parse_qsl, urlencode
+from typing import Any, TypeVar
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -64,17 +75,25 @@ from turnback.errors import (
     TurnbackError,
     TurnNotFound,
 )
+from turnback.jsontext import utf8
+from turnback.model import ActivityLevel, RevertRequest, conversation
+from turnback.service import (
+    AddActivity,
+    ApplySetAside,
+    DiscardSetAside,
+    PlanRevert,
+    RevertSession,
+    Service,
+    UndoRevert,
+)
 
 T = TypeVar("T")
 
 
-class RevertOptions(TypedDict):
-    files: bool
-    conversation: bool
-    keep_user_edits: bool
-
-
-CSRF_HEADER = "x-turnback-csrf"
+#: Where the page swaps a token for its key.
+LOGIN = "/api/login"
+#: How long the one-time token a browser is started with can log in, in seconds.
+ONCE_FOR = 120.0
 _ID = re.compile(r"[0-9a-fA-F]{1,64}")
 _TURN = re.compile(r"[0-9]{1,9}|[0-9a-fA-F]{1,64}")
 _ASSETS = {
@@ -168,68 +187,51 @@ def error_json(error: TurnbackError) -> tuple[int, dict[str, Any]]:
     return status or (409 if error.exit_code == 3 else 500), {"error": body}
 
 
-def _problem(status: int, kind: str, message: str, hint: str) -> JSONResponse:
-    return JSONResponse({"error": {"type": kind, "message": message, "hint": hint}}, status)
+class Json(JSONResponse):
+    """A JSON answer. An unpaired surrogate an agent sent (the store keeps it) is written as its
+    ``\\uXXXX`` escape, the same JSON value (:func:`turnback.jsontext.utf8`), never a 500."""
+
+    def render(self, content: Any) -> bytes:
+        return utf8(json.dumps(content, ensure_ascii=False, default=str, separators=(",", ":")))
+
+
+def _problem(status: int, kind: str, message: str, hint: str) -> Json:
+    return Json({"error": {"type": kind, "message": message, "hint": hint}}, status)
 
 
 class TokenGate:
-    """ASGI middleware: the token check described at the top of this module."""
+    """ASGI middleware: the checks described at the top of this module, and ``/api/login``."""
 
-    def __init__(self, app: ASGIApp, token: str, csrf: str) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str,
+        once: Sequence[str] = (),
+        hosts: Sequence[str] = (),
+        any_address: bool = False,
+    ) -> None:
         self.app = app
-        self.token = token
-        self.csrf = csrf
-
-    def _cookie_name(self, scope: Scope) -> str:
-        # Cookies ignore ports: two pages served at once must not overwrite each other's.
-        server = scope.get("server") or ("", 0)
-        return f"turnback_{server[1]}"
+        self.token = token.encode()
+        until = time.monotonic() + ONCE_FOR
+        self.once = {code.encode(): until for code in once}
+        self.spent: set[bytes] = set()
+        self.keys: set[bytes] = set()  # the SHA-256 of each key given out
+        self.hosts = {h.lower().strip("[]") for h in hosts}
+        self.any_address = any_address
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"))
-        offered = dict(query).get("token")
-        name = self._cookie_name(scope)
-        cookie = SimpleCookie()
-        try:
-            cookie.load(headers.get("cookie", ""))
-        except Exception:  # a malformed Cookie header is no token
-            cookie = SimpleCookie()
-        held = cookie[name].value if name in cookie else None
-        api = scope["path"].startswith("/api/")
-        if offered is not None:
-            if not hmac.compare_digest(offered.encode(), self.token.encode()):
-                await self._refuse(scope, receive, send, 403, api)
-                return
-            rest = urlencode([(k, v) for k, v in query if k != "token"])
-            target = scope["path"] + (f"?{rest}" if rest else "")
-            response = Response(status_code=303, headers={"location": target})
-            response.set_cookie(
-                name, self.token, httponly=True, samesite="strict", path="/", max_age=None
-            )
+        refused = self._refusal(scope, headers)
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
+        if scope["path"] == LOGIN:
+            response = await self._login(scope, receive, headers)
             await response(scope, receive, send)
             return
-        if held is None:
-            await self._refuse(scope, receive, send, 401, api)
-            return
-        if not hmac.compare_digest(held.encode(), self.token.encode()):
-            await self._refuse(scope, receive, send, 403, api)
-            return
-        if scope["method"] not in ("GET", "HEAD"):
-            sent = headers.get(CSRF_HEADER, "")
-            if not hmac.compare_digest(sent.encode(), self.csrf.encode()):
-                response = _problem(
-                    403,
-                    "Forbidden",
-                    "this action came without the page's anti-forgery header",
-                    "Use the page's own buttons; reload it if it was open before the server "
-                    "restarted.",
-                )
-                await response(scope, receive, send)
-                return
 
         async def send_with_headers(message: Any) -> None:
             if message["type"] == "http.response.start":
@@ -238,57 +240,122 @@ class TokenGate:
 
         await self.app(scope, receive, send_with_headers)
 
-    @staticmethod
-    async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, api: bool) -> None:
-        what = "has no token" if status == 401 else "has a token that is not this server's"
-        hint = (
-            "Open the address `turnback ui` printed (it ends in ?token=…); the token changes "
-            "each time the server starts."
-        )
-        if api:
-            response: Response = _problem(
-                status,
-                "Unauthorized" if status == 401 else "Forbidden",
-                f"the request {what}",
-                hint,
+    def _host_allowed(self, host: str) -> bool:
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        name = name.lower().strip("[]")
+        if name in self.hosts:
+            return True
+        if not self.any_address:
+            return False
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            return False
+        return True
+
+    def _refusal(self, scope: Scope, headers: dict[str, str]) -> Response | None:
+        """Why this request is refused, as the answer to give; None when it may go on."""
+        host = headers.get("host", "")
+        if not self._host_allowed(host):
+            return _problem(
+                400,
+                "BadHost",
+                f"this server does not answer for the host {host[:80]!r}",
+                "Open the address `turnback ui` printed.",
             )
-        else:
-            response = HTMLResponse(
-                "<!doctype html><meta charset=utf-8><title>turnback: no access</title>"
-                "<body style='font:16px system-ui;margin:3em;max-width:40em'>"
-                f"<h1>No access</h1><p>This request {what}.</p>"
-                "<p>Open the address <code>turnback ui</code> printed, with its "
-                "<code>?token=…</code>; the token changes each time the server starts.</p>",
-                status,
+        if not scope["path"].startswith("/api/"):
+            return None  # the shell and its assets: no data, no secret
+        site = headers.get("sec-fetch-site", "same-origin")
+        origin = headers.get("origin")
+        mine = f"{scope.get('scheme', 'http')}://{host}"
+        if site not in ("same-origin", "none") or (
+            scope["method"] not in ("GET", "HEAD") and origin is not None and origin != mine
+        ):
+            return _problem(
+                403,
+                "Forbidden",
+                "this request came from another site or another port of this machine",
+                "Use the page `turnback ui` serves; another page cannot act on it.",
             )
-        await response(scope, receive, send)
+        if scope["path"] == LOGIN:
+            return None
+        sent = headers.get("authorization", "")
+        if not sent.startswith("Bearer "):
+            return _no_access(401, "has no key")
+        if hashlib.sha256(sent[7:].encode()).digest() not in self.keys:
+            return _no_access(403, "has a key that is not this server's")
+        return None
+
+    async def _login(self, scope: Scope, receive: Receive, headers: dict[str, str]) -> Response:
+        """``POST /api/login`` with ``{"token"}``: a new key, ``{"key"}``."""
+        if scope["method"] != "POST":
+            return _problem(405, "MethodNotAllowed", "log in with a POST", "Reload the page.")
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if len(body) > 4096:
+                return _problem(400, "BadRequest", "the login is too long", "Reload the page.")
+            if not message.get("more_body"):
+                break
+        try:
+            offered = json.loads(body)["token"].encode()
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return _problem(
+                400, "BadRequest", 'log in with {"token": …}', "Open the address printed."
+            )
+        if not self._accept(offered):
+            spent = any(hmac.compare_digest(offered, code) for code in self.spent)
+            return _no_access(
+                403, "has a one-time token that was used already" if spent else "has a wrong token"
+            )
+        key = secrets.token_urlsafe(32)
+        self.keys.add(hashlib.sha256(key.encode()).digest())
+        return Json({"key": key}, headers={"cache-control": "no-store"})
+
+    def _accept(self, offered: bytes) -> bool:
+        """Whether ``offered`` is the printed token, or a one-time token not used yet (which it
+        then uses up)."""
+        if hmac.compare_digest(offered, self.token):
+            return True
+        for code, until in list(self.once.items()):
+            if hmac.compare_digest(offered, code):
+                del self.once[code]
+                self.spent.add(code)
+                return time.monotonic() <= until
+        return False
+
+
+def _no_access(status: int, what: str) -> Response:
+    return _problem(
+        status,
+        "Unauthorized" if status == 401 else "Forbidden",
+        f"the request {what}",
+        "Open the address `turnback ui` printed (it ends in #token=…); the token changes each "
+        "time the server starts.",
+    )
 
 
 class Api:
     """The routes: each parses and checks its part of the address, calls the library on the
     worker thread and renders the CLI's ``--json`` shape."""
 
-    def __init__(self, tb: Turnback, csrf: str, read_only: bool) -> None:
+    def __init__(self, tb: Turnback, read_only: bool) -> None:
         self.tb = tb
-        self.csrf = csrf
         self.read_only = read_only
-        self.worker = ThreadPoolExecutor(1, thread_name_prefix="turnback-ui")
+        self.service = Service.of(tb)
         self._shell = (files("turnback.ui") / "static" / "index.html").read_text("utf-8")
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.worker, partial(fn, *args, **kwargs))
+        return await self.service.acall(partial(fn, *args, **kwargs))
 
     async def answer(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Response:
         try:
             data = await self.call(fn, *args, **kwargs)
         except TurnbackError as error:
             status, body = error_json(error)
-            return JSONResponse(body, status)
-        return Response(
-            json.dumps(data, ensure_ascii=False, default=str, separators=(",", ":")),
-            media_type="application/json",
-        )
+            return Json(body, status)
+        return Json(data)
 
     # -- checking the address ---------------------------------------------------------------
 
@@ -321,7 +388,7 @@ class Api:
     # -- pages --------------------------------------------------------------------------------
 
     async def page(self, request: Request) -> Response:
-        config = json.dumps({"csrf": self.csrf, "readOnly": self.read_only})
+        config = json.dumps({"readOnly": self.read_only})
         html = self._shell.replace("{{config}}", config.replace("<", "\\u003c"))
         return HTMLResponse(html, headers={"cache-control": "no-store"})
 
@@ -347,7 +414,7 @@ class Api:
             turns = handle.turns()
             return {
                 "session": cli.session_json(handle.record),
-                "conversation": sorted(t.number for t in turns if t.in_conversation),
+                "conversation": [t.number for t in conversation(turns)],
             }
 
         return await self.answer(build)
@@ -427,7 +494,7 @@ class Api:
             handle = await self.call(self.session, self.session_ref(request))
         except TurnbackError as error:
             status, body = error_json(error)
-            return JSONResponse(body, status)
+            return Json(body, status)
 
         def look() -> tuple[str, str | None]:
             record = handle.record
@@ -454,7 +521,7 @@ class Api:
                 )
             return shape, live
 
-        async def events() -> AsyncIterator[str]:
+        async def events() -> AsyncIterator[str | bytes]:
             seen: tuple[str, str | None] = ("", None)
             yield "retry: 1000\n\n"
             while not await request.is_disconnected():
@@ -466,7 +533,7 @@ class Api:
                 if now[0] != seen[0]:
                     yield f"event: log\ndata: {json.dumps(now[0])}\n\n"
                 if now[1] is not None and now[1] != seen[1]:
-                    yield f"event: running\ndata: {now[1]}\n\n"
+                    yield b"event: running\ndata: " + utf8(now[1]) + b"\n\n"
                 seen = now
                 await asyncio.sleep(POLL_INTERVAL)
 
@@ -495,69 +562,75 @@ class Api:
             ref = self.session_ref(request)
         except TurnbackError as error:
             status, body = error_json(error)
-            return JSONResponse(body, status)
+            return Json(body, status)
         return await self.answer(lambda: run(self.session(ref), data))
 
     @classmethod
-    def revert_options(cls, data: Any) -> tuple[int, RevertOptions]:
+    def revert_request(cls, data: Any) -> RevertRequest:
         """A revert's target and options, from a POST body or a plan's query."""
         scope = data.get("scope", "both")
         if scope not in ("both", "files", "conversation"):
             raise InvalidId(f"scope must be both, files or conversation, not {str(scope)[:40]!r}")
         keep = data.get("keep_user_edits", False)
-        options = RevertOptions(
+        return RevertRequest(
+            cls.number(data.get("to_turn"), "to_turn"),
             files=scope != "conversation",
             conversation=scope != "files",
             keep_user_edits=keep in (True, "1", "true"),
         )
-        return cls.number(data.get("to_turn"), "to_turn"), options
 
     async def plan(self, request: Request) -> Response:
         """What a revert would do, writing nothing: as ``revert --dry-run --json``."""
 
         def build() -> dict[str, Any]:
             handle = self.session(self.session_ref(request))
-            to_turn, options = self.revert_options(request.query_params)
-            return cli.plan_json(handle.revert_plan(to_turn, **options))
+            asked = self.revert_request(request.query_params)
+            return cli.plan_json(self.service.run(PlanRevert(handle.id, asked)))
 
         return await self.answer(build)
 
     async def revert(self, request: Request) -> Response:
         def run(handle: Session, data: dict[str, Any]) -> dict[str, Any]:
-            to_turn, options = self.revert_options(data)
-            return cli.revert_json(handle.revert(to_turn, **options))
+            reverted = self.service.run(RevertSession(handle.id, self.revert_request(data)))
+            return cli.revert_json(reverted)
 
         return await self.action(request, run)
 
     async def undo(self, request: Request) -> Response:
-        return await self.action(request, lambda handle, _: cli.revert_json(handle.undo_revert()))
+        def run(handle: Session, _: dict[str, Any]) -> dict[str, Any]:
+            return cli.revert_json(self.service.run(UndoRevert(handle.id)))
+
+        return await self.action(request, run)
 
     async def set_aside(self, request: Request) -> Response:
         try:
             token = self.turn_ref(request)
         except TurnbackError as error:
             status, body = error_json(error)
-            return JSONResponse(body, status)
+            return Json(body, status)
         verb = request.path_params["verb"]
         if verb not in ("apply", "discard"):
             return _problem(404, "NotFound", f"no action {verb[:40]!r}", "Apply or discard.")
 
         def run(handle: Session, _: dict[str, Any]) -> dict[str, Any]:
             if verb == "apply":
-                return {"applied": cli.turn_json(handle.apply(token))}
-            return {"discarded": token, "events": handle.discard(token)}
+                return {"applied": cli.turn_json(self.service.run(ApplySetAside(handle.id, token)))}
+            return {
+                "discarded": token,
+                "events": self.service.run(DiscardSetAside(handle.id, token)),
+            }
 
         return await self.action(request, run)
 
     async def mark(self, request: Request) -> Response:
         def run(handle: Session, data: dict[str, Any]) -> dict[str, Any]:
             number = self.number(data.get("turn"), "turn")
-            head = max((t.number for t in handle.turns() if t.in_conversation), default=0)
+            head = max((t.number for t in handle.conversation()), default=0)
             if number > head:
                 raise TurnNotFound(f"session {handle.id[:12]} has turns 1 to {head}")
-            handle.add_activity(
-                "info", REVIEW_MARK, f"reviewed up to turn {number}", {"turn": number}
-            )
+            said = f"reviewed up to turn {number}"
+            mark = AddActivity(handle.id, ActivityLevel.INFO, REVIEW_MARK, said, {"turn": number})
+            self.service.run(mark)
             return {"review_mark": number}
 
         return await self.action(request, run)
@@ -575,11 +648,18 @@ def review_mark(activities: Sequence[Any]) -> int | None:
 
 
 def build_app(
-    tb: Turnback, token: str, *, read_only: bool = False, hosts: Sequence[str] = ()
+    tb: Turnback,
+    token: str,
+    *,
+    once: Sequence[str] = (),
+    read_only: bool = False,
+    hosts: Sequence[str] = (),
+    any_address: bool = False,
 ) -> Starlette:
-    """The app for one home. ``token`` is the secret the address carries."""
-    csrf = secrets.token_urlsafe(24)
-    api = Api(tb, csrf, read_only)
+    """The app for one home. ``token`` is the secret the printed address carries, ``once`` the
+    one-time tokens (the browser's); ``hosts`` the names it answers for besides loopback's, and
+    ``any_address`` accepts a Host that is an IP address (served on every address)."""
+    api = Api(tb, read_only)
     session = "/api/sessions/{session}"
     routes = [
         Route("/", api.page),
@@ -609,11 +689,11 @@ def build_app(
                 methods=["POST"],
             ),
         ]
-    allowed = sorted({*hosts, "127.0.0.1", "localhost", "::1", "[::1]"})
-    return Starlette(
-        routes=routes,
-        middleware=[
-            Middleware(TrustedHostMiddleware, allowed_hosts=allowed),
-            Middleware(TokenGate, token=token, csrf=csrf),
-        ],
+    gate = Middleware(
+        TokenGate,
+        token=token,
+        once=once,
+        hosts=[*hosts, "127.0.0.1", "localhost", "::1"],
+        any_address=any_address,
     )
+    return Starlette(routes=routes, middleware=[gate])

@@ -12,37 +12,34 @@ of a large repository re-hashes nothing the user's index already knows. The user
 only ever read: its index is copied, its ``info/exclude`` is named as ``core.excludesFile`` and its
 objects are read through the alternates file. (git may refresh the modification time of one of
 the user's object files when a capture writes an object the user already has; that is how git
-marks objects as recently used, and changes no content.)
+marks objects as recently used, and changes no content.) :mod:`turnback.workspace.creation`
+builds it; :mod:`turnback.workspace.fastimport` writes checkpoints into it.
 
-Concurrency and crashes: every operation that writes the shadow holds an exclusive ``flock`` on
-``<hash>.lock`` next to it, and the git processes it starts inherit that lock. The lock is
-therefore held until the last of them exits, even when turnback itself was killed; whoever takes
-it next knows that any ``*.lock`` file left inside the shadow is stale and removes it.
+Concurrency and crashes: every operation that writes the shadow holds its lock, an exclusive
+``flock`` on ``<hash>.lock`` next to it that the git processes it starts inherit, taken by one
+thread at a time (:mod:`turnback.workspace.lock`). The lock is therefore held until the last of
+them exits, even when turnback itself was killed; whoever takes it next knows that any ``*.lock``
+file left inside the shadow is stale and removes it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
-import select
-import shutil
-import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from turnback.errors import CheckpointUnavailable, GitFailed, InvalidId, WorkspaceError
-from turnback.workspace.git import IDENTITY, Git
+from turnback.workspace.git import Git, failure
+from turnback.workspace.lock import ShadowLock
 
-EMPTY_TREE_SHA1 = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-EMPTY_TREE_SHA256 = "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321"
-IDENTITY_NAME = IDENTITY["GIT_COMMITTER_NAME"]
-IDENTITY_EMAIL = IDENTITY["GIT_COMMITTER_EMAIL"]
+#: Longest any operation other than a capture may take.
+OPERATION_TIMEOUT = 600.0
 
 OID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 _REF_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
@@ -61,10 +58,6 @@ GITLINK = "160000"
 TREE = "040000"
 SYMLINK = "120000"
 REGULAR = ("100644", "100755")
-
-#: Attributes that would make a capture or a restore differ from the bytes on disk. The
-#: shadow's ``info/attributes`` wins over every ``.gitattributes`` in the workspace.
-ATTRIBUTES = "* -text -eol -filter -ident -working-tree-encoding\n"
 
 
 def ref_name(name: str) -> str:
@@ -151,21 +144,19 @@ def find_user_repository(workspace: Path) -> UserRepository | None:
     return UserRepository(git_dir=git_dir, common_dir=common_dir)
 
 
-def _config_value(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{escaped}"'
-
-
-def _exclude_pattern(relative: str) -> str:
-    escaped = re.sub(r"([\\*?\[\]!# ])", r"\\\1", relative)
-    return "/" + escaped + "/\n"
-
-
-def _ref_file_ok(data: bytes) -> bool:
+def ref_file_ok(data: bytes) -> bool:
+    """Whether ``data`` is a whole ref file: a symbolic ref, or an object id, and a newline."""
     text = data.decode("ascii", "replace")
     if text.startswith("ref: refs/") and text.endswith("\n") and "\n" not in text[:-1]:
         return True
     return text.endswith("\n") and OID.fullmatch(text[:-1]) is not None
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """Replace the file at ``path`` with ``data`` whole (a reader sees the old or the new)."""
+    temporary = path.with_name(path.name + ".turnback-tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
 
 
 class ShadowRepo:
@@ -188,7 +179,7 @@ class ShadowRepo:
         self.dir = home / "shadow" / f"{key}.git"
         self.lock_path = home / "shadow" / f"{key}.lock"
         self.report = report
-        self._lock_fd: int | None = None
+        self._lock = ShadowLock.of(self.lock_path)
         self._sha256: bool | None = None
 
     # -- running git ----------------------------------------------------------------------
@@ -214,7 +205,7 @@ class ShadowRepo:
             timeout=deadline - time.monotonic(),
             check=check,
             cwd=self.workspace,
-            pass_fds=() if self._lock_fd is None else (self._lock_fd,),
+            pass_fds=self.lock_fds,
             config=self.config,
         )
 
@@ -222,30 +213,16 @@ class ShadowRepo:
 
     @contextlib.contextmanager
     def locked(self, deadline: float) -> Iterator[None]:
-        """Hold the shadow's lock (re-entrant within this object) until the block ends."""
-        if self._lock_fd is not None:
+        """Hold the shadow's lock until the block ends: another thread or process waits for it
+        (until ``deadline``); the thread that holds it may take it again."""
+        what = f"the checkpoint repository of {self.workspace}"
+        with self._lock.hold(deadline, what=what, taken=self._remove_stale_locks):
             yield
-            return
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise GitFailed(
-                            f"the checkpoint repository of {self.workspace} stayed locked by "
-                            "another turnback process; try again when it has finished"
-                        ) from None
-                    time.sleep(0.01)
-            self._lock_fd = fd
-            self._remove_stale_locks()
-            yield
-        finally:
-            self._lock_fd = None
-            os.close(fd)
+
+    @property
+    def lock_fds(self) -> tuple[int, ...]:
+        """What a git process started now must inherit: the lock, when this thread holds it."""
+        return self._lock.fds
 
     def _remove_stale_locks(self) -> None:
         # Holding the flock proves no git process of ours is running here (see module doc).
@@ -253,142 +230,19 @@ class ShadowRepo:
             with contextlib.suppress(FileNotFoundError):
                 (self.dir / name).unlink()
 
-    # -- creating the repository ----------------------------------------------------------
+    # -- its state ------------------------------------------------------------------------
 
     @property
     def created(self) -> bool:
         # The config is written before the directory is renamed into place, and never removed.
         return (self.dir / "config").is_file()
 
-    def ensure(self, deadline: float) -> None:
-        """Create the shadow repository if it does not exist yet (under the lock).
-
-        It is built in a temporary directory and renamed into place, so it either exists
-        completely or not at all."""
-        if self.created:
-            self._repair_head()
-            exclude = self.dir / "info" / "exclude"
-            with contextlib.suppress(OSError):  # made by an older turnback, or the home moved
-                if exclude.read_text(encoding="utf-8") != self._own_excludes():
-                    exclude.write_text(self._own_excludes(), encoding="utf-8")
-            return
-        user = find_user_repository(self.workspace)
-        temporary = self.dir.with_name(f"{self.dir.name}.tmp-{os.getpid()}")
-        shutil.rmtree(temporary, ignore_errors=True)
-        if self.dir.exists():  # not built by turnback (created() is false): never reuse it
-            shutil.rmtree(self.dir)
-        sha256 = user is not None and self._user_object_format(user, deadline) == "sha256"
-        args = ["init", "--bare", "--quiet", "--template="]
-        if sha256:
-            args.append("--object-format=sha256")
-        self.git.run([*args, str(temporary)], timeout=deadline - time.monotonic())
-        (temporary / "info").mkdir(exist_ok=True)
-        (temporary / "info" / "attributes").write_text(ATTRIBUTES, encoding="utf-8")
-        (temporary / "info" / "exclude").write_text(self._own_excludes(), encoding="utf-8")
-        (temporary / "turnback-workspace").write_text(str(self.workspace) + "\n", "utf-8")
-        config = [
-            "[core]",
-            f"\trepositoryformatversion = {1 if sha256 else 0}",
-            "\tbare = false",
-            "\tlogAllRefUpdates = false",
-            "\tfsync = reference",
-            "\tfsyncMethod = batch",
-            # A warm capture's status only re-reads directories that changed, and writes only
-            # the small part of the index that changed.
-            "\tuntrackedCache = true",
-            "\tsplitIndex = true",
-            "[gc]",
-            "\tauto = 0",
-            "[index]",
-            "\tthreads = true",
-        ]
-        if sha256:
-            config += ["[extensions]", "\tobjectFormat = sha256"]
-        if user is not None:
-            config[1:1] = [f"\texcludesFile = {_config_value(str(user.exclude))}"]
-            (temporary / "objects" / "info").mkdir(parents=True, exist_ok=True)
-            (temporary / "objects" / "info" / "alternates").write_text(
-                str(user.objects) + "\n", encoding="utf-8"
-            )
-        (temporary / "config").write_text("\n".join(config) + "\n", encoding="utf-8")
-        if user is not None:
-            self._seed(user, temporary, deadline)
-        os.replace(temporary, self.dir)
-
-    def _user_object_format(self, user: UserRepository, deadline: float) -> str:
-        result = self.git.run(
-            ["config", "--file", str(user.common_dir / "config"), "extensions.objectFormat"],
-            timeout=deadline - time.monotonic(),
-            check=False,
-        )
-        return result.stdout.decode("ascii", "replace").strip().lower() or "sha1"
-
-    def _own_excludes(self) -> str:
-        """turnback's home, wherever it sits in the workspace: the whole directory, or when
-        the workspace is the home itself, what turnback keeps there."""
-        lines = "# written by turnback: paths the shadow repository never captures\n"
-        try:
-            relative = self.home.resolve().relative_to(self.workspace)
-        except ValueError:
-            return lines
-        if relative == Path("."):
-            return lines + "/shadow/\n/turnback.db\n/turnback.db-*\n"
-        return lines + _exclude_pattern(relative.as_posix())
-
-    def _seed(self, user: UserRepository, temporary: Path, deadline: float) -> None:
-        """Start from a copy of the user's index (with its stat data) and the user's HEAD.
-
-        Skipped when the user's index is split (its other half lives in the user's .git)."""
-        if not user.index.is_file() or any(user.git_dir.glob("sharedindex.*")):
-            return
-        env = {"GIT_DIR": str(temporary), "GIT_WORK_TREE": str(self.workspace)}
-        try:
-            # copy2 keeps the file's mtime, which git compares with entries' mtimes to spot
-            # files changed in the same instant the index was written ("racy git").
-            shutil.copy2(user.index, temporary / "index")
-            head = self.git.run(
-                ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"],
-                env={"GIT_DIR": str(user.git_dir)},
-                timeout=deadline - time.monotonic(),
-                check=False,
-            )
-            oid = head.stdout.decode("ascii", "replace").strip()
-            if head.returncode == 0 and OID.fullmatch(oid):
-                self.git.run(
-                    ["update-ref", "--no-deref", "HEAD", oid],
-                    env=env,
-                    timeout=deadline - time.monotonic(),
-                )
-            # Entries the user marked assume-unchanged or skip-worktree would hide changes.
-            listing = self.git.run(
-                ["ls-files", "-z", "-v", "-t"], env=env, timeout=deadline - time.monotonic()
-            ).stdout
-            flagged = [
-                item[2:]
-                for item in listing.split(b"\0")
-                if len(item) > 2 and (item[:1].islower() or item[:1] == b"S")
-            ]
-            if flagged:
-                clear = ("--no-assume-unchanged", "--no-skip-worktree", "-z", "--stdin")
-                self.git.run(
-                    ["update-index", *clear],
-                    env=env,
-                    input=b"\0".join(flagged) + b"\0",
-                    timeout=deadline - time.monotonic(),
-                )
-            (temporary / "turnback-seeded").write_text("1\n", encoding="utf-8")
-        except (GitFailed, OSError):
-            for name in ("index", "turnback-seeded"):
-                with contextlib.suppress(FileNotFoundError):
-                    (temporary / name).unlink()
-            (temporary / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
-
     def unseed(self) -> None:
         """Forget the index (and HEAD) copied from the user: the next capture hashes afresh."""
         for name in ("index", "turnback-seeded", INDEX_TREE, INDEX_NEXT):
             with contextlib.suppress(FileNotFoundError):
                 (self.dir / name).unlink()
-        self._write_file(self.dir / "HEAD", b"ref: refs/heads/main\n")
+        write_file(self.dir / "HEAD", b"ref: refs/heads/main\n")
 
     @property
     def seeded(self) -> bool:
@@ -416,23 +270,7 @@ class ShadowRepo:
             with contextlib.suppress(FileNotFoundError):
                 (self.dir / name).unlink()
         else:
-            self._write_file(self.dir / name, tree.encode() + b"\n")
-
-    def _repair_head(self) -> None:
-        head = self.dir / "HEAD"
-        try:
-            ok = _ref_file_ok(head.read_bytes())
-        except OSError:
-            ok = False
-        if not ok:
-            self._write_file(head, b"ref: refs/heads/main\n")
-            self.report(f"the checkpoint repository's HEAD of {self.workspace} was damaged; reset")
-
-    @staticmethod
-    def _write_file(path: Path, data: bytes) -> None:
-        temporary = path.with_name(path.name + ".turnback-tmp")
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
+            write_file(self.dir / name, tree.encode() + b"\n")
 
     # -- refs -----------------------------------------------------------------------------
 
@@ -450,7 +288,7 @@ class ShadowRepo:
             data = path.read_bytes()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return False
-        if _ref_file_ok(data) and not data.startswith(b"ref:"):
+        if ref_file_ok(data) and not data.startswith(b"ref:"):
             return False
         path.unlink()
         self.report(
@@ -480,7 +318,7 @@ class ShadowRepo:
                 data = self.ref_path(name).read_bytes()
             except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
                 continue
-            if not _ref_file_ok(data) or data.startswith(b"ref:"):
+            if not ref_file_ok(data) or data.startswith(b"ref:"):
                 with self.locked(deadline):
                     self.repair_ref(name)
         commits = []
@@ -595,6 +433,23 @@ class ShadowRepo:
             position = end + 1 + size + 1
         return contents
 
+    def ignored(self, paths: Sequence[bytes], deadline: float) -> set[bytes]:
+        """Which of these untracked paths the ignore rules exclude from checkpoints."""
+        if not paths:
+            return set()
+        # check-ignore refuses literal pathspecs; "./" keeps a leading ":" from reading as magic
+        result = self.git.run(
+            ["check-ignore", "--no-index", "-z", "--stdin"],
+            env={**self.env(), "GIT_LITERAL_PATHSPECS": "0"},
+            input=b"".join(b"./" + path + b"\0" for path in paths),
+            timeout=deadline - time.monotonic(),
+            check=False,
+            cwd=self.workspace,
+        )
+        if result.returncode not in (0, 1):
+            raise failure(["check-ignore"], result)
+        return {path[2:] for path in result.stdout.split(b"\0") if path}
+
     def write_blob(self, data: bytes, deadline: float) -> str:
         return (
             self.run("hash-object", "-w", "--stdin", deadline=deadline, input=data)
@@ -610,176 +465,6 @@ class ShadowRepo:
                 with contextlib.suppress(OSError):
                     total += os.lstat(os.path.join(directory, name)).st_size
         return total
-
-
-@dataclass(frozen=True, slots=True)
-class Blob:
-    """The content of a file (``100644``/``100755``) or symbolic link (``120000``) to commit."""
-
-    mode: str
-    data: bytes
-
-    def oid(self, sha256: bool) -> str:
-        header = b"blob %d\0" % len(self.data)
-        return hashlib.new("sha256" if sha256 else "sha1", header + self.data).hexdigest()
-
-
-def _quote(path: bytes) -> bytes:
-    """A path as fast-import reads it: C-style quoted, so any byte but NUL can appear."""
-    escaped = path.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n")
-    return b'"' + escaped + b'"'
-
-
-class FastImport:
-    """One ``git fast-import`` in the shadow: looks paths up in trees, then writes one checkpoint
-    commit (blobs, trees and commit together as a single pack) and moves refs to it.
-
-    It runs with ``--done``: the refs move only after the pack and its index are complete, when
-    :meth:`finish` sends ``done``. If turnback dies before that, fast-import stops at the end of
-    its input without moving any ref; what it wrote is unreferenced, and gc prunes it."""
-
-    def __init__(self, shadow: ShadowRepo, deadline: float) -> None:
-        self._shadow = shadow
-        self._process = shadow.git.start(
-            ["fast-import", "--quiet", "--done", "--force"],
-            env=shadow.env(),
-            cwd=shadow.workspace,
-            pass_fds=() if shadow._lock_fd is None else (shadow._lock_fd,),
-            # fast-import would explode a small pack into loose objects, one file each
-            config=(*shadow.config, "fastimport.unpackLimit=0"),
-        )
-        self._deadline = deadline
-        self._output = b""
-        self._send(b"feature done\n")
-
-    def __enter__(self) -> FastImport:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _send(self, data: bytes) -> None:
-        assert self._process.stdin is not None
-        try:
-            self._process.stdin.write(data)
-        except (BrokenPipeError, ValueError):
-            raise self._failed() from None
-
-    def _answer(self) -> bytes:
-        """The next line fast-import writes (an answer to ``ls`` or ``get-mark``)."""
-        assert self._process.stdin is not None
-        try:
-            self._process.stdin.flush()
-        except (BrokenPipeError, ValueError):
-            raise self._failed() from None
-        while b"\n" not in self._output:
-            data = self._read()
-            if not data:
-                raise self._failed()
-            self._output += data
-        line, _, self._output = self._output.partition(b"\n")
-        return line
-
-    def _read(self) -> bytes:
-        """Read what fast-import wrote (``b""``: it exited); past the deadline, stop it."""
-        assert self._process.stdout is not None
-        fd = self._process.stdout.fileno()
-        remaining = self._deadline - time.monotonic()
-        ready, _, _ = select.select([fd], [], [], max(remaining, 0.0))
-        if not ready:
-            self._process.kill()
-            raise self._failed()
-        return os.read(fd, 65536)
-
-    def _failed(self) -> GitFailed:
-        self.close()
-        assert self._process.stderr is not None
-        stderr = self._process.stderr.read().decode("utf-8", "replace").strip()
-        status = self._process.returncode
-        why = "was stopped at its time limit" if status == -signal.SIGKILL else f"failed ({status})"
-        return GitFailed(f"`git fast-import` {why}" + (f": {stderr[:2000]}" if stderr else ""))
-
-    def entries(self, tree: str, paths: Sequence[bytes]) -> list[Entry | None]:
-        """The entry at each path of ``tree`` (``040000`` for a directory), or ``None``."""
-        if not paths:
-            return []
-        self._send(b"".join(b"ls " + tree.encode() + b" " + _quote(p) + b"\n" for p in paths))
-        found: list[Entry | None] = []
-        for _path in paths:
-            answer = self._answer()
-            if answer.startswith(b"missing "):
-                found.append(None)
-                continue
-            mode, _kind, oid = answer.split(b"\t", 1)[0].decode("ascii").split(" ")
-            found.append(Entry(mode.rjust(6, "0"), oid))
-        return found
-
-    def commit(
-        self,
-        refs: Sequence[str],
-        base: str | None,
-        edits: Mapping[bytes, Blob | None],
-        message: str,
-    ) -> tuple[str, str]:
-        """Send a commit of ``base`` (a tree) with ``edits`` applied (``None`` deletes a path
-        and anything below it), with no parent, for ``refs``; returns (commit, tree). Nothing
-        is durable before :meth:`finish`."""
-        text = message.encode()
-        parts = [
-            b"commit " + refs[0].encode() + b"\nmark :1\n",
-            b"committer %s <%s> %d +0000\n"
-            % (IDENTITY_NAME.encode(), IDENTITY_EMAIL.encode(), int(time.time())),
-            b"data %d\n" % len(text) + text + b"\n",
-        ]
-        if base is not None:
-            parts.append(b"M " + TREE.encode() + b" " + base.encode() + b' ""\n')
-        for path in sorted(p for p, blob in edits.items() if blob is None):
-            parts.append(b"D " + _quote(path) + b"\n")
-        for path, blob in sorted((p, b) for p, b in edits.items() if b is not None):
-            header = b"M " + blob.mode.encode() + b" inline " + _quote(path) + b"\n"
-            parts.append(header + b"data %d\n" % len(blob.data) + blob.data + b"\n")
-        # The tree's entry, then (the commit ended) its mark: both asked at once, one round trip.
-        parts.append(b'ls ""\n\n')
-        parts += [b"reset " + r.encode() + b"\nfrom :1\n\n" for r in refs[1:]]
-        parts.append(b"get-mark :1\n")
-        self._send(b"".join(parts))
-        answer = self._answer()
-        if answer.startswith(b"missing "):  # nothing at all: the empty tree
-            tree = EMPTY_TREE_SHA256 if self._shadow.sha256 else EMPTY_TREE_SHA1
-        else:
-            tree = answer.split(b"\t", 1)[0].decode("ascii").split(" ")[2]
-        return self._answer().decode("ascii"), tree
-
-    def reset(self, refs: Sequence[str], commit: str) -> None:
-        """Move ``refs`` to an existing commit (at :meth:`finish`)."""
-        self._send(
-            b"".join(b"reset " + r.encode() + b"\nfrom " + commit.encode() + b"\n\n" for r in refs)
-        )
-
-    def finish(self) -> None:
-        """Send ``done``: fast-import completes the pack, then moves the refs."""
-        self._send(b"done\n")
-        assert self._process.stdin is not None
-        try:
-            self._process.stdin.close()
-        except BrokenPipeError:
-            raise self._failed() from None
-        while self._read():  # its output ends when it exits
-            pass
-        if self._process.wait() != 0:
-            raise self._failed()
-        self.close()
-
-    def close(self) -> None:
-        """Stop fast-import if it still runs (no ref moves) and release its pipes."""
-        if self._process.returncode is None:
-            if self._process.poll() is None:
-                self._process.kill()
-            self._process.wait()
-        for pipe in (self._process.stdin, self._process.stdout):
-            if pipe is not None:
-                with contextlib.suppress(OSError):
-                    pipe.close()
 
 
 def _path(raw: bytes) -> str:
@@ -832,6 +517,11 @@ def parse_diff(out: bytes, *, numstat: bool) -> list[Change]:
             )
         )
     return counted
+
+
+def operation_deadline() -> float:
+    """When an operation other than a capture that starts now must have finished."""
+    return time.monotonic() + OPERATION_TIMEOUT
 
 
 def ensure_workspace(workspace: Path) -> Path:

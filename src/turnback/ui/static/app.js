@@ -101,17 +101,38 @@ class ApiError extends Error {
   }
 }
 
+// The page's key, from logging in with the token of the address it was opened on (after "#",
+// which no request carries). It is kept in this origin's storage -- no other port's page can
+// read it -- and sent as a header that no other page can make the browser send: it is what
+// every API request is allowed by. No cookie is used: cookies reach every port of this host.
+const KEY = "turnback.key";
+
+function authorization() {
+  return { authorization: `Bearer ${localStorage.getItem(KEY) || ""}` };
+}
+
+async function login() {
+  const token = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (token === null) return;
+  history.replaceState(null, "", location.pathname + location.search);  // out of the address
+  const data = await send("/api/login", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ token }) });
+  localStorage.setItem(KEY, data.key);
+}
+
 async function api(path, body) {
-  const options = { credentials: "same-origin", headers: {} };
+  const options = { headers: authorization() };
   if (body !== undefined) {
     options.method = "POST";
     options.headers["content-type"] = "application/json";
-    options.headers["x-turnback-csrf"] = CONFIG.csrf;
     options.body = JSON.stringify(body);
   }
+  return send(path, options);
+}
+
+async function send(path, options) {
   let response;
   try {
-    response = await fetch(path, options);
+    response = await fetch(path, { ...options, credentials: "omit" });
   } catch (e) {
     throw new ApiError(0, { error: {
       message: "the turnback ui server cannot be reached",
@@ -134,21 +155,50 @@ function problem(error) {
 
 // -- live updates ---------------------------------------------------------------------------
 
+// Server-sent events, read with fetch (EventSource cannot send the key), reconnecting as
+// EventSource would.
 function listen(sessionId, handlers) {
-  const source = new EventSource(`/api/sessions/${sessionId}/stream`);
   const live = document.getElementById("live");
+  const stop = new AbortController();
+  window.addEventListener("pagehide", () => stop.abort());
   let first = true;
-  source.onopen = () => { live.hidden = false; live.classList.remove("off"); };
-  source.onerror = () => { live.classList.add("off"); };
-  source.addEventListener("log", () => {
-    if (first) { first = false; return; }  // the page was just drawn from the same state
-    if (handlers.log) handlers.log();
-  });
-  source.addEventListener("running", (event) => {
-    if (handlers.running) handlers.running(JSON.parse(event.data));
-  });
-  window.addEventListener("pagehide", () => source.close());
-  return source;
+  const dispatch = (kind, data) => {
+    if (kind === "log") {
+      if (first) { first = false; return; }  // the page was just drawn from the same state
+      if (handlers.log) handlers.log();
+    } else if (kind === "running" && handlers.running) handlers.running(JSON.parse(data));
+  };
+  const read = async () => {
+    const response = await fetch(`/api/sessions/${sessionId}/stream`, { headers: authorization(), credentials: "omit", signal: stop.signal });
+    if (!response.ok || !response.body) return;
+    live.hidden = false;
+    live.classList.remove("off");
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += value;
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        let kind = "message";
+        const data = [];
+        for (const line of buffer.slice(0, end).split("\n")) {
+          if (line.startsWith("event: ")) kind = line.slice(7);
+          else if (line.startsWith("data: ")) data.push(line.slice(6));
+        }
+        buffer = buffer.slice(end + 2);
+        dispatch(kind, data.join("\n"));
+      }
+    }
+  };
+  (async () => {
+    while (!stop.signal.aborted) {
+      await read().catch(() => null);
+      live.classList.add("off");
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+    }
+  })();
 }
 
 // -- keyboard -------------------------------------------------------------------------------
@@ -997,6 +1047,7 @@ async function route() {
   const path = location.pathname;
   let m;
   try {
+    await login();
     if (path === "/") await sessionsPage();
     else if ((m = /^\/sessions\/([0-9a-fA-F]+)$/.exec(path))) await timelinePage(m[1]);
     else if ((m = /^\/sessions\/([0-9a-fA-F]+)\/turns\/([0-9a-fA-F]+)$/.exec(path))) await turnPage(m[1], m[2]);
@@ -1004,7 +1055,10 @@ async function route() {
     else throw new ApiError(404, { error: { message: `there is no page at ${path}`, hint: "Go back to the list of sessions." } });
   } catch (error) {
     if (!(error instanceof ApiError)) throw error;
-    main.replaceChildren(el("section", {}, el("h1", { text: "This page cannot be shown" }), problem(error), el("p", {}, el("a", { href: "/", text: "← All sessions" }))));
+    if (error.status === 401 || error.status === 403) {
+      localStorage.removeItem(KEY);
+      main.replaceChildren(el("section", {}, el("h1", { text: "No access" }), problem(error)));
+    } else main.replaceChildren(el("section", {}, el("h1", { text: "This page cannot be shown" }), problem(error), el("p", {}, el("a", { href: "/", text: "← All sessions" }))));
   }
   document.body.dataset.ready = "1";
 }

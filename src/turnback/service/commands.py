@@ -1,0 +1,239 @@
+"""The commands a front-end gives the engine, one frozen record each.
+
+A command names what it acts on by id (a session's full id, as every front-end holds once it has
+resolved what its user typed) and carries its options as fields, so a front-end builds one record
+and the service carries it out (:class:`~turnback.service.Service`): ``apply`` is the engine call
+the command stands for, run wherever the service runs engine work. A command decides nothing
+itself; the rules are the engine's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from turnback.model import (
+    Activity,
+    ActivityLevel,
+    GcReport,
+    RecoveryReport,
+    Revert,
+    RevertPlan,
+    RevertRequest,
+    SweepReport,
+    Turn,
+    TurnStatus,
+)
+
+if TYPE_CHECKING:
+    from turnback.engine.handle import Session, Turnback
+    from turnback.engine.turns import RunningTurn
+    from turnback.service.service import AgentRollback
+
+T = TypeVar("T")
+
+
+class Command(Generic[T]):
+    """A request to the engine whose answer is a ``T``."""
+
+    __slots__ = ()
+
+    def apply(self, tb: Turnback) -> T:
+        """Carry the command out on ``tb`` (on the service's side: never on an event loop)."""
+        raise NotImplementedError
+
+
+# -- sessions ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CreateSession(Command["Session"]):
+    workspace: str
+    title: str | None = None
+    agent: str | None = None
+
+    def apply(self, tb: Turnback) -> Session:
+        return tb.create_session(self.workspace, self.title, self.agent)
+
+
+@dataclass(frozen=True, slots=True)
+class ForkSession(Command["Session"]):
+    """A new session whose conversation is a copy of ``session``'s (``Session.fork``)."""
+
+    session: str
+    workspace: str | None = None
+    title: str | None = None
+    agent: str | None = None
+
+    def apply(self, tb: Turnback) -> Session:
+        return tb.session(self.session).fork(self.workspace, self.title, self.agent)
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteSession(Command[None]):
+    session: str
+
+    def apply(self, tb: Turnback) -> None:
+        tb.session(self.session).delete()
+
+
+@dataclass(frozen=True, slots=True)
+class SetAgentState(Command[None]):
+    """Remember what the runtime needs of the agent behind a session (its own session id)."""
+
+    session: str
+    state: dict[str, object]
+
+    def apply(self, tb: Turnback) -> None:
+        tb.session(self.session).set_agent_state(self.state)
+
+
+@dataclass(frozen=True, slots=True)
+class AddActivity(Command[Activity]):
+    session: str
+    level: ActivityLevel
+    code: str
+    message: str
+    data: dict[str, Any] = field(default_factory=dict)
+    turn: str | None = None
+
+    def apply(self, tb: Turnback) -> Activity:
+        return tb.session(self.session).add_activity(
+            self.level, self.code, self.message, self.data, self.turn
+        )
+
+
+# -- turns ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BeginTurn(Command["RunningTurn"]):
+    """Begin a turn: its row and prompt are durable, its baseline captured, when it answers."""
+
+    session: str
+    prompt: Any
+
+    def apply(self, tb: Turnback) -> RunningTurn:
+        return tb.session(self.session).turn(self.prompt)
+
+
+@dataclass(frozen=True, slots=True)
+class ReopenTurn(Command["RunningTurn"]):
+    """Run an interrupted head turn again from its last step checkpoint."""
+
+    session: str
+    turn: int | str
+
+    def apply(self, tb: Turnback) -> RunningTurn:
+        return tb.session(self.session).reopen(self.turn)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncTurn(Command[None]):
+    """Make everything ``turn`` has recorded so far durable."""
+
+    turn: RunningTurn
+
+    def apply(self, tb: Turnback) -> None:
+        self.turn.sync()
+
+
+_ENDS = {
+    TurnStatus.COMPLETED: ("complete", None),
+    TurnStatus.CANCELLED: ("cancel", "cancelled"),
+    TurnStatus.INTERRUPTED: ("interrupt", "interrupted"),
+    TurnStatus.FAILED: ("fail", "the agent failed"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EndTurn(Command[Turn]):
+    """End a running turn as ``status`` (completed, cancelled, interrupted or failed)."""
+
+    turn: RunningTurn
+    status: TurnStatus
+    detail: str | None = None
+
+    def apply(self, tb: Turnback) -> Turn:
+        method, default = _ENDS[self.status]
+        ended: Turn = getattr(self.turn, method)(self.detail or default)
+        return ended
+
+
+@dataclass(frozen=True, slots=True)
+class ApplySetAside(Command[Turn]):
+    session: str
+    turn: str
+
+    def apply(self, tb: Turnback) -> Turn:
+        return tb.session(self.session).apply(self.turn)
+
+
+@dataclass(frozen=True, slots=True)
+class DiscardSetAside(Command[int]):
+    """Delete a set-aside turn; answers how many events it held."""
+
+    session: str
+    turn: str
+
+    def apply(self, tb: Turnback) -> int:
+        return tb.session(self.session).discard(self.turn)
+
+
+# -- reverts -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RevertSession(Command[Revert]):
+    """Rewind ``session`` as ``request`` says. ``rollback`` is the agent's side, when an agent
+    holds the conversation too: the service rolls it back between the files and the commit."""
+
+    session: str
+    request: RevertRequest
+    rollback: AgentRollback | None = None
+
+    def apply(self, tb: Turnback) -> Revert:
+        raise TypeError("a revert is carried out by the service in steps, not in one call")
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRevert(Command[RevertPlan]):
+    """What ``RevertSession`` with the same request would do to the files, writing nothing."""
+
+    session: str
+    request: RevertRequest
+
+    def apply(self, tb: Turnback) -> RevertPlan:
+        return tb.session(self.session).revert_plan(self.request)
+
+
+@dataclass(frozen=True, slots=True)
+class UndoRevert(Command[Revert]):
+    session: str
+
+    def apply(self, tb: Turnback) -> Revert:
+        return tb.session(self.session).undo_revert()
+
+
+# -- the whole home ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Recover(Command[RecoveryReport]):
+    def apply(self, tb: Turnback) -> RecoveryReport:
+        return tb.recover()
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep(Command[SweepReport]):
+    def apply(self, tb: Turnback) -> SweepReport:
+        return tb.sweep()
+
+
+@dataclass(frozen=True, slots=True)
+class CollectGarbage(Command[GcReport]):
+    keep: int | None = None
+    older_than: float | None = None
+
+    def apply(self, tb: Turnback) -> GcReport:
+        return tb.gc(keep=self.keep, older_than=self.older_than)
