@@ -6,6 +6,11 @@ STAMP := $(VENV)/.installed
 # The TypeScript agent the acp tests run: an agent on the other official ACP SDK.
 TS_AGENT := tests/acp/ts_agent
 TS_STAMP := $(TS_AGENT)/node_modules/.installed
+# Third-party agents (Claude Code, Codex, Gemini CLI and their ACP adapters), pinned by the
+# package-lock.json there, that tests/realagents drives against a scripted model endpoint:
+# about 1.2 GB of node_modules, 30-50 s to install from npm.
+REAL_AGENTS := tests/realagents
+REAL_STAMP := $(REAL_AGENTS)/node_modules/.installed
 # The browser tests of `turnback ui` drive Debian's Chromium; CI runs as root where apt works.
 CHROMIUM := /usr/bin/chromium
 BROWSER_STAMP := $(VENV)/.chromium
@@ -28,6 +33,11 @@ $(TS_STAMP): $(TS_AGENT)/package.json $(TS_AGENT)/package-lock.json
 	command -v npm >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
 	npm ci --prefix $(TS_AGENT) --no-audit --no-fund --loglevel=error >/dev/null
 	touch $(TS_STAMP)
+
+$(REAL_STAMP): $(REAL_AGENTS)/package.json $(REAL_AGENTS)/package-lock.json
+	command -v npm >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
+	npm ci --prefix $(REAL_AGENTS) --no-audit --no-fund --loglevel=error >/dev/null
+	touch $(REAL_STAMP)
 
 $(LANGGRAPH_STAMP):
 	test -x $(LANGGRAPH)/bin/python || $(PYTHON) -m venv $(LANGGRAPH)
@@ -65,7 +75,7 @@ fuse:
 		fuse3 >/dev/null; } || { echo "the power-loss tests need fuse3 (fusermount3 and \
 		libfuse 3): apt-get install fuse3" >&2; exit 1; }
 
-pytest: $(STAMP) $(TS_STAMP) $(BROWSER_STAMP) $(LANGGRAPH_STAMP) postgres fuse
+pytest: $(STAMP) $(TS_STAMP) $(REAL_STAMP) $(BROWSER_STAMP) $(LANGGRAPH_STAMP) postgres fuse
 	TURNBACK_PG_BIN=$(PG_BIN) $(BIN)/pytest
 
 test: lint typecheck pytest
@@ -91,4 +101,5 @@ fuzz: $(STAMP)
 	TURNBACK_FUZZ_EXAMPLES=$${TURNBACK_FUZZ_EXAMPLES:-2000} $(BIN)/pytest tests/acp/test_fuzz.py
 
 clean:
-	rm -rf $(VENV) $(LANGGRAPH) .mypy_cache .pytest_cache .ruff_cache $(TS_AGENT)/node_modules
+	rm -rf $(VENV) $(LANGGRAPH) .mypy_cache .pytest_cache .ruff_cache $(TS_AGENT)/node_modules \
+		$(REAL_AGENTS)/node_modules

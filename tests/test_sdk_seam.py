@@ -29,7 +29,13 @@ SDK_USERS = ("src/turnback/agents/",)
 
 
 def sources() -> list[Path]:
-    return sorted(p for d in ("src", "tests", "bench") for p in (ROOT / d).rglob("*.py"))
+    """turnback's Python files: not the packages npm installs for the tests (node_modules)."""
+    found = []
+    for top in ("src", "tests", "bench"):
+        for directory, subdirectories, files in os.walk(ROOT / top):
+            subdirectories[:] = [d for d in subdirectories if d != "node_modules"]
+            found += [Path(directory) / f for f in files if f.endswith(".py")]
+    return sorted(found)
 
 
 def sdk_imports(tree: ast.AST) -> list[tuple[int, str, list[str]]]:
