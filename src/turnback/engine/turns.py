@@ -540,16 +540,13 @@ def _end(
         tx.delete_step_checkpoints(turn.token)
     tx.end_turn(turn.token, status, now, detail, count, expected=expected)
     tx.set_head(turn.session_id, turn.token, now)
-    clear_requests(tx, turn.session_id, turn.token, now)
+    clear_requests(tx, turn.token)
 
 
-def clear_requests(tx: Tx, session_id: str, token: str, now: float) -> None:
+def clear_requests(tx: Tx, token: str) -> None:
     """Drop a turn's pending permission and input requests: once it has ended nobody can answer
     them."""
-    session = tx.get_session(session_id)
-    if session is not None and any(r.get("turn") == token for r in session.pending_requests):
-        kept = [r for r in session.pending_requests if r.get("turn") != token]
-        tx.set_pending_requests(session_id, kept, now)
+    tx.clear_pending_requests(token)
 
 
 def _validate_step(update: JSON) -> None:
@@ -733,7 +730,7 @@ class RunningTurn:
 
             def rewind(tx: Tx) -> None:
                 tx.delete_step_checkpoints(token, after_seq=to_seq)
-                clear_requests(tx, session_id, token, entry.at)
+                clear_requests(tx, token)
 
             return rewind
         if kind == EventKind.STEP_CHECKPOINT:
@@ -747,25 +744,20 @@ class RunningTurn:
                 at=entry.at,
             )
             return lambda tx: tx.insert_step_checkpoint(checkpoint)
-        if kind in _REQUESTS or kind in _ANSWERS:
+        if kind in _REQUESTS:
+            # One row each, so that asking and answering cost the same however many are pending.
             request_id = str(update.get("requestId", ""))
+            request = {"turn": token, "requestId": request_id, "kind": _REQUESTS[kind], **update}
+            return lambda tx: tx.add_pending_request(
+                session_id, token, request_id, request, entry.at
+            )
+        if kind in _ANSWERS:
+            answered = str(update.get("requestId", ""))
 
-            def change_requests(tx: Tx) -> None:
-                session = tx.get_session(session_id)
-                if session is None:
-                    return
-                kept = [
-                    r
-                    for r in session.pending_requests
-                    if not (r.get("turn") == token and r.get("requestId") == request_id)
-                ]
-                if kind in _REQUESTS:
-                    kept.append(
-                        {"turn": token, "requestId": request_id, "kind": _REQUESTS[kind], **update}
-                    )
-                tx.set_pending_requests(session_id, kept, entry.at)
+            def remove(tx: Tx) -> None:
+                tx.remove_pending_request(token, answered)
 
-            return change_requests
+            return remove
         return None
 
     def complete(self, detail: str | None = None) -> Turn:

@@ -89,9 +89,21 @@ class RequestsTx(Protocol):
     """A session's pending requests: what its agent asked of its user (permissions, input) and
     nobody has answered yet."""
 
-    def set_pending_requests(
-        self, session_id: str, requests: Sequence[dict[str, object]], now: float
-    ) -> None: ...
+    def add_pending_request(
+        self, session_id: str, turn: str, request_id: str, request: dict[str, object], at: float
+    ) -> None:
+        """Add the request ``request_id`` of ``turn`` to its session's pending requests, read
+        back as ``request`` in :attr:`SessionRecord.pending_requests`, in the order asked (one
+        asked again under the same id replaces the one before, in its place)."""
+        ...
+
+    def remove_pending_request(self, turn: str, request_id: str) -> bool:
+        """The request was answered; whether it was pending."""
+        ...
+
+    def clear_pending_requests(self, turn: str) -> int:
+        """Drop every pending request of ``turn`` (nobody can answer them any more); how many."""
+        ...
 
 
 class TurnsTx(Protocol):

@@ -96,13 +96,8 @@ class Columns(Generic[R]):
 
 
 def _session(f: dict[str, Any]) -> SessionRecord:
-    return SessionRecord(
-        **f
-        | {
-            "pending_requests": tuple(loads(f["pending_requests"], [])),
-            "agent_state": loads(f["agent_state"], {}),
-        }
-    )
+    # its pending requests are rows of their own, read apart (see SessionQueries)
+    return SessionRecord(**f | {"pending_requests": (), "agent_state": loads(f["agent_state"], {})})
 
 
 def _turn(f: dict[str, Any]) -> Turn:
@@ -146,7 +141,6 @@ SESSION = Columns(
     "agent",
     "head",
     "status",
-    "pending_requests",
     "created_at",
     "updated_at",
     "agent_state",
