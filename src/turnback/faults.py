@@ -3,8 +3,9 @@
 ``point("turn.end.before")`` does nothing unless the environment this process started with arms
 that name:
 ``TURNBACK_FAULT=turn.end.before`` kills this process with SIGKILL when the point is reached
-(``TURNBACK_FAULT=name:raise`` raises :class:`FaultInjected` instead; ``name@3`` fires on the third
-time it is reached). When ``TURNBACK_FAULT_LOG`` names a file, every point reached is appended to it
+(``TURNBACK_FAULT=name:raise`` raises :class:`FaultInjected` instead, and ``name:stop`` stops it
+with SIGSTOP, frozen where it stands until a SIGCONT; ``name@3`` fires on the third time it is
+reached). When ``TURNBACK_FAULT_LOG`` names a file, every point reached is appended to it
 first, so a test can prove which points its scenarios reach.
 """
 
@@ -106,4 +107,4 @@ def point(name: str) -> None:
         return
     if _ARMED[1] == "raise":
         raise FaultInjected(name)
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGSTOP if _ARMED[1] == "stop" else signal.SIGKILL)
