@@ -112,36 +112,12 @@ def is_boundary(kind: str, event: JSON) -> bool:
     return kind == _TOOL_CALL_UPDATE and event.get("status") in ("completed", "failed")
 
 
-#: Built once: json.dumps with options builds an encoder per call, a third of its cost.
+#: Built once: json.dumps with options builds an encoder per call.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def _unserialisable(value: Any) -> Any:
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-def _c_encoder() -> Callable[[object, int], Any] | None:
-    """``_ENCODER``'s C encoder, built once: ``JSONEncoder.encode`` builds one per call, 40 % of
-    the cost of encoding an update. Without the circular-reference check, whose state would be
-    shared between threads: a value that contains itself ends in RecursionError instead."""
-    try:
-        from _json import encode_basestring, make_encoder
-    except ImportError:  # not CPython: JSONEncoder.encode does
-        return None
-    return make_encoder(
-        None, _unserialisable, encode_basestring, None, ":", ",", False, False, False
-    )
-
-
-_ITERENCODE = _c_encoder()
-
-
 def _encode(value: Any) -> str:
-    if _ITERENCODE is None or isinstance(value, str):
-        text = _ENCODER.encode(value)
-    else:
-        text = "".join(_ITERENCODE(value, 0))
-    return jsontext.safe_text(text, value)  # unpaired surrogates escaped, not lost
+    return jsontext.safe_text(_ENCODER.encode(value), value)  # unpaired surrogates escaped
 
 
 def encode(value: Any, what: str) -> str:

@@ -7,9 +7,9 @@ import json
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from json.decoder import scanstring  # type: ignore[attr-defined]
 from typing import Any
 
+from turnback import jsontext
 from turnback.model import TEXT_RUNS, Message, MessageKind, unreadable
 from turnback.store.sql.base import Queries
 from turnback.store.sql.rows import MESSAGE, SPAN, dumps, marks
@@ -102,8 +102,8 @@ class ConversationQueries(Queries, ConversationTx):
 
 
 #: How turnback encoded a plain text chunk before schema 7 kept its text apart, up to its text:
-#: such a payload's text is read with the JSON decoder's string scanner alone (a tenth of the
-#: cost of parsing it).
+#: such a payload's text is read as the one JSON string it holds there (a tenth of the cost of
+#: parsing it).
 _CHUNK_PREFIXES = tuple(
     f'{{"sessionUpdate":"{kind}","content":{{"type":"text","text":"' for kind in CHUNK_KINDS
 )
@@ -115,8 +115,8 @@ def _chunk_text(payload: str) -> str | None:
     if payload.endswith('"}}'):
         for prefix in _CHUNK_PREFIXES:
             if payload.startswith(prefix):
-                try:
-                    text, end = scanstring(payload, len(prefix))
+                try:  # the string that opens at the prefix's last character
+                    text, end = jsontext.scan(payload, len(prefix) - 1)
                 except ValueError:
                     return None
                 if end == len(payload) - 2:
