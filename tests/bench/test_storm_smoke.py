@@ -1,5 +1,5 @@
-"""The request-storm benchmark still runs and still prints its table (so it cannot rot
-unnoticed)."""
+"""The request-storm benchmark (bench/storm.py) still runs and still prints its table (so it
+cannot rot unnoticed)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from .smoke import run_bench
 
 
 def test_smoke_run_prints_the_table(tmp_path: Path) -> None:
-    done = run_bench("requests", tmp_path)
+    done = run_bench("storm", tmp_path)
 
     assert done.returncode == 0, done.stderr
     for row in ("(100)", "(1000)", "(flat)"):
@@ -21,7 +21,7 @@ def test_smoke_run_prints_the_table(tmp_path: Path) -> None:
 
 
 def test_smoke_run_as_json(tmp_path: Path) -> None:
-    done = run_bench("requests", tmp_path, "--json")
+    done = run_bench("storm", tmp_path, "--json")
 
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)

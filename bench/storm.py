@@ -1,8 +1,8 @@
 """Benchmark of a permission-request storm: an agent asks N permissions at once, in one turn.
 
-    python bench/requests.py                  # the recorded run: 100, 1,000 and 10,000 requests
-    python bench/requests.py --smoke          # 100 and 1,000 requests, 1 round: a few seconds
-    python bench/requests.py --sizes 100 5000 --rounds 1 --json
+    python bench/storm.py                     # the recorded run: 100, 1,000 and 10,000 requests
+    python bench/storm.py --smoke             # 100 and 1,000 requests, 1 round: a few seconds
+    python bench/storm.py --sizes 100 5000 --rounds 1 --json
 
 An agent on bare JSON-RPC lines (``bench/storm_agent.py``, so that the SDK's costs stay out of
 it) sends N ``session/request_permission`` requests without waiting for any answer, each for its
