@@ -26,7 +26,7 @@ APPLICATION_ID = 0x54524E42
 #: lists sessions held are moved over, keeping their order; an entry naming no turn that exists
 #: could never be answered or cleared, and is dropped. Moving them reads JSON, whose functions
 #: SQLite and PostgreSQL name differently: PostgreSQL runs ``_PENDING_REQUESTS_POSTGRES``.
-_PENDING_REQUESTS = """
+_PENDING_TABLE = """
     CREATE TABLE pending_requests (
         id         INTEGER PRIMARY KEY,
         session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
@@ -37,6 +37,10 @@ _PENDING_REQUESTS = """
     );
     CREATE UNIQUE INDEX pending_requests_turn ON pending_requests(turn, request_id);
     CREATE INDEX pending_requests_session ON pending_requests(session_id, id);
+"""
+_PENDING_REQUESTS = (
+    _PENDING_TABLE
+    + """
     INSERT INTO pending_requests (session_id, turn, request_id, request, at)
         SELECT s.id, json_extract(r.value, '$.turn'),
             coalesce(json_extract(r.value, '$.requestId'), ''), r.value, s.updated_at
@@ -47,17 +51,10 @@ _PENDING_REQUESTS = """
         ON CONFLICT DO NOTHING;
     ALTER TABLE sessions DROP COLUMN pending_requests;
 """
-_PENDING_REQUESTS_POSTGRES = """
-    CREATE TABLE pending_requests (
-        id         INTEGER PRIMARY KEY,
-        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-        turn       TEXT NOT NULL REFERENCES turns(token) ON DELETE CASCADE,
-        request_id TEXT NOT NULL,
-        request    TEXT NOT NULL,
-        at         REAL NOT NULL
-    );
-    CREATE UNIQUE INDEX pending_requests_turn ON pending_requests(turn, request_id);
-    CREATE INDEX pending_requests_session ON pending_requests(session_id, id);
+)
+_PENDING_REQUESTS_POSTGRES = (
+    _PENDING_TABLE
+    + """
     INSERT INTO pending_requests (session_id, turn, request_id, request, at)
         SELECT s.id, r.value->>'turn', coalesce(r.value->>'requestId', ''), r.value::text,
             s.updated_at
@@ -69,6 +66,7 @@ _PENDING_REQUESTS_POSTGRES = """
         ON CONFLICT DO NOTHING;
     ALTER TABLE sessions DROP COLUMN pending_requests;
 """
+)
 #: Migrations PostgreSQL runs in SQL of its own (then rewritten to its type names as any other).
 _POSTGRES_OWN = {_PENDING_REQUESTS: _PENDING_REQUESTS_POSTGRES}
 

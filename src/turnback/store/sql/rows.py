@@ -191,27 +191,12 @@ OWNER = Columns(
     "created_at",
     "lease_expires",
 )
-#: A turn's event as its journal holds it (from ``turns t JOIN events e ON OF_TURN``).
-JOURNAL_ENTRY = Columns(
-    lambda f: JournalEntry(**f),
-    turn="t.token",
-    seq=SEQ,
-    kind="e.kind",
-    payload="e.payload",
-    at="e.at",
-    text="e.text",
-)
-#: A turn's event read back whole (from ``turns t JOIN events e ON OF_TURN``).
-RUN_EVENT = Columns(
-    _run_event,
-    session_id="t.session_id",
-    turn="t.token",
-    seq=SEQ,
-    kind="e.kind",
-    payload="e.payload",
-    at="e.at",
-    text="e.text",
-)
+#: An event's columns (from ``turns t JOIN events e ON OF_TURN``).
+_EVENT = {"turn": "t.token", "seq": SEQ, "kind": "e.kind", "payload": "e.payload", "at": "e.at"}
+#: A turn's event as its journal holds it.
+JOURNAL_ENTRY = Columns(lambda f: JournalEntry(**f), **_EVENT, text="e.text")
+#: A turn's event read back whole.
+RUN_EVENT = Columns(_run_event, session_id="t.session_id", **_EVENT, text="e.text")
 STEP_CHECKPOINT = Columns(
     _step, "turn", "step", "checkpoint_id", "journal_seq", "state", "store_path", "at"
 )
