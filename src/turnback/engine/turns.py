@@ -112,8 +112,12 @@ def is_boundary(kind: str, event: JSON) -> bool:
     return kind == _TOOL_CALL_UPDATE and event.get("status") in ("completed", "failed")
 
 
-#: Built once: json.dumps with options builds an encoder per call.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+#: Built once: json.dumps with options builds an encoder per call. Without the check for a value
+#: that contains itself (a tenth of the cost of encoding an event): such a value ends in
+#: RecursionError instead, which :func:`encode` reports as it.
+_ENCODER = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False
+)
 
 
 def _encode(value: Any) -> str:

@@ -1,5 +1,0 @@
-from app import add
-
-
-def test_add():
-    assert add(1, 2) == 3
