@@ -10,8 +10,10 @@ booleans) are converted here too, and both backends read through the same code.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from turnback import jsontext
@@ -69,16 +71,49 @@ def marks(values: Sequence[object]) -> str:
 
 
 class Columns(Generic[R]):
-    """The columns of one record, named once. ``columns`` are the record's field names, each
-    a column of that name or, written ``name=expression``, an expression read as it;
-    ``build`` makes the record from the fields by name."""
+    """The columns of one record, named once. ``columns`` are the names of ``make``'s
+    parameters (the record's fields), each read from a column of that name or, written
+    ``name=expression``, from an expression; ``convert`` turns a column's value into its
+    field's (JSON text, an enum, a flag).
+
+    Each value goes to ``make``'s parameter of its column's name, through a function written
+    once from the names, ``lambda row: make(row[3], row[0], …, status=convert(row[5]))``: the
+    parameters ``make`` takes in order are matched to their columns by name and passed by
+    position (a call by keyword costs four times as much as one by position), the rest by
+    keyword, so no column can slip into another's field whatever the order of either."""
 
     def __init__(
-        self, build: Callable[[dict[str, Any]], R], *columns: str, **expressions: str
+        self,
+        make: Callable[..., R],
+        *columns: str,
+        convert: Mapping[str, Callable[[Any], Any]] | None = None,
+        **expressions: str,
     ) -> None:
-        self.build = build
         self.names = (*columns, *expressions)
         self._expressions = expressions
+        convert = convert or {}
+        assert set(convert) <= set(self.names), f"conversions of no column: {convert}"
+        column = {name: i for i, name in enumerate(self.names)}
+
+        def value(name: str) -> str:
+            read = f"row[{column[name]}]"
+            return f"convert_{name}({read})" if name in convert else read
+
+        positional: list[str] = []
+        for parameter in inspect.signature(make).parameters.values():
+            if (
+                parameter.kind is not parameter.POSITIONAL_OR_KEYWORD
+                or parameter.name not in column
+            ):
+                break
+            positional.append(parameter.name)
+        keywords = [name for name in self.names if name not in positional]
+        arguments = [value(name) for name in positional]
+        arguments += [f"{name}={value(name)}" for name in keywords]
+        scope = {"make": make, **{f"convert_{name}": f for name, f in convert.items()}}
+        self.record: Callable[[Sequence[Any]], R] = eval(
+            f"lambda row: make({', '.join(arguments)})", scope
+        )
 
     def select(self, table: str | None = None) -> str:
         """The select list, in the order of ``names``; its plain columns qualified by
@@ -88,53 +123,31 @@ class Columns(Generic[R]):
             for name in self.names
         )
 
-    def record(self, row: Sequence[Any]) -> R:
-        return self.build(dict(zip(self.names, row, strict=True)))
-
     def records(self, rows: Sequence[Sequence[Any]]) -> list[R]:
-        return [self.record(row) for row in rows]
+        record = self.record
+        return [record(row) for row in rows]
 
 
-def _session(f: dict[str, Any]) -> SessionRecord:
-    # its pending requests are rows of their own, read apart (see SessionQueries)
-    return SessionRecord(**f | {"pending_requests": (), "agent_state": loads(f["agent_state"], {})})
+def _json_or(fallback: Any) -> Callable[[Any], Any]:
+    return lambda text: loads(text, fallback)
 
 
-def _turn(f: dict[str, Any]) -> Turn:
-    return Turn(**f | {"status": TurnStatus(f["status"]), "prompt": loads(f["prompt"])})
+def _run_event(
+    session_id: str, turn: str, seq: int, kind: str, payload: str, at: float, text: str | None
+) -> RunEvent:
+    return RunEvent(session_id, turn, seq, kind, whole_event(loads(payload), text), at)
 
 
-def _revert(f: dict[str, Any]) -> Revert:
-    flags = {flag: bool(f[flag]) for flag in ("files", "conversation", "keep_user_edits")}
-    return Revert(**f | flags | {"state": RevertState(f["state"])})
-
-
-def _run_event(f: dict[str, Any]) -> RunEvent:
-    event = whole_event(loads(f.pop("payload")), f.pop("text"))
-    return RunEvent(**f, event=event)
-
-
-def _step(f: dict[str, Any]) -> StepCheckpoint:
-    return StepCheckpoint(**f | {"state": json.loads(f["state"]) if f["state"] else None})
-
-
-def _activity(f: dict[str, Any]) -> Activity:
-    return Activity(**f | {"level": ActivityLevel(f["level"]), "data": loads(f["data"])})
-
-
-def _file_change(f: dict[str, Any]) -> FileChange:
-    return FileChange(**f | {"kind": ChangeKind(f["kind"]), "binary": bool(f["binary"])})
-
-
-def _message(f: dict[str, Any]) -> Message:
+def _message(session_id: str, turn: str, index: int, kind: str, data: str) -> Message:
     try:
-        return Message(**f | {"kind": MessageKind(f["kind"]), "data": json.loads(f["data"])})
+        return Message(session_id, turn, index, MessageKind(kind), json.loads(data))
     except (ValueError, TypeError, RecursionError) as error:
-        return Message(**f | {"kind": MessageKind.UNREADABLE, "data": unreadable(f["data"], error)})
+        return Message(session_id, turn, index, MessageKind.UNREADABLE, unreadable(data, error))
 
 
+#: A session's pending requests are rows of their own, read apart (see SessionQueries).
 SESSION = Columns(
-    _session,
+    functools.partial(SessionRecord, pending_requests=()),
     "id",
     "workspace",
     "title",
@@ -144,9 +157,10 @@ SESSION = Columns(
     "created_at",
     "updated_at",
     "agent_state",
+    convert={"agent_state": _json_or({})},
 )
 TURN = Columns(
-    _turn,
+    Turn,
     "token",
     "session_id",
     "number",
@@ -163,9 +177,10 @@ TURN = Columns(
     "reverted_by",
     "fence",
     "host",
+    convert={"status": TurnStatus, "prompt": loads},
 )
 REVERT = Columns(
-    _revert,
+    Revert,
     "id",
     "session_id",
     "to_turn",
@@ -180,35 +195,54 @@ REVERT = Columns(
     "detail",
     "ended_at",
     "owner_id",
+    convert={"files": bool, "conversation": bool, "keep_user_edits": bool, "state": RevertState},
 )
-OWNER = Columns(
-    lambda f: Owner(**f),
-    "id",
-    "host",
-    "boot_id",
-    "pid",
-    "start_time",
-    "created_at",
-    "lease_expires",
-)
+OWNER = Columns(Owner, "id", "host", "boot_id", "pid", "start_time", "created_at", "lease_expires")
 #: An event's columns (from ``turns t JOIN events e ON OF_TURN``).
-_EVENT = {"turn": "t.token", "seq": SEQ, "kind": "e.kind", "payload": "e.payload", "at": "e.at"}
+_EVENT: dict[str, Any] = {
+    "turn": "t.token",
+    "seq": SEQ,
+    "kind": "e.kind",
+    "payload": "e.payload",
+    "at": "e.at",
+}
 #: A turn's event as its journal holds it.
-JOURNAL_ENTRY = Columns(lambda f: JournalEntry(**f), **_EVENT, text="e.text")
+JOURNAL_ENTRY = Columns(JournalEntry, **_EVENT, text="e.text")
 #: A turn's event read back whole.
 RUN_EVENT = Columns(_run_event, session_id="t.session_id", **_EVENT, text="e.text")
 STEP_CHECKPOINT = Columns(
-    _step, "turn", "step", "checkpoint_id", "journal_seq", "state", "store_path", "at"
+    StepCheckpoint,
+    "turn",
+    "step",
+    "checkpoint_id",
+    "journal_seq",
+    "state",
+    "store_path",
+    "at",
+    convert={"state": lambda text: json.loads(text) if text else None},
 )
-ACTIVITY = Columns(_activity, "id", "session_id", "turn", "level", "code", "message", "data", "at")
+ACTIVITY = Columns(
+    Activity,
+    "id",
+    "session_id",
+    "turn",
+    "level",
+    "code",
+    "message",
+    "data",
+    "at",
+    convert={"level": ActivityLevel, "data": loads},
+)
 _FILE_CHANGE = ("path", "kind", "additions", "deletions", "old_path")
-FILE_CHANGE = Columns(_file_change, *_FILE_CHANGE, binary='"binary"')  # a keyword, quoted
+_FILE_CONVERT: dict[str, Callable[[Any], Any]] = {"kind": ChangeKind, "binary": bool}
+FILE_CHANGE = Columns(FileChange, *_FILE_CHANGE, convert=_FILE_CONVERT, binary='"binary"')
 #: A file change with the turn and scope it belongs to, as ``((turn, scope), change)``.
 SCOPED_FILE_CHANGE = Columns(
-    lambda f: ((f.pop("turn"), f.pop("scope")), _file_change(f)),
+    lambda turn, scope, **change: ((turn, scope), FileChange(**change)),
     "turn",
     "scope",
     *_FILE_CHANGE,
-    binary='"binary"',
+    convert=_FILE_CONVERT,
+    binary='"binary"',  # a keyword, quoted
 )
 MESSAGE = Columns(_message, "session_id", "turn", "kind", "data", index="idx")
