@@ -72,7 +72,9 @@ def test_five_thousand_requests_are_answered_in_linear_time(home: Path, workspac
     # storm of 5,000 never ended).
     assert per_request[5_000] < 3 * per_request[500], per_request
     listed = took[5_000][1]
-    assert listed < 2.0, f"session/list took {listed:.2f}s in the storm"
+    # Promptly: one flush's wait at most, even on a loaded machine (before, it waited behind
+    # every rewrite of the list, and the storm never ended).
+    assert listed < 5.0, f"session/list took {listed:.2f}s in the storm"
     with turnback.open(home) as tb:
         [record] = tb.sessions()
         session = tb.session(record.id)
