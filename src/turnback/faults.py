@@ -5,10 +5,10 @@ that name:
 ``TURNBACK_FAULT=turn.end.before`` kills this process with SIGKILL when the point is reached
 (``TURNBACK_FAULT=name:raise`` raises :class:`FaultInjected` instead; ``name:lost`` raises
 :class:`~turnback.errors.StoreUnavailable` as a store does when the reply to a commit was lost,
-or the store cannot be reached; ``name@3`` fires on the third time it is reached). Several
-faults are armed at once by separating them with commas. When ``TURNBACK_FAULT_LOG`` names a
-file, every point reached is appended to it first, so a test can prove which points its
-scenarios reach.
+or the store cannot be reached; ``name:stop`` stops it with SIGSTOP, frozen where it stands until
+a SIGCONT; ``name@3`` fires on the third time it is reached). Several faults are armed at once by
+separating them with commas. When ``TURNBACK_FAULT_LOG`` names a file, every point reached is
+appended to it first, so a test can prove which points its scenarios reach.
 """
 
 from __future__ import annotations
@@ -119,4 +119,4 @@ def point(name: str) -> None:
             raise FaultInjected(name)
         if action == "lost":
             raise StoreUnavailable(f"the store's reply was lost at {name} (an injected fault)")
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGSTOP if action == "stop" else signal.SIGKILL)

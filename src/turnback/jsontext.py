@@ -92,9 +92,10 @@ def loads(text: str | bytes) -> Any:
 
 
 #: ``scan(text, index)``: the JSON value that begins at ``index`` in ``text`` and the index just
-#: past it (what :func:`loads` reads with); ``StopIteration`` when no value begins there,
-#: ``RecursionError`` when it nests too deeply to read.
-scan: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+#: past it (what :func:`loads` reads with): a string's when ``text[index]`` is its opening
+#: quote. ``ValueError`` when no value begins there, ``RecursionError`` when it nests too
+#: deeply to read.
+scan: Callable[[str, int], tuple[Any, int]] = _DECODER.raw_decode
 
 
 def check_depth(text: str, value: Any) -> None:

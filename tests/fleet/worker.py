@@ -94,6 +94,19 @@ def hammer(tb: turnback.Turnback, args: dict[str, Any]) -> None:
         done += 1
 
 
+def frozen(tb: turnback.Turnback, args: dict[str, Any]) -> None:
+    """Begin a turn, armed to stop (SIGSTOP) inside the begin's transaction; once continued,
+    say what became of that begin, then try it again."""
+    for attempt in ("begin", "again"):
+        try:
+            turn = tb.session(args["session"]).turn("frozen")
+        except turnback.TurnbackError as error:
+            say(what=attempt, error=type(error).__name__, message=str(error))
+        else:
+            say(what=attempt, error=None, token=turn.token)
+            turn.complete()
+
+
 def main() -> None:
     scenario, args = sys.argv[1], json.loads(sys.argv[2])
     tb = turnback.open(
@@ -101,9 +114,10 @@ def main() -> None:
         durability=args.get("mode", "strict"),
         database_url=args.get("url"),
         checkpoints=False,
-        busy_timeout=60,  # eight processes share SQLite's one write lock, without fairness
+        busy_timeout=args.get("busy_timeout", 60),  # eight processes share SQLite's one write
+        # lock, without fairness
     )
-    {"writer": writer, "hammer": hammer}[scenario](tb, args)
+    {"writer": writer, "hammer": hammer, "frozen": frozen}[scenario](tb, args)
     tb.close()
 
 

@@ -19,7 +19,8 @@ from turnback.model import JournalEntry, Message, MessageKind, TurnStatus
 from turnback.store import Store, open_store, sqlite_url
 from turnback.store.schema import APPLICATION_ID, MIGRATIONS, postgres_migration
 
-from .test_sqlite_store import BACKENDS, new_session, new_turn
+from .conftest import BACKENDS
+from .test_sqlite_store import new_session, new_turn
 
 Run = Callable[[str, tuple[Any, ...]], object]
 

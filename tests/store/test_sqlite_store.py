@@ -12,7 +12,6 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,29 +31,9 @@ from turnback.model import (
     Turn,
     TurnStatus,
 )
-from turnback.store import Store, open_store, sqlite_url
+from turnback.store import Store, open_store
 from turnback.store import sqlite as sqlite_backend
 from turnback.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
-
-BACKENDS = ("sqlite", "postgresql")
-
-
-@pytest.fixture(params=BACKENDS)
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgresql":
-        url: str = request.getfixturevalue("postgres_url")
-        return url
-    return sqlite_url(tmp_path / "home")
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    opened = open_store(store_url, busy_timeout=2.0)
-    try:
-        yield opened
-    finally:
-        opened.close()
-
 
 # -- records -----------------------------------------------------------------------------------
 
@@ -196,19 +175,16 @@ def test_list_sessions_most_recently_updated_first(store: Store) -> None:
         assert [s.id for s in tx.list_sessions()] == [a.id, b.id]
 
 
-def test_set_head_and_pending_requests(store: Store) -> None:
+def test_set_head(store: Store) -> None:
     record = add_session(store)
     turn = add_turn(store, record.id, status=TurnStatus.COMPLETED)
-    requests = [{"turn": turn.token, "requestId": "r1", "kind": "permission"}]
     later = record.updated_at + 5
     with store.atomic() as tx:
         tx.set_head(record.id, turn.token, later)
-        tx.set_pending_requests(record.id, requests, later)
     with store.read() as tx:
         current = tx.get_session(record.id)
     assert current is not None
     assert current.head == turn.token
-    assert current.pending_requests == tuple(requests)
     assert current.updated_at == later
     assert current.created_at == record.created_at
 

@@ -15,8 +15,8 @@ import turnback
 from turnback.model import MessageKind, TurnStatus
 from turnback.store import sqlite_url
 
+from .conftest import BACKENDS
 from .test_events_stored_once import chunk, old_schema
-from .test_sqlite_store import BACKENDS
 
 
 def database(backend: str, request: pytest.FixtureRequest, home: Path) -> str:

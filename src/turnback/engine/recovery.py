@@ -165,7 +165,7 @@ def _set_aside(tx: Tx, turn: Turn, reason: str, count: int) -> None:
     faults.point("recover.set_aside.inside")
     now = time.time()
     tx.end_turn(turn.token, TurnStatus.SET_ASIDE, now, reason, count, expected=turn.status)
-    clear_requests(tx, turn.session_id, turn.token, now)
+    clear_requests(tx, turn.token)
     tx.insert_activity(
         turn.session_id,
         turn.token,
@@ -239,7 +239,7 @@ def discard(store: Store, turn: Turn) -> int:
         tx.lock_sessions([turn.session_id])
         current = _require_set_aside(tx, turn)
         count, _ = tx.journal_size(turn.token)
-        clear_requests(tx, turn.session_id, turn.token, time.time())
+        clear_requests(tx, turn.token)
         tx.delete_turn(turn.token)
         tx.insert_activity(
             turn.session_id,

@@ -119,36 +119,16 @@ def is_boundary(kind: str, event: JSON) -> bool:
     return kind == _TOOL_CALL_UPDATE and event.get("status") in ("completed", "failed")
 
 
-#: Built once: json.dumps with options builds an encoder per call, a third of its cost.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def _unserialisable(value: Any) -> Any:
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-def _c_encoder() -> Callable[[object, int], Any] | None:
-    """``_ENCODER``'s C encoder, built once: ``JSONEncoder.encode`` builds one per call, 40 % of
-    the cost of encoding an update. Without the circular-reference check, whose state would be
-    shared between threads: a value that contains itself ends in RecursionError instead."""
-    try:
-        from _json import encode_basestring, make_encoder
-    except ImportError:  # not CPython: JSONEncoder.encode does
-        return None
-    return make_encoder(
-        None, _unserialisable, encode_basestring, None, ":", ",", False, False, False
-    )
-
-
-_ITERENCODE = _c_encoder()
+#: Built once: json.dumps with options builds an encoder per call. Without the check for a value
+#: that contains itself (a tenth of the cost of encoding an event): such a value ends in
+#: RecursionError instead, which :func:`encode` reports as it.
+_ENCODER = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False
+)
 
 
 def _encode(value: Any) -> str:
-    if _ITERENCODE is None or isinstance(value, str):
-        text = _ENCODER.encode(value)
-    else:
-        text = "".join(_ITERENCODE(value, 0))
-    return jsontext.safe_text(text, value)  # unpaired surrogates escaped, not lost
+    return jsontext.safe_text(_ENCODER.encode(value), value)  # unpaired surrogates escaped
 
 
 def encode(value: Any, what: str) -> str:
@@ -631,16 +611,13 @@ def _end(
         tx.delete_step_checkpoints(turn.token)
     tx.end_turn(turn.token, status, now, detail, count, expected=expected)
     tx.set_head(turn.session_id, turn.token, now)
-    clear_requests(tx, turn.session_id, turn.token, now)
+    clear_requests(tx, turn.token)
 
 
-def clear_requests(tx: Tx, session_id: str, token: str, now: float) -> None:
+def clear_requests(tx: Tx, token: str) -> None:
     """Drop a turn's pending permission and input requests: once it has ended nobody can answer
     them."""
-    session = tx.get_session(session_id)
-    if session is not None and any(r.get("turn") == token for r in session.pending_requests):
-        kept = [r for r in session.pending_requests if r.get("turn") != token]
-        tx.set_pending_requests(session_id, kept, now)
+    tx.clear_pending_requests(token)
 
 
 def _validate_step(update: JSON) -> None:
@@ -826,7 +803,7 @@ class RunningTurn:
 
             def rewind(tx: Tx) -> None:
                 tx.delete_step_checkpoints(token, after_seq=to_seq)
-                clear_requests(tx, session_id, token, entry.at)
+                clear_requests(tx, token)
 
             return rewind
         if kind == EventKind.STEP_CHECKPOINT:
@@ -840,25 +817,20 @@ class RunningTurn:
                 at=entry.at,
             )
             return lambda tx: tx.insert_step_checkpoint(checkpoint)
-        if kind in _REQUESTS or kind in _ANSWERS:
+        if kind in _REQUESTS:
+            # One row each, so that asking and answering cost the same however many are pending.
             request_id = str(update.get("requestId", ""))
+            request = {"turn": token, "requestId": request_id, "kind": _REQUESTS[kind], **update}
+            return lambda tx: tx.add_pending_request(
+                session_id, token, request_id, request, entry.at
+            )
+        if kind in _ANSWERS:
+            answered = str(update.get("requestId", ""))
 
-            def change_requests(tx: Tx) -> None:
-                session = tx.get_session(session_id)
-                if session is None:
-                    return
-                kept = [
-                    r
-                    for r in session.pending_requests
-                    if not (r.get("turn") == token and r.get("requestId") == request_id)
-                ]
-                if kind in _REQUESTS:
-                    kept.append(
-                        {"turn": token, "requestId": request_id, "kind": _REQUESTS[kind], **update}
-                    )
-                tx.set_pending_requests(session_id, kept, entry.at)
+            def remove(tx: Tx) -> None:
+                tx.remove_pending_request(token, answered)
 
-            return change_requests
+            return remove
         return None
 
     def complete(self, detail: str | None = None) -> Turn:

@@ -65,7 +65,6 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import json.decoder
 import logging
 import threading
 from collections import deque
@@ -97,7 +96,6 @@ _PACE_EVERY = 8
 _UPDATE_HEAD = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
 _UPDATE_HEAD_BYTES = _UPDATE_HEAD.encode()
 _UPDATE_KEY = ',"update":'
-_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
 #: While a wire's watch runs: the list of wires it posted to that the watching wire writes
@@ -547,7 +545,7 @@ def read_update(line: bytes) -> UpdateFrame | None:
             kind, text_of, chunk_text, kind_first = chunk
             update = _chunk_update(kind, text_of, kind_first)
             stop, check = len(text) - 2, False
-    except StopIteration:  # not JSON there: parse() says what is wrong
+    except ValueError:  # not JSON there: parse() says what is wrong
         return None
     except RecursionError:
         raise jsontext.TooDeep() from None
@@ -648,7 +646,7 @@ def _text_chunk(text: str, start: int) -> tuple[str, str, str, bool] | None:
     if text[at : at + 1] != '"':
         return None
     try:
-        chunk, stop = _scanstring(text, at + 1)
+        chunk, stop = jsontext.scan(text, at)  # the string that opens there
     except ValueError:
         return None
     if kind is not None:

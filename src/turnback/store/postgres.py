@@ -9,6 +9,13 @@ Facts this module relies on:
   that waits for a lock reads, once it has it, what the holder committed. ``lock_timeout`` is the
   busy timeout: past it the caller gets :class:`StoreLocked`.
 * Reads run at REPEATABLE READ, READ ONLY: one snapshot for the whole read, as on SQLite.
+* Transactions are short: none holds git work, agent I/O or any waiting but for a lock (bounded
+  by ``lock_timeout``) -- the engine captures, restores and talks to agents outside them. So
+  turnback leaves the server's ``idle_in_transaction_session_timeout`` (the DBA's) in force: a
+  few seconds never end a healthy transaction, and they end one whose process froze (SIGSTOP,
+  a paused VM) holding a session's lock, which is then everyone's again. The frozen process,
+  continued, gets :class:`StoreUnavailable` (SQLSTATE 25P03, or its connection found closed):
+  nothing of that transaction was written, and its next one reconnects.
 * Errors are classified by SQLSTATE (its class, the first two characters), never by message.
 * The schema is the one list of migrations both backends run (:mod:`turnback.store.schema`);
   the version applied is the row of ``turnback_schema``, which also marks the database as
@@ -52,6 +59,7 @@ _LOCKED = {
 _CANCELLED = "57014"
 _UNAVAILABLE_CLASSES = {"08", "28", "53", "57", "58"}  # connection, auth, resources, server
 _CORRUPT = {"XX001", "XX002"}  # data or index corrupted
+_IDLE_ENDED = "25P03"  # idle_in_transaction_session_timeout: the server ended the transaction
 
 
 #: A journal flush with its fencing check, in one round trip. Measured on a loaded 2-core
@@ -178,7 +186,6 @@ class PostgresStore(SQLStore):
                 application_name="turnback",
             )
             conn.execute(f"SET lock_timeout = {int(self.busy_timeout * 1000)}")
-            conn.execute("SET idle_in_transaction_session_timeout = 0")
             return conn
         except psycopg.Error as error:
             raise self._translate_error(error) from error
@@ -383,6 +390,12 @@ class PostgresStore(SQLStore):
         if code in _CORRUPT:
             return StoreCorrupt(
                 f"{self._where} reports damaged data ({text}); restore it from a backup"
+            )
+        if code == _IDLE_ENDED:
+            return StoreUnavailable(
+                f"{self._where} ended this transaction: it sat idle longer than the server's "
+                f"idle_in_transaction_session_timeout ({text}), as when this process was "
+                "stopped or starved; nothing of it was written. Retry"
             )
         if code == "3D000":
             return StoreUnavailable(

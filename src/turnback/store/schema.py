@@ -8,8 +8,10 @@ Both backends run these same migrations. They are written in the SQL the two sha
 names that differ are rewritten for PostgreSQL by :func:`postgres_migration` (``REAL`` is a
 4-byte float there, ``INTEGER`` 4 bytes, a row id is an identity column, and so is the ``id``
 schema 6 adds to ``turns``, and a column named ``binary`` must be quoted), so a migration
-added here reaches a fleet's database too. The constraints that carry invariants (one running
-turn per session, events owned by their turn) are declared once, for both.
+added here reaches a fleet's database too. A migration that moves data with functions the two
+name differently (JSON's) has a PostgreSQL text of its own, run in its place. The constraints
+that carry invariants (one running turn per session, events owned by their turn) are declared
+once, for both.
 """
 
 from __future__ import annotations
@@ -18,6 +20,55 @@ import re
 
 #: PRAGMA application_id of a turnback database ("TRNB"): a file without it is not ours.
 APPLICATION_ID = 0x54524E42
+
+#: A session's pending requests, one row each: asking and answering a request is one small
+#: write, where rewriting the session's whole list made a storm of requests quadratic. The
+#: lists sessions held are moved over, keeping their order; an entry naming no turn that exists
+#: could never be answered or cleared, and is dropped. Moving them reads JSON, whose functions
+#: SQLite and PostgreSQL name differently: PostgreSQL runs ``_PENDING_REQUESTS_POSTGRES``.
+_PENDING_TABLE = """
+    CREATE TABLE pending_requests (
+        id         INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        turn       TEXT NOT NULL REFERENCES turns(token) ON DELETE CASCADE,
+        request_id TEXT NOT NULL,
+        request    TEXT NOT NULL,
+        at         REAL NOT NULL
+    );
+    CREATE UNIQUE INDEX pending_requests_turn ON pending_requests(turn, request_id);
+    CREATE INDEX pending_requests_session ON pending_requests(session_id, id);
+"""
+_PENDING_REQUESTS = (
+    _PENDING_TABLE
+    + """
+    INSERT INTO pending_requests (session_id, turn, request_id, request, at)
+        SELECT s.id, json_extract(r.value, '$.turn'),
+            coalesce(json_extract(r.value, '$.requestId'), ''), r.value, s.updated_at
+        FROM sessions s, json_each(CASE WHEN json_valid(s.pending_requests)
+            THEN s.pending_requests ELSE '[]' END) r
+        WHERE r.type = 'object' AND json_extract(r.value, '$.turn') IN (SELECT token FROM turns)
+        ORDER BY s.id, r.key
+        ON CONFLICT DO NOTHING;
+    ALTER TABLE sessions DROP COLUMN pending_requests;
+"""
+)
+_PENDING_REQUESTS_POSTGRES = (
+    _PENDING_TABLE
+    + """
+    INSERT INTO pending_requests (session_id, turn, request_id, request, at)
+        SELECT s.id, r.value->>'turn', coalesce(r.value->>'requestId', ''), r.value::text,
+            s.updated_at
+        FROM sessions s CROSS JOIN LATERAL json_array_elements(CASE
+            WHEN json_typeof(s.pending_requests::json) = 'array' THEN s.pending_requests::json
+            ELSE '[]'::json END) WITH ORDINALITY AS r (value, n)
+        WHERE json_typeof(r.value) = 'object' AND r.value->>'turn' IN (SELECT token FROM turns)
+        ORDER BY s.id, r.n
+        ON CONFLICT DO NOTHING;
+    ALTER TABLE sessions DROP COLUMN pending_requests;
+"""
+)
+#: Migrations PostgreSQL runs in SQL of its own (then rewritten to its type names as any other).
+_POSTGRES_OWN = {_PENDING_REQUESTS: _PENDING_REQUESTS_POSTGRES}
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: sessions, turns, journal, committed conversation, step checkpoints, activities, owners
@@ -217,6 +268,8 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE events ADD COLUMN text TEXT;
     """,
+    # 8: a session's pending requests one row each (see ``_PENDING_REQUESTS``).
+    _PENDING_REQUESTS,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -234,7 +287,8 @@ _POSTGRES_TYPES = (
 
 
 def postgres_migration(sql: str) -> str:
-    """A migration in PostgreSQL's type names."""
+    """A migration in PostgreSQL's type names (and its own SQL, where it needs some)."""
+    sql = _POSTGRES_OWN.get(sql, sql)
     for pattern, replacement in _POSTGRES_TYPES:
         sql = pattern.sub(replacement, sql)
     return sql

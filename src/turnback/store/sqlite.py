@@ -336,7 +336,7 @@ class _SQLiteTx(SQLTx):
     def integrity_problems(self) -> list[str]:
         problems = [str(row[0]) for row in self._all("PRAGMA integrity_check") if row[0] != "ok"]
         problems += [
-            f"row {row[1]} of {row[0]} names a missing row of {row[2]}"
-            for row in self._all("PRAGMA foreign_key_check")
+            f"row {rowid} of {table} names a missing row of {parent}"
+            for table, rowid, parent, _ in self._all("PRAGMA foreign_key_check")
         ]
         return problems

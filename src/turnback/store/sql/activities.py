@@ -1,0 +1,36 @@
+"""Activities: the user-visible lines on a session."""
+
+from __future__ import annotations
+
+from turnback.model import Activity, ActivityLevel
+from turnback.store.sql.base import Queries
+from turnback.store.sql.rows import ACTIVITY, dumps, readable
+from turnback.store.tx import ActivitiesTx
+
+
+class ActivityQueries(Queries, ActivitiesTx):
+    def insert_activity(
+        self,
+        session_id: str | None,
+        turn: str | None,
+        level: ActivityLevel,
+        code: str,
+        message: str,
+        data: dict[str, object],
+        at: float,
+    ) -> int:
+        row = self._one(
+            "INSERT INTO activities (session_id, turn, level, code, message, data, at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            (session_id, turn, level.value, code, readable(message), dumps(data), at),
+        )
+        assert row is not None
+        return int(row[0])
+
+    def activities(self, session_id: str | None, limit: int = 1000) -> list[Activity]:
+        where, params = ("WHERE session_id = ?", (session_id,)) if session_id else ("", ())
+        rows = self._all(
+            f"SELECT {ACTIVITY.select()} FROM activities {where} ORDER BY id DESC LIMIT ?",
+            (*params, limit),
+        )
+        return ACTIVITY.records(rows[::-1])
