@@ -2,7 +2,7 @@
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 conflict (a running turn, a turn in the wrong state),
 130 interrupted (Ctrl-C during a revert).
-Every command takes ``--json`` for scripts; the shapes are documented in the README.
+Every command takes ``--json`` for scripts: the shapes of :mod:`turnback.views`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import shutil
 import sys
 import time
 import unicodedata
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -23,21 +22,13 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
+from turnback import views
 from turnback.acp import launch
 
 if TYPE_CHECKING:
     from turnback import Session, Turnback
     from turnback.errors import TurnbackError
-    from turnback.model import (
-        Activity,
-        FileChange,
-        Message,
-        Revert,
-        RevertPlan,
-        SessionRecord,
-        Turn,
-        UnrecoveredTurn,
-    )
+    from turnback.model import FileChange, Revert, RevertPlan
 
 T = TypeVar("T")
 
@@ -155,48 +146,6 @@ def _short(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def turn_json(turn: Turn) -> dict[str, Any]:
-    return {
-        "token": turn.token,
-        "number": turn.number,
-        "parent": turn.parent,
-        "status": turn.status.value,
-        "prompt": turn.prompt,
-        "started_at": turn.started_at,
-        "ended_at": turn.ended_at,
-        "events": turn.event_count,
-        "detail": turn.detail,
-    }
-
-
-def session_json(session: SessionRecord, turns: int | None = None) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "id": session.id,
-        "workspace": session.workspace,
-        "title": session.title,
-        "agent": session.agent,
-        "head": session.head,
-        "status": session.status,
-        "pending_requests": list(session.pending_requests),
-        "created_at": session.created_at,
-        "updated_at": session.updated_at,
-    }
-    if turns is not None:
-        data["turns"] = turns
-    return data
-
-
-def change_json(change: FileChange) -> dict[str, Any]:
-    return {
-        "path": change.path,
-        "kind": change.kind.value,
-        "additions": change.additions,
-        "deletions": change.deletions,
-        "binary": change.binary,
-        "old_path": change.old_path,
-    }
-
-
 _KIND_LETTERS = {
     "added": "A",
     "modified": "M",
@@ -216,124 +165,8 @@ def _changes_line(changes: Sequence[FileChange], limit: int = 6) -> str:
     return ", ".join(shown) + more
 
 
-def revert_json(revert: Revert) -> dict[str, Any]:
-    return {
-        "id": revert.id,
-        "session": revert.session_id,
-        "state": revert.state.value,
-        "to_turn": revert.to_turn,
-        "from_head": revert.from_head,
-        "files": revert.files,
-        "conversation": revert.conversation,
-        "keep_user_edits": revert.keep_user_edits,
-        "undo_checkpoint": revert.undo_checkpoint,
-        "detail": revert.detail,
-        "created_at": revert.created_at,
-        "ended_at": revert.ended_at,
-    }
-
-
-def message_json(message: Message) -> dict[str, Any]:
-    return {"kind": message.kind.value, "text": message.text, "data": message.data}
-
-
-def activity_json(activity: Activity) -> dict[str, Any]:
-    return {
-        "level": activity.level.value,
-        "code": activity.code,
-        "message": activity.message,
-        "turn": activity.turn,
-        "data": activity.data,
-        "at": activity.at,
-    }
-
-
-def unrecovered_json(item: UnrecoveredTurn) -> dict[str, Any]:
-    return {**turn_json(item.turn), "session": item.turn.session_id, "reason": item.reason}
-
-
-# -- the --json shapes, whole: the web page's API serves the same ones ------------------------
-
-
-def sessions_json(tb: Turnback) -> list[dict[str, Any]]:
-    """``sessions --json``: every session, most recently active first, with how many turns its
-    conversation holds and how many are set aside."""
-    records = tb.sessions()
-    overview = tb.conversations() if records else {}
-    aside = Counter(u.turn.session_id for u in tb.unrecovered()) if records else Counter()
-    return [
-        {**session_json(r, overview.get(r.id, (0, None))[0]), "set_aside": aside[r.id]}
-        for r in records
-    ]
-
-
-def log_json(handle: Session) -> dict[str, Any]:
-    """``log --json``: the session, each turn with its files and checkpoints, the reverts, and
-    what changed since the head (``None`` while a turn runs or a revert moves the files, or when
-    it cannot be known)."""
-    record = handle.record
-    timeline = handle.timeline()
-    reverts = handle.reverts()
-    running = [d.turn for d in timeline if d.turn.status == "running"]
-    since = None if running or _moving(reverts) else handle.changes_since_head()
-    return {
-        "session": session_json(record),
-        "turns": [
-            {
-                **turn_json(d.turn),
-                "files": [change_json(f) for f in d.files],
-                "outside": [change_json(f) for f in d.outside],
-                "checkpoints": {"begin": d.turn.begin_checkpoint, "end": d.turn.end_checkpoint},
-                "reverted_by": d.turn.reverted_by,
-            }
-            for d in timeline
-        ],
-        "reverts": [revert_json(r) for r in reverts],
-        "since_head": None if since is None else [change_json(f) for f in since],
-    }
-
-
-def show_json(handle: Session, turn: int | str) -> dict[str, Any]:
-    """``show --json``: one turn's conversation and its run timeline."""
-    found = handle.get_turn(turn)
-    return {
-        "session": handle.id,
-        "turn": turn_json(found),
-        "messages": [message_json(m) for m in handle.turn_messages(found.token)],
-        "events": [
-            {"seq": e.seq, "kind": e.kind, "event": e.event, "at": e.at}
-            for e in handle.run_events(found.token)
-        ],
-    }
-
-
-def diff_json(handle: Session, turn: int | str, *, patch: bool = True) -> dict[str, Any]:
-    """``diff --json``: a turn's files, the changes made outside it, and its patch (None
-    without ``patch``, as under ``--stat``, or when the checkpoints are unavailable)."""
-    from turnback.errors import CheckpointUnavailable
-
-    try:
-        found = handle.diff(turn, patch=patch)
-    except CheckpointUnavailable:
-        found = handle.diff(turn)  # "available": false says so
-    return {
-        "turn": turn_json(found.turn),
-        "available": found.available,
-        "files": [change_json(f) for f in found.files],
-        "outside": [change_json(f) for f in found.outside],
-        "patch": found.patch,
-    }
-
-
-def _moving(reverts: Sequence[Revert]) -> list[Revert]:
-    """The reverts and undos that have not finished: their files may be moving."""
-    from turnback.engine.turns import UNFINISHED_REVERTS
-
-    return [r for r in reverts if r.state in UNFINISHED_REVERTS]
-
-
-def _emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+def _emit_json(data: views.View | Sequence[views.View]) -> None:
+    click.echo(json.dumps(views.to_json(data), indent=2, ensure_ascii=False, default=str))
 
 
 # -- plumbing ----------------------------------------------------------------------------------
@@ -440,7 +273,7 @@ def sessions(state: Context, as_json: bool) -> None:
     from turnback.errors import StoreNotFound
 
     try:
-        listed = sessions_json(state.tb)
+        listed = views.sessions(state.tb)
     except StoreNotFound:
         listed = []
     if as_json:
@@ -450,13 +283,7 @@ def sessions(state: Context, as_json: bool) -> None:
         click.echo("No sessions yet. `turnback demo` shows turnback at work.")
         return
     rows = [
-        [
-            r["id"][:12],
-            str(r["turns"]),
-            _when(r["updated_at"]),
-            _short(r["title"] or "-", 30),
-            r["workspace"],
-        ]
+        [r.id[:12], str(r.turns), _when(r.updated_at), _short(r.title or "-", 30), r.workspace]
         for r in listed
     ]
     click.echo(_table(["session", "turns", "updated", "title", "workspace"], rows))
@@ -472,13 +299,13 @@ def log(state: Context, session: str, as_json: bool) -> None:
     since the last turn."""
     handle = state.tb.session(session)
     if as_json:
-        _emit_json(log_json(handle))
+        _emit_json(views.log(handle))
         return
     record = handle.record
     timeline = handle.timeline()
     reverts = handle.reverts()
     running = [d.turn for d in timeline if d.turn.status == "running"]
-    moving = _moving(reverts)
+    moving = views.unfinished(reverts)
     # The capture for "since the head" runs git while the rows are rendered; not while a turn
     # runs or a revert moves the files (it would wait for the revert to finish).
     pool = ThreadPoolExecutor(max_workers=1)
@@ -559,7 +386,7 @@ def show(state: Context, session: str, turn: str, events: bool, as_json: bool) -
     """Show one turn's conversation. TURN is its number or a token prefix."""
     handle = state.tb.session(session)
     if as_json:
-        _emit_json(show_json(handle, turn))
+        _emit_json(views.show(handle, turn))
         return
     found = handle.get_turn(turn)
     messages = handle.turn_messages(found.token)
@@ -594,14 +421,7 @@ def recover(state: Context, as_json: bool) -> None:
     """Recover turns whose process died: apply each as interrupted, or set it aside."""
     report = state.tb.recover()
     if as_json:
-        _emit_json(
-            {
-                "recovered": [{**turn_json(t), "session": t.session_id} for t in report.recovered],
-                "set_aside": [unrecovered_json(u) for u in report.set_aside],
-                "live": [{**turn_json(t), "session": t.session_id} for t in report.live],
-                "reverts": [revert_json(r) for r in report.reverts],
-            }
-        )
+        _emit_json(views.RecoverView.of(report))
         return
     for r in report.reverts:
         action = "finished undoing" if r.state == "undone" else "rolled back"
@@ -643,7 +463,7 @@ def unrecovered(
     if action is None:
         items = handle.unrecovered()
         if as_json:
-            _emit_json([unrecovered_json(u) for u in items])
+            _emit_json([views.UnrecoveredView.of(u) for u in items])
             return
         if not items:
             click.echo("No set-aside turns.")
@@ -657,7 +477,7 @@ def unrecovered(
         raise click.UsageError(f"`unrecovered SESSION {action}` needs the TURN to {action}")
     if action == "apply":
         applied = handle.apply(turn)
-        result: dict[str, Any] = {"applied": turn_json(applied)}
+        result: views.View = views.AppliedView(views.TurnView.of(applied))
         text = f"applied turn {applied.token[:12]} as turn {applied.number}"
     else:
         token = handle.get_turn(turn).token if turn.strip().isdigit() else None
@@ -666,7 +486,7 @@ def unrecovered(
             turn,
         )
         count = handle.discard(turn)
-        result = {"discarded": token, "events": count}
+        result = views.DiscardedView(token, count)
         text = f"discarded set-aside turn {token} and its {_events(count)}"
     if as_json:
         _emit_json(result)
@@ -681,12 +501,7 @@ def sweep(state: Context, as_json: bool) -> None:
     """Remove what no turn can use any more: stale step checkpoints and dead owners."""
     report = state.tb.sweep()
     if as_json:
-        _emit_json(
-            {
-                "step_checkpoints": report.step_checkpoints,
-                "owners": report.owners,
-            }
-        )
+        _emit_json(views.SweepView.of(report))
         return
     click.echo(
         f"removed {report.step_checkpoints} step checkpoints and {report.owners} dead owners"
@@ -701,7 +516,7 @@ def activities(state: Context, session: str, as_json: bool) -> None:
     """Show a session's activities: recoveries, set-asides, failures of side work."""
     items = state.tb.session(session).activities()
     if as_json:
-        _emit_json([activity_json(a) for a in items])
+        _emit_json([views.ActivityView.of(a) for a in items])
         return
     colours = {"info": None, "warning": "yellow", "error": "red"}
     for a in items:
@@ -725,7 +540,7 @@ def diff(state: Context, session: str, turn: str, stat: bool, as_json: bool) -> 
     the agent's."""
     handle = state.tb.session(session)
     if as_json:
-        _emit_json(diff_json(handle, turn, patch=not stat))
+        _emit_json(views.diff(handle, turn, patch=not stat))
         return
     found = handle.diff(turn, patch=not stat)
     if not found.available:
@@ -827,7 +642,7 @@ def revert(
         if dry_run:
             assert plan is not None
             if as_json:
-                _emit_json(plan_json(plan))
+                _emit_json(views.PlanView.of(plan))
             else:
                 click.echo(f"{what[0].upper()}{what[1:]} would change:")
                 click.echo("\n".join(_plan_lines(plan, keep_user_edits)))
@@ -844,7 +659,7 @@ def revert(
     except KeyboardInterrupt:
         _interrupted(handle, before, undo, as_json)
     if as_json:
-        _emit_json(revert_json(result))
+        _emit_json(views.RevertView.of(result))
     elif undo:
         click.echo(f"undid revert {result.id}: files, turns and head are as before it")
     else:
@@ -889,13 +704,8 @@ def _interrupted(handle: Session, before: Mapping[int, str], undo: bool, as_json
             "`turnback recover` rolls the revert back"
         )
     if as_json:
-        _emit_json(
-            {
-                "error": line,
-                "interrupted": True,
-                "revert": revert_json(record) if record is not None else None,
-            }
-        )
+        revert = views.RevertView.of(record) if record is not None else None
+        _emit_json(views.InterruptedView(line, True, revert))
     click.echo(_colour(line, fg="red"), err=True)
     sys.exit(130)
 
@@ -910,19 +720,10 @@ def _conflicts_as_json(as_json: bool, call: Callable[..., T], *args: Any, **kwar
     except (RevertConflict, RestoreIncomplete) as error:
         if not as_json:
             raise
-        key = "conflicts" if isinstance(error, RevertConflict) else "paths"
-        _emit_json({"error": str(error), key: list(error.paths)})
+        shape = views.ConflictView if isinstance(error, RevertConflict) else views.IncompleteView
+        _emit_json(shape(str(error), tuple(error.paths)))
         click.echo(_colour(f"error: {error}", fg="red"), err=True)
         sys.exit(error.exit_code)
-
-
-def plan_json(plan: RevertPlan) -> dict[str, Any]:
-    return {
-        "restore": [change_json(c) for c in plan.restore],
-        "delete": [change_json(c) for c in plan.delete],
-        "keep": [{**change_json(c), "reason": plan.kept_because.get(c.path)} for c in plan.keep],
-        "conflicts": [change_json(c) for c in plan.conflicts],
-    }
 
 
 def _counts(change: FileChange) -> str:
@@ -973,14 +774,7 @@ def gc(state: Context, keep: int | None, older_than: float | None, as_json: bool
     """Prune workspace checkpoints nothing needs and report the bytes freed."""
     report = state.tb.gc(keep=keep, older_than=older_than)
     if as_json:
-        _emit_json(
-            {
-                "checkpoints_released": report.checkpoints_released,
-                "refs_removed": report.refs_removed,
-                "bytes_freed": report.bytes_freed,
-                "problems": list(report.problems),
-            }
-        )
+        _emit_json(views.GcView.of(report))
         return
     click.echo(
         f"released {report.checkpoints_released} turn checkpoint(s), removed "
@@ -1009,12 +803,7 @@ def doctor(state: Context, as_json: bool) -> None:
         home = Path(state.home).expanduser() if state.home else default_home()
         checks = doctor_unopened(home.absolute(), error)
     if as_json:
-        _emit_json(
-            [
-                {"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix, "remedy": c.remedy}
-                for c in checks
-            ]
-        )
+        _emit_json([views.CheckView.of(c) for c in checks])
     else:
         for check in checks:
             mark = (

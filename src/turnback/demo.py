@@ -18,10 +18,10 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import turnback
 from turnback.runtime import AgentRuntime, ResumePolicy
+from turnback.views import DemoTurnView, DemoView
 
 AGENT = [sys.executable, "-m", "turnback.agents.scripted"]
 
@@ -90,7 +90,7 @@ def check_workspace(workspace: str | None) -> None:
         )
 
 
-def run(*, keep: bool, workspace: str | None, echo: Callable[[str], None]) -> dict[str, Any]:
+def run(*, keep: bool, workspace: str | None, echo: Callable[[str], None]) -> DemoView:
     """Run the demo, telling ``echo`` each step; returns a summary (the ``--json`` output)."""
     check_workspace(workspace)
     home = Path(tempfile.mkdtemp(prefix="turnback-demo-home-"))
@@ -115,21 +115,12 @@ def run(*, keep: bool, workspace: str | None, echo: Callable[[str], None]) -> di
                     "(`turnback demo --keep` keeps the home too)."
                 )
     echo(f"The demo took {time.monotonic() - started:.1f}s.")
-    return {
-        "home": str(home) if keep else None,
-        "workspace": str(work) if keep or workspace else None,
-        "session": session_id,
-        "turns": [
-            {
-                "number": t.number,
-                "token": t.token,
-                "status": t.status.value,
-                "events": t.event_count,
-                "reverted": t.reverted_by is not None,
-            }
-            for t in turns
-        ],
-    }
+    return DemoView(
+        str(home) if keep else None,
+        str(work) if keep or workspace else None,
+        session_id,
+        tuple(DemoTurnView.of(t) for t in turns),
+    )
 
 
 async def _scenario(home: Path, work: Path, echo: Callable[[str], None], keep: bool) -> str:
