@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
+import turnback.acp
 from turnback import views
 from turnback.acp import launch
 
@@ -214,8 +215,6 @@ class Context:
     @property
     def tb(self) -> Turnback:
         if self._tb is None:
-            import turnback
-
             self._tb = turnback.open(self.home, create=False, progress=Progress())
         return self._tb
 
@@ -877,7 +876,7 @@ def acp(
     /rewind and /undo-rewind are answered by turnback."""
     # Started before the proxy is imported, so the agent's start-up overlaps the proxy's (the
     # ``turnback`` command serves a plain command line itself, without the CLI).
-    early = launch.take() or launch.started(agent_command)
+    early = launch.started(agent_command)
     line = launch.AcpLine(
         list(agent_command),
         home=acp_home or state.home,
@@ -886,7 +885,7 @@ def acp(
         restart_attempts=restart_attempts,
         on_agent_crash=on_agent_crash,
     )
-    sys.exit(launch.serve(line, early))
+    sys.exit(turnback.acp.run(line, early))
 
 
 @cli.command()
