@@ -53,6 +53,7 @@ from turnback.engine.turns import UNFINISHED_REVERTS, require_no_revert
 from turnback.errors import (
     RECOVER,
     CheckpointUnavailable,
+    InvalidOption,
     NothingToRevert,
     OwnershipLost,
     RestoreIncomplete,
@@ -312,7 +313,10 @@ def _validate(
     it would undo and the checkpoint the files go back to."""
     to_turn, files = request.to_turn, request.files
     if not files and not request.conversation:
-        raise ValueError("a revert moves files, the conversation, or both")
+        raise InvalidOption(
+            "a revert moves the files, the conversation, or both; it was asked for neither "
+            "(files and conversation both false)"
+        )
     with store.read() as tx:
         session = tx.get_session(session_id)
         if session is None:
