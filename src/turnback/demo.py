@@ -9,6 +9,7 @@ revert to turn 1 that keeps a hand edit; and the undo of that revert.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import shutil
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import turnback
+from turnback.errors import ExtraMissing
 from turnback.runtime import AgentRuntime, ResumePolicy
 from turnback.views import DemoTurnView, DemoView
 
@@ -91,7 +93,13 @@ def check_workspace(workspace: str | None) -> None:
 
 
 def run(*, keep: bool, workspace: str | None, echo: Callable[[str], None]) -> DemoView:
-    """Run the demo, telling ``echo`` each step; returns a summary (the ``--json`` output)."""
+    """Run the demo, telling ``echo`` each step; returns a summary (the ``--json`` output).
+    ExtraMissing, before anything is made, where the scripted agent's SDK is not installed."""
+    if importlib.util.find_spec("acp") is None:
+        raise ExtraMissing(
+            "`turnback demo` runs the bundled scripted agent, which needs the ACP SDK that a "
+            "plain `pip install turnback` leaves out: pip install 'turnback[agent]'"
+        )
     check_workspace(workspace)
     home = Path(tempfile.mkdtemp(prefix="turnback-demo-home-"))
     work = Path(workspace) if workspace else Path(tempfile.mkdtemp(prefix="turnback-demo-ws-"))
