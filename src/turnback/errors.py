@@ -88,7 +88,7 @@ class InvalidEvent(TurnbackError, ValueError):
 
 
 class TurnInProgress(TurnbackError):
-    """A second turn was begun while one is running (README, Design, invariant 8)."""
+    """A second turn was begun while one is running (docs/design.md, invariant 8)."""
 
     exit_code = 3
 

@@ -1,4 +1,4 @@
-"""Who runs a turn, and whether they are still alive (README, Design, invariant 5).
+"""Who runs a turn, and whether they are still alive (docs/design.md, invariant 5).
 
 An owner is a process named by host, boot, pid and the process's start time. The start time is
 what makes a reused pid harmless: after the original owner died, another process may get the same

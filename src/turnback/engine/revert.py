@@ -1,4 +1,4 @@
-"""Reverts and their undo (README, Design, invariant 9: reverts are undoable and ordered).
+"""Reverts and their undo (docs/design.md, invariant 9: reverts are undoable and ordered).
 
 A revert's write order, each step a fault point of the crash suite:
 

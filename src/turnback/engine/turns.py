@@ -343,7 +343,7 @@ def require_no_revert(tx: Tx, workspace: str, then: str) -> None:
     finished; ``then`` is what the caller does once it has (``"begin"``). A revert holds its
     workspace against new turns from the transaction that writes its row to the one that commits
     or rolls it back; the row is durable, so a revert killed midway still holds until recovery
-    settles it (README, Design, invariant 9), and the error then says so."""
+    settles it (docs/design.md, invariant 9), and the error then says so."""
     for record in tx.reverts(None, UNFINISHED_REVERTS):
         session = tx.get_session(record.session_id)
         if session is None or session.workspace != workspace:

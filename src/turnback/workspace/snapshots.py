@@ -1,6 +1,6 @@
 """Workspace checkpoints: capture, diff, restore, reverse-apply and prune.
 
-Capture write order (README, Design, invariant 4, "snapshots before references"). Each step is a
+Capture write order (docs/design.md, invariant 4, "snapshots before references"). Each step is a
 fault point the crash suite kills the process at:
 
 1. ``capture.shadow`` – the shadow repository exists. It is built in a temporary directory and
