@@ -13,26 +13,32 @@ gather one shape's records from a :class:`~turnback.engine.handle.Session`).
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from turnback.errors import CheckpointUnavailable
 from turnback.model import (
     Activity,
+    ActivityLevel,
+    ChangeKind,
     FileChange,
     GcReport,
     HealthCheck,
     Message,
+    MessageKind,
     RecoveryReport,
     Revert,
     RevertPlan,
+    RevertState,
     RunEvent,
     SessionRecord,
     SweepReport,
     Turn,
     TurnDiff,
+    TurnStatus,
     UnrecoveredTurn,
 )
 
@@ -41,24 +47,61 @@ if TYPE_CHECKING:
 
 
 class View:
-    """A ``--json`` shape. ``name`` is how the README calls a shape that others include."""
+    """A ``--json`` shape. ``called`` is how the README calls a shape that others include.
+
+    A log of 1,000 turns is some 5,000 views, built and turned into JSON on every ``log --json``
+    and every look of the review page. So each view class gets, when first used, two functions
+    written for its fields (:func:`_write`): ``to_json``, one dict display, and ``_make``, which
+    sets a new instance's slots directly, at half the cost of a frozen dataclass's ``__init__``
+    (which calls ``object.__setattr__`` for each field)."""
 
     __slots__ = ()
-    name: ClassVar[str | None] = None
-    _keys: ClassVar[tuple[tuple[str, str], ...]]
+    called: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # each class its own two functions, never its parent's (they know other fields)
+        type.__setattr__(cls, "to_json", View.to_json)
+        type.__setattr__(cls, "_make", View.__dict__["_make"])
 
     def to_json(self) -> dict[str, Any]:
         """This record as JSON values: an object whose keys are in the documented order."""
-        keys = type(self).__dict__.get("_keys") or _keys(type(self))
-        return {key: to_json(getattr(self, attr)) for attr, key in keys}
+        return _write(type(self))[0](self)
+
+    @classmethod
+    def _make(cls, *values: Any) -> Self:
+        """``cls(*values)``, faster."""
+        return _write(cls)[1](cls, *values)  # type: ignore[no-any-return]
 
 
-def _keys(cls: type[View]) -> tuple[tuple[str, str], ...]:
-    """A view's (attribute, JSON key) pairs, in order; a key differs from its attribute only
-    where it cannot be a Python name (``from``)."""
-    keys = tuple((f.name, f.metadata.get("json", f.name)) for f in dataclasses.fields(cls))  # type: ignore[arg-type]
-    cls._keys = keys
-    return keys
+def _write(cls: type[View]) -> tuple[Callable[[View], dict[str, Any]], Callable[..., Any]]:
+    """Write ``cls``'s ``to_json`` and ``_make`` and put them on it. A JSON key differs from
+    its attribute only where it cannot be a Python name (``from``)."""
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in fields]
+    scope: dict[str, Any] = {"_new": object.__new__, "_json": to_json}
+    scope.update({f"_set_{name}": getattr(cls, name).__set__ for name in names})
+    items = ", ".join(
+        f"{f.metadata.get('json', f.name)!r}: "
+        + (f"_json(view.{f.name})" if _holds_views(hints[f.name]) else f"view.{f.name}")
+        for f in fields
+    )
+    sets = "".join(f"    _set_{name}(view, {name})\n" for name in names)
+    exec(
+        f"def to_json(view):\n    return {{{items}}}\n"
+        f"def make(cls, {', '.join(names)}):\n    view = _new(cls)\n{sets}    return view\n",
+        scope,
+    )
+    type.__setattr__(cls, "to_json", scope["to_json"])
+    type.__setattr__(cls, "_make", classmethod(scope["make"]))
+    return scope["to_json"], scope["make"]
+
+
+def _holds_views(hint: Any) -> bool:
+    if isinstance(hint, type):
+        return issubclass(hint, View)
+    return any(_holds_views(arg) for arg in typing.get_args(hint))
 
 
 def to_json(value: Any) -> Any:
@@ -71,7 +114,8 @@ def to_json(value: Any) -> Any:
 
 
 def _changes(changes: Iterable[FileChange]) -> tuple[ChangeView, ...]:
-    return tuple(ChangeView.of(c) for c in changes)
+    make = ChangeView._make
+    return tuple([make(*_change(c)) for c in changes])
 
 
 # -- the shapes others include --------------------------------------------------------------
@@ -83,12 +127,12 @@ class TurnView(View):
     ``cancelled``, ``interrupted`` or ``set_aside``; ``detail`` says why a turn failed, was
     cancelled or set aside."""
 
-    name: ClassVar[str | None] = "turn"
+    called: ClassVar[str | None] = "turn"
 
     token: str
     number: int
     parent: str | None
-    status: str
+    status: TurnStatus
     prompt: Any
     started_at: float
     ended_at: float | None
@@ -97,14 +141,14 @@ class TurnView(View):
 
     @classmethod
     def of(cls, turn: Turn) -> TurnView:
-        return cls(*_turn(turn))
+        return cls._make(*_turn(turn))
 
 
-_TurnFields = tuple[str, int, str | None, str, Any, float, float | None, int, str | None]
+_TurnFields = tuple[str, int, str | None, TurnStatus, Any, float, float | None, int, str | None]
 _SessionFields = tuple[
     str, str, str | None, str | None, str | None, str, tuple[Any, ...], float, float
 ]
-_ChangeFields = tuple[str, str, int, int, bool, str | None]
+_ChangeFields = tuple[str, ChangeKind, int, int, bool, str | None]
 
 
 def _turn(turn: Turn) -> _TurnFields:
@@ -112,7 +156,7 @@ def _turn(turn: Turn) -> _TurnFields:
         turn.token,
         turn.number,
         turn.parent,
-        turn.status.value,
+        turn.status,
         turn.prompt,
         turn.started_at,
         turn.ended_at,
@@ -125,7 +169,7 @@ def _turn(turn: Turn) -> _TurnFields:
 class SessionView(View):
     """``pending_requests`` are the permission and input requests a running turn waits on."""
 
-    name: ClassVar[str | None] = "session"
+    called: ClassVar[str | None] = "session"
 
     id: str
     workspace: str
@@ -161,10 +205,10 @@ class ChangeView(View):
     """``kind`` is ``added``, ``modified``, ``deleted``, ``renamed`` or ``type_changed``;
     ``old_path`` is a renamed file's path before."""
 
-    name: ClassVar[str | None] = "file change"
+    called: ClassVar[str | None] = "file change"
 
     path: str
-    kind: str
+    kind: ChangeKind
     additions: int
     deletions: int
     binary: bool
@@ -172,13 +216,13 @@ class ChangeView(View):
 
     @classmethod
     def of(cls, change: FileChange) -> ChangeView:
-        return cls(*_change(change))
+        return cls._make(*_change(change))
 
 
 def _change(change: FileChange) -> _ChangeFields:
     return (
         change.path,
-        change.kind.value,
+        change.kind,
         change.additions,
         change.deletions,
         change.binary,
@@ -192,11 +236,11 @@ class RevertView(View):
     ``files_restored`` or ``undoing`` while it moves files); ``to_turn`` and ``from_head`` are
     turn tokens; ``undo_checkpoint`` is the workspace commit an undo puts back."""
 
-    name: ClassVar[str | None] = "revert"
+    called: ClassVar[str | None] = "revert"
 
     id: int
     session: str
-    state: str
+    state: RevertState
     to_turn: str | None
     from_head: str | None
     files: bool
@@ -212,7 +256,7 @@ class RevertView(View):
         return cls(
             revert.id,
             revert.session_id,
-            revert.state.value,
+            revert.state,
             revert.to_turn,
             revert.from_head,
             revert.files,
@@ -231,15 +275,15 @@ class MessageView(View):
     ``tool_call``, ``plan``, ``error``, ``notice``, ``other`` or ``unreadable``; ``data`` is
     what the agent sent."""
 
-    name: ClassVar[str | None] = "message"
+    called: ClassVar[str | None] = "message"
 
-    kind: str
+    kind: MessageKind
     text: str
     data: Any
 
     @classmethod
     def of(cls, message: Message) -> MessageView:
-        return cls(message.kind.value, message.text, message.data)
+        return cls._make(message.kind, message.text, message.data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,9 +291,9 @@ class ActivityView(View):
     """``level`` is ``info``, ``warning`` or ``error``; ``data.remedy``, when there is one, is
     what settles it, which the human output words as a command."""
 
-    name: ClassVar[str | None] = "activity"
+    called: ClassVar[str | None] = "activity"
 
-    level: str
+    level: ActivityLevel
     code: str
     message: str
     turn: str | None
@@ -258,8 +302,8 @@ class ActivityView(View):
 
     @classmethod
     def of(cls, activity: Activity) -> ActivityView:
-        return cls(
-            activity.level.value,
+        return cls._make(
+            activity.level,
             activity.code,
             activity.message,
             activity.turn,
@@ -272,26 +316,26 @@ class ActivityView(View):
 class SessionTurnView(TurnView):
     """A turn with its session's id."""
 
-    name: ClassVar[str | None] = None
+    called: ClassVar[str | None] = None
 
     session: str
 
     @classmethod
     def of(cls, turn: Turn) -> SessionTurnView:
-        return cls(*_turn(turn), turn.session_id)
+        return cls._make(*_turn(turn), turn.session_id)
 
 
 @dataclass(frozen=True, slots=True)
 class UnrecoveredView(SessionTurnView):
     """A set-aside turn, and why recovery could not apply it."""
 
-    name: ClassVar[str | None] = "set-aside turn"
+    called: ClassVar[str | None] = "set-aside turn"
 
     reason: str
 
     @classmethod
     def of(cls, item: UnrecoveredTurn) -> UnrecoveredView:  # type: ignore[override]
-        return cls(*_turn(item.turn), item.turn.session_id, item.reason)
+        return cls._make(*_turn(item.turn), item.turn.session_id, item.reason)
 
 
 # -- each command's shape -------------------------------------------------------------------
@@ -302,7 +346,7 @@ class ListedSession(SessionView):
     """``turns``: how many its conversation holds; ``set_aside``: how many wait to be applied
     or discarded."""
 
-    name: ClassVar[str | None] = None
+    called: ClassVar[str | None] = None
 
     turns: int
     set_aside: int
@@ -321,7 +365,7 @@ class LogTurnView(TurnView):
     """A turn of the log: its files, the changes made before it outside any turn, its
     workspace checkpoints, and the revert that took it out of the conversation."""
 
-    name: ClassVar[str | None] = None
+    called: ClassVar[str | None] = None
 
     files: tuple[ChangeView, ...]
     outside: tuple[ChangeView, ...]
@@ -331,11 +375,11 @@ class LogTurnView(TurnView):
     @classmethod
     def of(cls, diff: TurnDiff) -> LogTurnView:  # type: ignore[override]
         turn = diff.turn
-        return cls(
+        return cls._make(
             *_turn(turn),
             _changes(diff.files),
             _changes(diff.outside),
-            CheckpointsView(turn.begin_checkpoint, turn.end_checkpoint),
+            CheckpointsView._make(turn.begin_checkpoint, turn.end_checkpoint),
             turn.reverted_by,
         )
 
@@ -377,7 +421,7 @@ class RunEventView(View):
 
     @classmethod
     def of(cls, event: RunEvent) -> RunEventView:
-        return cls(event.seq, event.kind, event.event, event.at)
+        return cls._make(event.seq, event.kind, event.event, event.at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,7 +460,7 @@ class DiffView(View):
 class KeptView(ChangeView):
     """A file a revert keeps, and why (see :class:`PlanView`)."""
 
-    name: ClassVar[str | None] = None
+    called: ClassVar[str | None] = None
 
     reason: str | None
 
@@ -537,10 +581,7 @@ class CheckView(View):
     """``ok`` is null for a check that was skipped, ``detail`` saying why; ``fix`` in words;
     ``remedy`` as a library error names it, or null."""
 
-    name: ClassVar[str | None] = None
-
-    # the field is named "name" in JSON; the class attribute above is the README's
-    check: str = field(metadata={"json": "name"})
+    name: str
     ok: bool | None
     detail: str
     fix: str | None
@@ -557,7 +598,7 @@ class DemoTurnView(View):
 
     number: int
     token: str
-    status: str
+    status: TurnStatus
     events: int
     reverted: bool
 
@@ -566,7 +607,7 @@ class DemoTurnView(View):
         return cls(
             turn.number,
             turn.token,
-            turn.status.value,
+            turn.status,
             turn.event_count,
             turn.reverted_by is not None,
         )

@@ -3,19 +3,14 @@ shapes: three sessions, one of them with a turn still running in this process.""
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import turnback
-from turnback.engine.owners import current_owner
-from turnback.model import JournalEntry, Owner, TurnStatus
 
-from ..conftest import insert_next_turn
+from ..conftest import abandon as dead_owners_turn
 
 
 def chunk(text: str, kind: str = "agent_message_chunk") -> dict[str, Any]:
@@ -23,29 +18,8 @@ def chunk(text: str, kind: str = "agent_message_chunk") -> dict[str, Any]:
 
 
 def abandon(tb: turnback.Turnback, session: turnback.Session, prompt: str, *events: Any) -> str:
-    """A running turn whose owner is dead (this pid with another start time), as a crash
-    leaves it; returns its token."""
-    me = current_owner()
-    dead = Owner(
-        id="dead" + uuid.uuid4().hex[:20],
-        host=me.host,
-        boot_id=me.boot_id,
-        pid=me.pid,
-        start_time=me.start_time + 1,
-        created_at=time.time(),
-    )
-    with tb.store.atomic() as tx:
-        tx.upsert_owner(dead)
-        turn = insert_next_turn(
-            tx, session.id, owner_id=dead.id, status=TurnStatus.RUNNING, prompt=prompt
-        )
-        tx.append_journal(
-            [
-                JournalEntry(turn.token, seq, str(e["sessionUpdate"]), json.dumps(e), time.time())
-                for seq, e in enumerate(events, start=1)
-            ]
-        )
-    return turn.token
+    """A running turn whose owner is dead, as a crash leaves it; returns its token."""
+    return dead_owners_turn(tb, session, events, prompt).token
 
 
 @dataclass

@@ -64,7 +64,7 @@ ROUTES: dict[str, type[View]] = {
 
 
 def _named(cls: type) -> str | None:
-    return cls.__dict__.get("name") if issubclass(cls, View) else None
+    return cls.__dict__.get("called") if issubclass(cls, View) else None
 
 
 def _fields(cls: type[View]) -> list[tuple[str, object]]:
