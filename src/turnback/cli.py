@@ -23,11 +23,10 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 import turnback.acp
-from turnback import views
 from turnback.acp import launch
 
 if TYPE_CHECKING:
-    from turnback import Session, Turnback
+    from turnback import Session, Turnback, views
     from turnback.errors import TurnbackError
     from turnback.model import FileChange, Revert, RevertPlan
 
@@ -167,7 +166,9 @@ def _changes_line(changes: Sequence[FileChange], limit: int = 6) -> str:
 
 
 def _emit_json(data: views.View | Sequence[views.View]) -> None:
-    click.echo(json.dumps(views.to_json(data), indent=2, ensure_ascii=False, default=str))
+    from turnback.views import to_json
+
+    click.echo(json.dumps(to_json(data), indent=2, ensure_ascii=False, default=str))
 
 
 # -- plumbing ----------------------------------------------------------------------------------
@@ -269,6 +270,7 @@ pass_state = click.make_pass_decorator(Context)
 @pass_state
 def sessions(state: Context, as_json: bool) -> None:
     """List sessions, most recently active first."""
+    from turnback import views
     from turnback.errors import StoreNotFound
 
     try:
@@ -298,13 +300,17 @@ def log(state: Context, session: str, as_json: bool) -> None:
     since the last turn."""
     handle = state.tb.session(session)
     if as_json:
+        from turnback import views
+
         _emit_json(views.log(handle))
         return
     record = handle.record
     timeline = handle.timeline()
     reverts = handle.reverts()
     running = [d.turn for d in timeline if d.turn.status == "running"]
-    moving = views.unfinished(reverts)
+    from turnback.engine.turns import unfinished
+
+    moving = unfinished(reverts)
     # The capture for "since the head" runs git while the rows are rendered; not while a turn
     # runs or a revert moves the files (it would wait for the revert to finish).
     pool = ThreadPoolExecutor(max_workers=1)
@@ -385,6 +391,8 @@ def show(state: Context, session: str, turn: str, events: bool, as_json: bool) -
     """Show one turn's conversation. TURN is its number or a token prefix."""
     handle = state.tb.session(session)
     if as_json:
+        from turnback import views
+
         _emit_json(views.show(handle, turn))
         return
     found = handle.get_turn(turn)
@@ -420,6 +428,8 @@ def recover(state: Context, as_json: bool) -> None:
     """Recover turns whose process died: apply each as interrupted, or set it aside."""
     report = state.tb.recover()
     if as_json:
+        from turnback import views
+
         _emit_json(views.RecoverView.of(report))
         return
     for r in report.reverts:
@@ -462,6 +472,8 @@ def unrecovered(
     if action is None:
         items = handle.unrecovered()
         if as_json:
+            from turnback import views
+
             _emit_json([views.UnrecoveredView.of(u) for u in items])
             return
         if not items:
@@ -476,6 +488,8 @@ def unrecovered(
         raise click.UsageError(f"`unrecovered SESSION {action}` needs the TURN to {action}")
     if action == "apply":
         applied = handle.apply(turn)
+        from turnback import views
+
         result: views.View = views.AppliedView(views.TurnView.of(applied))
         text = f"applied turn {applied.token[:12]} as turn {applied.number}"
     else:
@@ -485,6 +499,8 @@ def unrecovered(
             turn,
         )
         count = handle.discard(turn)
+        from turnback import views
+
         result = views.DiscardedView(token, count)
         text = f"discarded set-aside turn {token} and its {_events(count)}"
     if as_json:
@@ -500,6 +516,8 @@ def sweep(state: Context, as_json: bool) -> None:
     """Remove what no turn can use any more: stale step checkpoints and dead owners."""
     report = state.tb.sweep()
     if as_json:
+        from turnback import views
+
         _emit_json(views.SweepView.of(report))
         return
     click.echo(
@@ -515,6 +533,8 @@ def activities(state: Context, session: str, as_json: bool) -> None:
     """Show a session's activities: recoveries, set-asides, failures of side work."""
     items = state.tb.session(session).activities()
     if as_json:
+        from turnback import views
+
         _emit_json([views.ActivityView.of(a) for a in items])
         return
     colours = {"info": None, "warning": "yellow", "error": "red"}
@@ -539,6 +559,8 @@ def diff(state: Context, session: str, turn: str, stat: bool, as_json: bool) -> 
     the agent's."""
     handle = state.tb.session(session)
     if as_json:
+        from turnback import views
+
         _emit_json(views.diff(handle, turn, patch=not stat))
         return
     found = handle.diff(turn, patch=not stat)
@@ -641,6 +663,8 @@ def revert(
         if dry_run:
             assert plan is not None
             if as_json:
+                from turnback import views
+
                 _emit_json(views.PlanView.of(plan))
             else:
                 click.echo(f"{what[0].upper()}{what[1:]} would change:")
@@ -658,6 +682,8 @@ def revert(
     except KeyboardInterrupt:
         _interrupted(handle, before, undo, as_json)
     if as_json:
+        from turnback import views
+
         _emit_json(views.RevertView.of(result))
     elif undo:
         click.echo(f"undid revert {result.id}: files, turns and head are as before it")
@@ -703,6 +729,8 @@ def _interrupted(handle: Session, before: Mapping[int, str], undo: bool, as_json
             "`turnback recover` rolls the revert back"
         )
     if as_json:
+        from turnback import views
+
         revert = views.RevertView.of(record) if record is not None else None
         _emit_json(views.InterruptedView(line, True, revert))
     click.echo(_colour(line, fg="red"), err=True)
@@ -719,6 +747,8 @@ def _conflicts_as_json(as_json: bool, call: Callable[..., T], *args: Any, **kwar
     except (RevertConflict, RestoreIncomplete) as error:
         if not as_json:
             raise
+        from turnback import views
+
         shape = views.ConflictView if isinstance(error, RevertConflict) else views.IncompleteView
         _emit_json(shape(str(error), tuple(error.paths)))
         click.echo(_colour(f"error: {error}", fg="red"), err=True)
@@ -773,6 +803,8 @@ def gc(state: Context, keep: int | None, older_than: float | None, as_json: bool
     """Prune workspace checkpoints nothing needs and report the bytes freed."""
     report = state.tb.gc(keep=keep, older_than=older_than)
     if as_json:
+        from turnback import views
+
         _emit_json(views.GcView.of(report))
         return
     click.echo(
@@ -802,6 +834,8 @@ def doctor(state: Context, as_json: bool) -> None:
         home = Path(state.home).expanduser() if state.home else default_home()
         checks = doctor_unopened(home.absolute(), error)
     if as_json:
+        from turnback import views
+
         _emit_json([views.CheckView.of(c) for c in checks])
     else:
         for check in checks:

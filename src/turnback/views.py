@@ -681,13 +681,6 @@ class ReviewMarkView(View):
 # -- reading one shape's records --------------------------------------------------------------
 
 
-def unfinished(reverts: Iterable[Revert]) -> list[Revert]:
-    """The reverts and undos that have not finished: their files may be moving."""
-    from turnback.engine.turns import UNFINISHED_REVERTS
-
-    return [r for r in reverts if r.state in UNFINISHED_REVERTS]
-
-
 def sessions(tb: Turnback) -> list[ListedSession]:
     """``sessions``: every session, most recently active first, with how many turns its
     conversation holds and how many are set aside."""
@@ -705,6 +698,8 @@ def log(handle: Session) -> LogView:
     cannot be known)."""
     timeline = handle.timeline()
     reverts = handle.reverts()
+    from turnback.engine.turns import unfinished
+
     running = any(d.turn.status == "running" for d in timeline)
     since = None if running or unfinished(reverts) else handle.changes_since_head()
     return LogView.of(handle.record, timeline, reverts, since)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +60,7 @@ from turnback.model import (
     JournalEntry,
     Message,
     MessageKind,
+    Revert,
     RevertState,
     RunEvent,
     StepCheckpoint,
@@ -336,6 +337,11 @@ def require_idle(tx: Tx, session_id: str, before: str) -> None:
 
 #: Revert states that hold the workspace: the files may be moving.
 UNFINISHED_REVERTS = (RevertState.STARTED, RevertState.FILES_RESTORED, RevertState.UNDOING)
+
+
+def unfinished(reverts: Iterable[Revert]) -> list[Revert]:
+    """The reverts and undos of ``reverts`` that have not finished: their files may be moving."""
+    return [r for r in reverts if r.state in UNFINISHED_REVERTS]
 
 
 def require_no_revert(tx: Tx, workspace: str, then: str) -> None:
