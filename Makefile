@@ -52,9 +52,11 @@ $(BROWSER_STAMP): $(STAMP)
 demo: $(STAMP)
 	$(BIN)/turnback demo
 
+# lint-imports checks the layers of docs/design.md (the contracts are in pyproject.toml)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
+	$(BIN)/lint-imports --no-logo --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -1,4 +1,4 @@
-"""Benchmark of the journal's durability modes (README, Design, invariant 3) and of recovery.
+"""Benchmark of the journal's durability modes (docs/design.md, invariant 3) and of recovery.
 
     python bench/journal.py                  # the recorded run, about a minute
     python bench/journal.py --smoke          # tiny sizes, a few seconds (the smoke test)

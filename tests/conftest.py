@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -95,40 +96,42 @@ def insert_next_turn(tx: Tx, session_id: str, **fields: Any) -> Turn:
     return turn
 
 
-@pytest.fixture
-def abandoned_turn(tb: turnback.Turnback) -> AbandonTurn:
+def abandon(
+    tb: turnback.Turnback,
+    session: turnback.Session,
+    events: Sequence[dict[str, Any]] = (),
+    prompt: Any = "do it",
+) -> Turn:
     """Make a running turn whose owner is dead, as a crash leaves it, straight in the store.
 
     The owner has this process's pid with another start time: a reused pid, so it is dead."""
-
-    def make(
-        session: turnback.Session, events: Sequence[dict[str, Any]] = (), prompt: Any = "do it"
-    ) -> Turn:
-        me = current_owner()
-        dead = Owner(
-            id="dead" + uuid.uuid4().hex[:20],
-            host=me.host,
-            boot_id=me.boot_id,
-            pid=me.pid,
-            start_time=me.start_time + 1,
-            created_at=time.time(),
+    me = current_owner()
+    dead = Owner(
+        id="dead" + uuid.uuid4().hex[:20],
+        host=me.host,
+        boot_id=me.boot_id,
+        pid=me.pid,
+        start_time=me.start_time + 1,
+        created_at=time.time(),
+    )
+    with tb.store.atomic() as tx:
+        tx.upsert_owner(dead)
+        turn = insert_next_turn(
+            tx, session.id, owner_id=dead.id, status=TurnStatus.RUNNING, prompt=prompt
         )
-        with tb.store.atomic() as tx:
-            tx.upsert_owner(dead)
-            turn = insert_next_turn(
-                tx, session.id, owner_id=dead.id, status=TurnStatus.RUNNING, prompt=prompt
-            )
-            tx.append_journal(
-                [
-                    JournalEntry(
-                        turn.token, seq, str(e["sessionUpdate"]), json.dumps(e), time.time()
-                    )
-                    for seq, e in enumerate(events, start=1)
-                ]
-            )
-        return turn
+        tx.append_journal(
+            [
+                JournalEntry(turn.token, seq, str(e["sessionUpdate"]), json.dumps(e), time.time())
+                for seq, e in enumerate(events, start=1)
+            ]
+        )
+    return turn
 
-    return make
+
+@pytest.fixture
+def abandoned_turn(tb: turnback.Turnback) -> AbandonTurn:
+    """:func:`abandon` on ``tb``."""
+    return functools.partial(abandon, tb)
 
 
 @pytest.fixture

@@ -1,3 +1,3 @@
-from turnback.acp.launch import main
+from turnback.launcher import main
 
 main()

@@ -2,7 +2,7 @@
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 conflict (a running turn, a turn in the wrong state),
 130 interrupted (Ctrl-C during a revert).
-Every command takes ``--json`` for scripts; the shapes are documented in the README.
+Every command takes ``--json`` for scripts: the shapes of :mod:`turnback.views`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import shutil
 import sys
 import time
 import unicodedata
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -24,21 +23,13 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
+import turnback.acp
 from turnback.acp import launch
 
 if TYPE_CHECKING:
-    from turnback import Session, Turnback
+    from turnback import Session, Turnback, views
     from turnback.errors import TurnbackError
-    from turnback.model import (
-        Activity,
-        FileChange,
-        Message,
-        Revert,
-        RevertPlan,
-        SessionRecord,
-        Turn,
-        UnrecoveredTurn,
-    )
+    from turnback.model import FileChange, Revert, RevertPlan
     from turnback.service import Command
 
 T = TypeVar("T")
@@ -157,48 +148,6 @@ def _short(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def turn_json(turn: Turn) -> dict[str, Any]:
-    return {
-        "token": turn.token,
-        "number": turn.number,
-        "parent": turn.parent,
-        "status": turn.status.value,
-        "prompt": turn.prompt,
-        "started_at": turn.started_at,
-        "ended_at": turn.ended_at,
-        "events": turn.event_count,
-        "detail": turn.detail,
-    }
-
-
-def session_json(session: SessionRecord, turns: int | None = None) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "id": session.id,
-        "workspace": session.workspace,
-        "title": session.title,
-        "agent": session.agent,
-        "head": session.head,
-        "status": session.status,
-        "pending_requests": list(session.pending_requests),
-        "created_at": session.created_at,
-        "updated_at": session.updated_at,
-    }
-    if turns is not None:
-        data["turns"] = turns
-    return data
-
-
-def change_json(change: FileChange) -> dict[str, Any]:
-    return {
-        "path": change.path,
-        "kind": change.kind.value,
-        "additions": change.additions,
-        "deletions": change.deletions,
-        "binary": change.binary,
-        "old_path": change.old_path,
-    }
-
-
 _KIND_LETTERS = {
     "added": "A",
     "modified": "M",
@@ -218,124 +167,10 @@ def _changes_line(changes: Sequence[FileChange], limit: int = 6) -> str:
     return ", ".join(shown) + more
 
 
-def revert_json(revert: Revert) -> dict[str, Any]:
-    return {
-        "id": revert.id,
-        "session": revert.session_id,
-        "state": revert.state.value,
-        "to_turn": revert.to_turn,
-        "from_head": revert.from_head,
-        "files": revert.files,
-        "conversation": revert.conversation,
-        "keep_user_edits": revert.keep_user_edits,
-        "undo_checkpoint": revert.undo_checkpoint,
-        "detail": revert.detail,
-        "created_at": revert.created_at,
-        "ended_at": revert.ended_at,
-    }
+def _emit_json(data: views.View | Sequence[views.View]) -> None:
+    from turnback.views import to_json
 
-
-def message_json(message: Message) -> dict[str, Any]:
-    return {"kind": message.kind.value, "text": message.text, "data": message.data}
-
-
-def activity_json(activity: Activity) -> dict[str, Any]:
-    return {
-        "level": activity.level.value,
-        "code": activity.code,
-        "message": activity.message,
-        "turn": activity.turn,
-        "data": activity.data,
-        "at": activity.at,
-    }
-
-
-def unrecovered_json(item: UnrecoveredTurn) -> dict[str, Any]:
-    return {**turn_json(item.turn), "session": item.turn.session_id, "reason": item.reason}
-
-
-# -- the --json shapes, whole: the web page's API serves the same ones ------------------------
-
-
-def sessions_json(tb: Turnback) -> list[dict[str, Any]]:
-    """``sessions --json``: every session, most recently active first, with how many turns its
-    conversation holds and how many are set aside."""
-    records = tb.sessions()
-    overview = tb.conversations() if records else {}
-    aside = Counter(u.turn.session_id for u in tb.unrecovered()) if records else Counter()
-    return [
-        {**session_json(r, overview.get(r.id, (0, None))[0]), "set_aside": aside[r.id]}
-        for r in records
-    ]
-
-
-def log_json(handle: Session) -> dict[str, Any]:
-    """``log --json``: the session, each turn with its files and checkpoints, the reverts, and
-    what changed since the head (``None`` while a turn runs or a revert moves the files, or when
-    it cannot be known)."""
-    record = handle.record
-    timeline = handle.timeline()
-    reverts = handle.reverts()
-    running = [d.turn for d in timeline if d.turn.status == "running"]
-    since = None if running or _moving(reverts) else handle.changes_since_head()
-    return {
-        "session": session_json(record),
-        "turns": [
-            {
-                **turn_json(d.turn),
-                "files": [change_json(f) for f in d.files],
-                "outside": [change_json(f) for f in d.outside],
-                "checkpoints": {"begin": d.turn.begin_checkpoint, "end": d.turn.end_checkpoint},
-                "reverted_by": d.turn.reverted_by,
-            }
-            for d in timeline
-        ],
-        "reverts": [revert_json(r) for r in reverts],
-        "since_head": None if since is None else [change_json(f) for f in since],
-    }
-
-
-def show_json(handle: Session, turn: int | str) -> dict[str, Any]:
-    """``show --json``: one turn's conversation and its run timeline."""
-    found = handle.get_turn(turn)
-    return {
-        "session": handle.id,
-        "turn": turn_json(found),
-        "messages": [message_json(m) for m in handle.turn_messages(found.token)],
-        "events": [
-            {"seq": e.seq, "kind": e.kind, "event": e.event, "at": e.at}
-            for e in handle.run_events(found.token)
-        ],
-    }
-
-
-def diff_json(handle: Session, turn: int | str, *, patch: bool = True) -> dict[str, Any]:
-    """``diff --json``: a turn's files, the changes made outside it, and its patch (None
-    without ``patch``, as under ``--stat``, or when the checkpoints are unavailable)."""
-    from turnback.errors import CheckpointUnavailable
-
-    try:
-        found = handle.diff(turn, patch=patch)
-    except CheckpointUnavailable:
-        found = handle.diff(turn)  # "available": false says so
-    return {
-        "turn": turn_json(found.turn),
-        "available": found.available,
-        "files": [change_json(f) for f in found.files],
-        "outside": [change_json(f) for f in found.outside],
-        "patch": found.patch,
-    }
-
-
-def _moving(reverts: Sequence[Revert]) -> list[Revert]:
-    """The reverts and undos that have not finished: their files may be moving."""
-    from turnback.engine.turns import UNFINISHED_REVERTS
-
-    return [r for r in reverts if r.state in UNFINISHED_REVERTS]
-
-
-def _emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    click.echo(json.dumps(to_json(data), indent=2, ensure_ascii=False, default=str))
 
 
 # -- plumbing ----------------------------------------------------------------------------------
@@ -383,8 +218,6 @@ class Context:
     @property
     def tb(self) -> Turnback:
         if self._tb is None:
-            import turnback
-
             self._tb = turnback.open(self.home, create=False, progress=Progress())
         return self._tb
 
@@ -446,10 +279,11 @@ pass_state = click.make_pass_decorator(Context)
 @pass_state
 def sessions(state: Context, as_json: bool) -> None:
     """List sessions, most recently active first."""
+    from turnback import views
     from turnback.errors import StoreNotFound
 
     try:
-        listed = sessions_json(state.tb)
+        listed = views.sessions(state.tb)
     except StoreNotFound:
         listed = []
     if as_json:
@@ -459,13 +293,7 @@ def sessions(state: Context, as_json: bool) -> None:
         click.echo("No sessions yet. `turnback demo` shows turnback at work.")
         return
     rows = [
-        [
-            r["id"][:12],
-            str(r["turns"]),
-            _when(r["updated_at"]),
-            _short(r["title"] or "-", 30),
-            r["workspace"],
-        ]
+        [r.id[:12], str(r.turns), _when(r.updated_at), _short(r.title or "-", 30), r.workspace]
         for r in listed
     ]
     click.echo(_table(["session", "turns", "updated", "title", "workspace"], rows))
@@ -481,13 +309,17 @@ def log(state: Context, session: str, as_json: bool) -> None:
     since the last turn."""
     handle = state.tb.session(session)
     if as_json:
-        _emit_json(log_json(handle))
+        from turnback import views
+
+        _emit_json(views.log(handle))
         return
     record = handle.record
     timeline = handle.timeline()
     reverts = handle.reverts()
     running = [d.turn for d in timeline if d.turn.status == "running"]
-    moving = _moving(reverts)
+    from turnback.engine.turns import unfinished
+
+    moving = unfinished(reverts)
     # The capture for "since the head" runs git while the rows are rendered; not while a turn
     # runs or a revert moves the files (it would wait for the revert to finish).
     pool = ThreadPoolExecutor(max_workers=1)
@@ -568,7 +400,9 @@ def show(state: Context, session: str, turn: str, events: bool, as_json: bool) -
     """Show one turn's conversation. TURN is its number or a token prefix."""
     handle = state.tb.session(session)
     if as_json:
-        _emit_json(show_json(handle, turn))
+        from turnback import views
+
+        _emit_json(views.show(handle, turn))
         return
     found = handle.get_turn(turn)
     messages = handle.turn_messages(found.token)
@@ -605,14 +439,9 @@ def recover(state: Context, as_json: bool) -> None:
 
     report = state.run(Recover())
     if as_json:
-        _emit_json(
-            {
-                "recovered": [{**turn_json(t), "session": t.session_id} for t in report.recovered],
-                "set_aside": [unrecovered_json(u) for u in report.set_aside],
-                "live": [{**turn_json(t), "session": t.session_id} for t in report.live],
-                "reverts": [revert_json(r) for r in report.reverts],
-            }
-        )
+        from turnback import views
+
+        _emit_json(views.RecoverView.of(report))
         return
     for r in report.reverts:
         action = "finished undoing" if r.state == "undone" else "rolled back"
@@ -656,7 +485,9 @@ def unrecovered(
     if action is None:
         items = handle.unrecovered()
         if as_json:
-            _emit_json([unrecovered_json(u) for u in items])
+            from turnback import views
+
+            _emit_json([views.UnrecoveredView.of(u) for u in items])
             return
         if not items:
             click.echo("No set-aside turns.")
@@ -670,7 +501,9 @@ def unrecovered(
         raise click.UsageError(f"`unrecovered SESSION {action}` needs the TURN to {action}")
     if action == "apply":
         applied = state.run(ApplySetAside(handle.id, turn))
-        result: dict[str, Any] = {"applied": turn_json(applied)}
+        from turnback import views
+
+        result: views.View = views.AppliedView(views.TurnView.of(applied))
         text = f"applied turn {applied.token[:12]} as turn {applied.number}"
     else:
         token = handle.get_turn(turn).token if turn.strip().isdigit() else None
@@ -679,7 +512,9 @@ def unrecovered(
             turn,
         )
         count = state.run(DiscardSetAside(handle.id, turn))
-        result = {"discarded": token, "events": count}
+        from turnback import views
+
+        result = views.DiscardedView(token, count)
         text = f"discarded set-aside turn {token} and its {_events(count)}"
     if as_json:
         _emit_json(result)
@@ -696,12 +531,9 @@ def sweep(state: Context, as_json: bool) -> None:
 
     report = state.run(Sweep())
     if as_json:
-        _emit_json(
-            {
-                "step_checkpoints": report.step_checkpoints,
-                "owners": report.owners,
-            }
-        )
+        from turnback import views
+
+        _emit_json(views.SweepView.of(report))
         return
     click.echo(
         f"removed {report.step_checkpoints} step checkpoints and {report.owners} dead owners"
@@ -716,7 +548,9 @@ def activities(state: Context, session: str, as_json: bool) -> None:
     """Show a session's activities: recoveries, set-asides, failures of side work."""
     items = state.tb.session(session).activities()
     if as_json:
-        _emit_json([activity_json(a) for a in items])
+        from turnback import views
+
+        _emit_json([views.ActivityView.of(a) for a in items])
         return
     colours = {"info": None, "warning": "yellow", "error": "red"}
     for a in items:
@@ -740,7 +574,9 @@ def diff(state: Context, session: str, turn: str, stat: bool, as_json: bool) -> 
     the agent's."""
     handle = state.tb.session(session)
     if as_json:
-        _emit_json(diff_json(handle, turn, patch=not stat))
+        from turnback import views
+
+        _emit_json(views.diff(handle, turn, patch=not stat))
         return
     found = handle.diff(turn, patch=not stat)
     if not found.available:
@@ -839,7 +675,9 @@ def revert(
         if dry_run:
             assert plan is not None
             if as_json:
-                _emit_json(plan_json(plan))
+                from turnback import views
+
+                _emit_json(views.PlanView.of(plan))
             else:
                 click.echo(f"{what[0].upper()}{what[1:]} would change:")
                 click.echo("\n".join(_plan_lines(plan, keep_user_edits)))
@@ -856,7 +694,9 @@ def revert(
     except KeyboardInterrupt:
         _interrupted(handle, before, undo, as_json)
     if as_json:
-        _emit_json(revert_json(result))
+        from turnback import views
+
+        _emit_json(views.RevertView.of(result))
     elif undo:
         click.echo(f"undid revert {result.id}: files, turns and head are as before it")
     else:
@@ -901,13 +741,10 @@ def _interrupted(handle: Session, before: Mapping[int, str], undo: bool, as_json
             "`turnback recover` rolls the revert back"
         )
     if as_json:
-        _emit_json(
-            {
-                "error": line,
-                "interrupted": True,
-                "revert": revert_json(record) if record is not None else None,
-            }
-        )
+        from turnback import views
+
+        revert = views.RevertView.of(record) if record is not None else None
+        _emit_json(views.InterruptedView(line, True, revert))
     click.echo(_colour(line, fg="red"), err=True)
     sys.exit(130)
 
@@ -922,19 +759,12 @@ def _conflicts_as_json(as_json: bool, call: Callable[..., T], *args: Any, **kwar
     except (RevertConflict, RestoreIncomplete) as error:
         if not as_json:
             raise
-        key = "conflicts" if isinstance(error, RevertConflict) else "paths"
-        _emit_json({"error": str(error), key: list(error.paths)})
+        from turnback import views
+
+        shape = views.ConflictView if isinstance(error, RevertConflict) else views.IncompleteView
+        _emit_json(shape(str(error), tuple(error.paths)))
         click.echo(_colour(f"error: {error}", fg="red"), err=True)
         sys.exit(error.exit_code)
-
-
-def plan_json(plan: RevertPlan) -> dict[str, Any]:
-    return {
-        "restore": [change_json(c) for c in plan.restore],
-        "delete": [change_json(c) for c in plan.delete],
-        "keep": [{**change_json(c), "reason": plan.kept_because.get(c.path)} for c in plan.keep],
-        "conflicts": [change_json(c) for c in plan.conflicts],
-    }
 
 
 def _counts(change: FileChange) -> str:
@@ -987,14 +817,9 @@ def gc(state: Context, keep: int | None, older_than: float | None, as_json: bool
 
     report = state.run(CollectGarbage(keep, older_than))
     if as_json:
-        _emit_json(
-            {
-                "checkpoints_released": report.checkpoints_released,
-                "refs_removed": report.refs_removed,
-                "bytes_freed": report.bytes_freed,
-                "problems": list(report.problems),
-            }
-        )
+        from turnback import views
+
+        _emit_json(views.GcView.of(report))
         return
     click.echo(
         f"released {report.checkpoints_released} turn checkpoint(s), removed "
@@ -1023,12 +848,9 @@ def doctor(state: Context, as_json: bool) -> None:
         home = Path(state.home).expanduser() if state.home else default_home()
         checks = doctor_unopened(home.absolute(), error)
     if as_json:
-        _emit_json(
-            [
-                {"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix, "remedy": c.remedy}
-                for c in checks
-            ]
-        )
+        from turnback import views
+
+        _emit_json([views.CheckView.of(c) for c in checks])
     else:
         for check in checks:
             mark = (
@@ -1102,7 +924,7 @@ def acp(
     /rewind and /undo-rewind are answered by turnback."""
     # Started before the proxy is imported, so the agent's start-up overlaps the proxy's (the
     # ``turnback`` command serves a plain command line itself, without the CLI).
-    early = launch.take() or launch.started(agent_command)
+    early = launch.started(agent_command)
     line = launch.AcpLine(
         list(agent_command),
         home=acp_home or state.home,
@@ -1111,7 +933,7 @@ def acp(
         restart_attempts=restart_attempts,
         on_agent_crash=on_agent_crash,
     )
-    sys.exit(launch.serve(line, early))
+    sys.exit(turnback.acp.run(line, early))
 
 
 @cli.command()

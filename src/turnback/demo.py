@@ -9,6 +9,7 @@ revert to turn 1 that keeps a hand edit; and the undo of that revert.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import shutil
 import signal
 import subprocess
@@ -18,10 +19,11 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import turnback
+from turnback.errors import ExtraMissing
 from turnback.runtime import AgentRuntime, ResumePolicy
+from turnback.views import DemoTurnView, DemoView
 
 AGENT = [sys.executable, "-m", "turnback.agents.scripted"]
 
@@ -90,8 +92,14 @@ def check_workspace(workspace: str | None) -> None:
         )
 
 
-def run(*, keep: bool, workspace: str | None, echo: Callable[[str], None]) -> dict[str, Any]:
-    """Run the demo, telling ``echo`` each step; returns a summary (the ``--json`` output)."""
+def run(*, keep: bool, workspace: str | None, echo: Callable[[str], None]) -> DemoView:
+    """Run the demo, telling ``echo`` each step; returns a summary (the ``--json`` output).
+    ExtraMissing, before anything is made, where the scripted agent's SDK is not installed."""
+    if importlib.util.find_spec("acp") is None:
+        raise ExtraMissing(
+            "`turnback demo` runs the bundled scripted agent, which needs the ACP SDK that a "
+            "plain `pip install turnback` leaves out: pip install 'turnback[agent]'"
+        )
     check_workspace(workspace)
     home = Path(tempfile.mkdtemp(prefix="turnback-demo-home-"))
     work = Path(workspace) if workspace else Path(tempfile.mkdtemp(prefix="turnback-demo-ws-"))
@@ -115,21 +123,12 @@ def run(*, keep: bool, workspace: str | None, echo: Callable[[str], None]) -> di
                     "(`turnback demo --keep` keeps the home too)."
                 )
     echo(f"The demo took {time.monotonic() - started:.1f}s.")
-    return {
-        "home": str(home) if keep else None,
-        "workspace": str(work) if keep or workspace else None,
-        "session": session_id,
-        "turns": [
-            {
-                "number": t.number,
-                "token": t.token,
-                "status": t.status.value,
-                "events": t.event_count,
-                "reverted": t.reverted_by is not None,
-            }
-            for t in turns
-        ],
-    }
+    return DemoView(
+        str(home) if keep else None,
+        str(work) if keep or workspace else None,
+        session_id,
+        tuple(DemoTurnView.of(t) for t in turns),
+    )
 
 
 async def _scenario(home: Path, work: Path, echo: Callable[[str], None], keep: bool) -> str:

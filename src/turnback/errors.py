@@ -58,6 +58,16 @@ class InvalidId(TurnbackError, ValueError):
     """An id or prefix that cannot name anything (wrong characters, empty)."""
 
 
+class InvalidOption(TurnbackError, ValueError):
+    """An option turnback cannot use -- an argument of a call, or a setting in the environment
+    such as ``TURNBACK_LEASE_SECONDS``; the message names it and says what is accepted."""
+
+
+class ExtraMissing(TurnbackError):
+    """A command needs a package that ``pip install turnback`` leaves out; the message names
+    the extra that brings it (``pip install 'turnback[ui]'``)."""
+
+
 class SessionNotFound(TurnbackError, LookupError):
     pass
 
@@ -78,7 +88,7 @@ class InvalidEvent(TurnbackError, ValueError):
 
 
 class TurnInProgress(TurnbackError):
-    """A second turn was begun while one is running (README, Design, invariant 8)."""
+    """A second turn was begun while one is running (docs/design.md, invariant 8)."""
 
     exit_code = 3
 

@@ -35,7 +35,7 @@ _ENDED = frozenset(
 
 
 class Durability(enum.StrEnum):
-    """When a recorded event becomes durable (README, Design, invariant 3)."""
+    """When a recorded event becomes durable (docs/design.md, invariant 3)."""
 
     STRICT = "strict"  # every event is synced before record() returns
     BATCHED = "batched"  # buffered and flushed within a window; boundary events wait

@@ -15,6 +15,7 @@ from typing import Any
 import click
 import pytest
 
+import turnback.acp
 from tests.acp.harness import SCRIPTED, run
 from turnback.acp import launch
 from turnback.cli import cli
@@ -253,7 +254,7 @@ def test_the_cli_serves_a_plain_command_line_as_the_start_does(
         served.append(line)
         return 0
 
-    monkeypatch.setattr(launch, "serve", serve)
+    monkeypatch.setattr(turnback.acp, "run", serve)
     with pytest.raises(SystemExit) as exited:
         cli.main(args=argv, prog_name="turnback")
     assert exited.value.code == 0
@@ -412,7 +413,7 @@ class Gate:
         return None
 sys.meta_path.insert(0, Gate)
 sys.argv[1:] = {argv!r}
-from turnback.acp.launch import main
+from turnback.launcher import main
 main()
 """
 
@@ -478,7 +479,7 @@ def test_initialize_is_answered_while_the_proxy_is_still_loading(
 
 def test_the_start_imports_only_what_starting_a_process_needs() -> None:
     """Everything ``turnback`` imports before the agent starts costs the editor its time."""
-    code = "import sys, turnback.acp.launch; print(' '.join(sorted(sys.modules)))"
+    code = "import sys, turnback.launcher; print(' '.join(sorted(sys.modules)))"
     loaded = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, check=True, text=True
     ).stdout.split()
@@ -488,4 +489,5 @@ def test_the_start_imports_only_what_starting_a_process_needs() -> None:
         "turnback",
         "turnback.acp",
         "turnback.acp.launch",
+        "turnback.launcher",
     ]

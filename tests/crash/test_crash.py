@@ -1,6 +1,6 @@
 """The crash suite: a real process is killed with SIGKILL at every fault point of turnback's write
 orders, and at random moments while streaming; a fresh process recovers and the durable state is
-compared with what was acknowledged (README, Design, invariants 1-3 and 5-8)."""
+compared with what was acknowledged (docs/design.md, invariants 1-3 and 5-8)."""
 
 from __future__ import annotations
 

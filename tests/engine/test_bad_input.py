@@ -482,3 +482,51 @@ def test_a_home_that_cannot_be_created(tmp_path: Path, read_only: list[Path]) ->
     assert str(home) in result.stdout
     assert "--home" in result.stdout
     assert not home.exists()
+
+
+# -- the error contract: a bad setting or argument is a TurnbackError that says what is accepted
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "nan", "inf", "1e999"])
+def test_a_bad_lease_setting_is_refused_before_anything_opens(
+    home: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("TURNBACK_LEASE_SECONDS", value)
+    with pytest.raises(turnback.InvalidOption) as refused:
+        turnback.open(home)
+    assert str(refused.value) == (
+        f"TURNBACK_LEASE_SECONDS must be a positive number of seconds, such as 30, not "
+        f"{value!r}; set it so, or unset it for the default"
+    )
+    assert isinstance(refused.value, turnback.TurnbackError)
+    assert not home.exists()  # nothing was opened, so nothing was made
+
+
+@pytest.mark.parametrize("seconds", [0, -1.0, math.nan, math.inf])
+def test_a_bad_lease_argument_is_refused(home: Path, seconds: float) -> None:
+    with pytest.raises(turnback.InvalidOption, match="lease_seconds must be a positive number"):
+        turnback.open(home, lease_seconds=seconds)
+    assert not home.exists()
+
+
+def test_a_bad_durability_is_refused(home: Path) -> None:
+    with pytest.raises(turnback.InvalidOption) as refused:
+        turnback.open(home, durability="sometimes")
+    assert str(refused.value) == "durability must be one of strict, batched, turn, not 'sometimes'"
+    assert isinstance(refused.value, turnback.TurnbackError)
+    assert not home.exists()
+
+
+def test_a_revert_of_neither_files_nor_conversation_is_refused(
+    strict: turnback.Turnback, tmp_path: Path, home: Path
+) -> None:
+    session = strict.create_session(tmp_path)
+    with session.turn("one") as turn:
+        turn.record(chunk("hi"))
+    before = dump(home)
+    for call in (session.revert, session.revert_plan, session.start_revert):
+        with pytest.raises(turnback.InvalidOption) as refused:
+            call(0, files=False, conversation=False)
+        assert "a revert moves the files, the conversation, or both" in str(refused.value)
+        assert isinstance(refused.value, turnback.TurnbackError)
+    assert dump(home) == before

@@ -1,5 +1,5 @@
 """Workspace checkpoints of turns, diffs, reverts and their undo, through the public API on real
-git and real files (README, Design, invariants 4, 9 and 10)."""
+git and real files (docs/design.md, invariants 4, 9 and 10)."""
 
 from __future__ import annotations
 

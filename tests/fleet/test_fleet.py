@@ -1,6 +1,6 @@
 """A fleet: processes standing in for several machines (``TURNBACK_HOST``) share one store, on
 both backends. Owners on another host are judged by their lease alone, so one machine can play
-them all; the writes of a process whose turn was taken over are fenced off (README, Design,
+them all; the writes of a process whose turn was taken over are fenced off (docs/design.md,
 invariants 5 and 8)."""
 
 from __future__ import annotations

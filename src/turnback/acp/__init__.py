@@ -12,10 +12,25 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # not at run time: ``turnback acp`` starts its agent before ``typing`` loads
     from typing import Any
 
-    from turnback.acp.launch import DEFAULT_MAX_FRAME
+    from turnback.acp.launch import DEFAULT_MAX_FRAME, AcpLine, Launched
     from turnback.acp.proxy import Proxy, main, serve
 
-__all__ = ["DEFAULT_MAX_FRAME", "Proxy", "main", "serve"]
+__all__ = ["DEFAULT_MAX_FRAME", "Proxy", "main", "run", "serve"]
+
+
+def run(line: AcpLine, early: Launched | None) -> int:
+    """Run the proxy for a ``turnback acp`` command line (``early``: the agent as
+    :func:`turnback.acp.launch.start` or ``started`` started it); returns its exit status. The
+    seam through which the command line and the launcher start the proxy."""
+    from turnback.acp.proxy import main as proxy
+    from turnback.runtime import OnCrash, ResumePolicy
+
+    policy = ResumePolicy(
+        attempts=line.restart_attempts,
+        on_crash=OnCrash(line.on_agent_crash),
+        initialize_timeout=line.initialize_timeout,
+    )
+    return proxy(line.agent, home=line.home, max_frame=line.max_frame, policy=policy, early=early)
 
 
 def __getattr__(name: str) -> Any:

@@ -10,8 +10,9 @@ answer's path it makes the answer wait for modules the answer does not need. So:
    ``turnback [--home H] acp [--option VALUE]… -- AGENT…`` with valid values goes the ordinary
    way, through the CLI, which says what is wrong with it), and nothing but what starting a
    process needs is imported before the agent starts (not even ``typing`` or ``dataclasses``);
-   a plain command line is then served without the CLI (:func:`serve`), whose loading (click,
-   every command) would only take CPU from the agent's start-up;
+   a plain command line is then served without the CLI (:func:`turnback.acp.run`, by
+   :mod:`turnback.launcher`), whose loading (click, every command) would only take CPU from the
+   agent's start-up;
 2. the agent is started at once, and a thread relays ``initialize`` (:func:`relay`) while the
    proxy loads and opens its store as usual, so both are ready by the time the editor's next
    request comes;
@@ -37,7 +38,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # not at run time: importing ``typing`` takes longer than starting the agent
@@ -144,16 +144,6 @@ class Launched:
         the proxy's."""
         if self.relaying is not None:
             self.relaying.join()
-
-
-_launched: Launched | None = None
-
-
-def take() -> Launched | None:
-    """The start made by :func:`main`, once, for ``turnback acp`` to carry on from."""
-    global _launched
-    launched, _launched = _launched, None
-    return launched
 
 
 def command_line(argv: Sequence[str]) -> AcpLine | None:
@@ -380,43 +370,3 @@ def _relay(launched: Launched, initialize_timeout: float) -> None:
 
     with contextlib.suppress(OSError):  # the editor is gone: the proxy finds out and ends
         relay(launched, initialize_timeout=initialize_timeout)
-
-
-def serve(line: AcpLine, early: Launched | None) -> int:
-    """Run the proxy for ``line`` (``early``: how :func:`start` started, if it did); returns
-    its exit status."""
-    from turnback.acp.proxy import main as proxy
-    from turnback.runtime import OnCrash, ResumePolicy
-
-    policy = ResumePolicy(
-        attempts=line.restart_attempts,
-        on_crash=OnCrash(line.on_agent_crash),
-        initialize_timeout=line.initialize_timeout,
-    )
-    return proxy(line.agent, home=line.home, max_frame=line.max_frame, policy=policy, early=early)
-
-
-def main() -> None:
-    """The ``turnback`` command: a plain ``turnback acp -- AGENT…`` starts as above and is served
-    without the CLI; everything else runs through :mod:`turnback.cli`."""
-    global _launched
-    argv = sys.argv[1:]
-    line = command_line(argv)
-    if line is not None:
-        _launched = start(line.agent, line.initialize_timeout)
-        from turnback.errors import TurnbackError
-
-        try:
-            sys.exit(serve(line, take()))
-        except TurnbackError as error:
-            from turnback.cli import fail
-
-            fail(error)
-    from turnback.cli import main as cli
-
-    try:
-        cli(argv)
-    finally:
-        launched = take()  # not taken: the command line was refused
-        if launched is not None and launched.process is not None:
-            launched.process.kill()

@@ -79,29 +79,38 @@ import posixpath
 import re
 import shutil
 import signal
+import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, cast
 
-import acp
-from acp.schema import (
-    AgentCapabilities,
-    AllowedOutcome,
-    Implementation,
-    InitializeResponse,
-    LoadSessionResponse,
-    NewSessionResponse,
-    PermissionOption,
-    PromptResponse,
-    SessionNotification,
-    StopReason,
-    TextContentBlock,
-    ToolCallLocation,
-    ToolCallUpdate,
-    ToolKind,
-)
+try:
+    import acp
+    from acp.schema import (
+        AgentCapabilities,
+        AllowedOutcome,
+        Implementation,
+        InitializeResponse,
+        LoadSessionResponse,
+        NewSessionResponse,
+        PermissionOption,
+        PromptResponse,
+        SessionNotification,
+        StopReason,
+        TextContentBlock,
+        ToolCallLocation,
+        ToolCallUpdate,
+        ToolKind,
+    )
+except ModuleNotFoundError as missing:  # run without the `agent` extra: say so in one line
+    if missing.name != "acp" or __name__ != "__main__":
+        raise
+    sys.exit(
+        "the scripted agent needs the ACP SDK, which a plain `pip install turnback` leaves "
+        "out: pip install 'turnback[agent]'"
+    )
 
 __all__ = ["ScriptError", "ScriptedAgent", "main", "parse_script"]
 

@@ -10,19 +10,42 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from turnback.engine.owners import is_alive
 from turnback.errors import DECIDE, GC, RECOVER, StoreNotFound, TurnbackError
-from turnback.model import HealthCheck, MessageKind, RevertState, TurnStatus, is_unreadable
+from turnback.model import (
+    HealthCheck,
+    MessageKind,
+    RevertState,
+    SessionRecord,
+    TurnStatus,
+    is_unreadable,
+)
 from turnback.store.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
-    from turnback.engine.handle import Turnback
+    from turnback.engine.checkpoints import WorkspaceCheckpoints
+    from turnback.store import Store
     from turnback.workspace.git import Git
 
 
-def doctor(tb: Turnback) -> list[HealthCheck]:
+class Examined(Protocol):
+    """What doctor reads of an open home (a :class:`~turnback.engine.handle.Turnback`)."""
+
+    @property
+    def home(self) -> Path: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def checkpoints(self) -> WorkspaceCheckpoints | None: ...
+
+    def sessions(self) -> list[SessionRecord]: ...
+
+
+def doctor(tb: Examined) -> list[HealthCheck]:
     """Every check, each reported whatever the others found: one that cannot run is a failed
     check saying why, never an exception (a read-only home, a damaged database)."""
     try:
@@ -95,7 +118,7 @@ def _fix_for(error: BaseException) -> str:
     return "the message above says what failed; fix that, then check again"
 
 
-def _git(tb: Turnback) -> HealthCheck:
+def _git(tb: Examined) -> HealthCheck:
     if tb.checkpoints is None:
         return HealthCheck("git", True, "workspace checkpoints are turned off; git is not needed")
     try:
@@ -143,7 +166,7 @@ def _home(home: Path, workspaces: list[str]) -> HealthCheck:
     return HealthCheck("home", True, detail)
 
 
-def _database(tb: Turnback) -> HealthCheck:
+def _database(tb: Examined) -> HealthCheck:
     try:
         problems = tb.store.integrity_problems()
     except TurnbackError as error:
@@ -159,7 +182,7 @@ def _database(tb: Turnback) -> HealthCheck:
     return HealthCheck("database", True, f"{tb.store.url}: schema {SCHEMA_VERSION}, integrity ok")
 
 
-def _rows(tb: Turnback) -> HealthCheck:
+def _rows(tb: Examined) -> HealthCheck:
     """Stored prompts, messages and events that cannot be read back. They are shown as
     unreadable wherever they appear, so nothing else breaks; this says where they are."""
     found: list[str] = []
@@ -192,7 +215,7 @@ def _rows(tb: Turnback) -> HealthCheck:
     )
 
 
-def _turns(tb: Turnback) -> list[HealthCheck]:
+def _turns(tb: Examined) -> list[HealthCheck]:
     with tb.store.read() as tx:
         running = tx.turns_with_status(TurnStatus.RUNNING)
         now = tx.now()
@@ -234,7 +257,7 @@ def _turns(tb: Turnback) -> list[HealthCheck]:
     return checks
 
 
-def _shadows(tb: Turnback, workspaces: list[str]) -> list[HealthCheck]:
+def _shadows(tb: Examined, workspaces: list[str]) -> list[HealthCheck]:
     if tb.checkpoints is None:
         return []
     snapshots = tb.checkpoints.snapshots

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Unpack
 
-from turnback.engine import diffs, recovery, revert, sessions
+from turnback.engine import diffs, owners, recovery, revert, sessions
 from turnback.engine.checkpoints import WorkspaceCheckpoints, collect_garbage
 from turnback.engine.journal import Journal
 from turnback.engine.owners import Lease, is_alive
@@ -30,6 +30,7 @@ from turnback.engine.turns import (
 )
 from turnback.errors import (
     AmbiguousId,
+    InvalidOption,
     RevertInProgress,
     SessionNotFound,
     StoreCorrupt,
@@ -116,7 +117,10 @@ class Turnback:
             mode = Durability(durability)
         except ValueError:
             choices = ", ".join(m.value for m in Durability)
-            raise ValueError(f"durability must be one of {choices}, not {durability!r}") from None
+            raise InvalidOption(
+                f"durability must be one of {choices}, not {durability!r}"
+            ) from None
+        lease = owners.lease_seconds(lease_seconds)  # checked before anything is opened
         self.home = (Path(home).expanduser() if home is not None else default_home()).absolute()
         url = database_url or os.environ.get("TURNBACK_DATABASE_URL") or sqlite_url(self.home)
         if url == sqlite_url(self.home):
@@ -127,7 +131,7 @@ class Turnback:
         #: this process's lease on the turns it runs; losing it stops them (OwnershipLost)
         self.lease = Lease(
             lambda: open_store(url, busy_timeout=busy_timeout),
-            lease_seconds,
+            lease,
             on_lost=self.journal.lose_all,
         )
         #: workspace checkpoints of turns; None when turned off (``checkpoints=False``)

@@ -1,4 +1,4 @@
-"""The journal's durability policy (README, Design, invariant 3: acknowledged means durable).
+"""The journal's durability policy (docs/design.md, invariant 3: acknowledged means durable).
 
 ``Journal.append`` is called by ``RunningTurn.record``; when it returns, the event is
 *acknowledged*, and what that promises depends on the mode:

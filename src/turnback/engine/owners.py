@@ -1,4 +1,4 @@
-"""Who runs a turn, and whether they are still alive (README, Design, invariant 5).
+"""Who runs a turn, and whether they are still alive (docs/design.md, invariant 5).
 
 An owner is a process named by host, boot, pid and the process's start time. The start time is
 what makes a reused pid harmless: after the original owner died, another process may get the same
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import socket
 import threading
@@ -45,7 +46,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from turnback.errors import CheckpointUnavailable
+from turnback.errors import CheckpointUnavailable, InvalidOption
 from turnback.model import Owner, Turn
 
 if TYPE_CHECKING:
@@ -67,20 +68,28 @@ def host_identity() -> tuple[str, str]:
 
 
 def lease_seconds(configured: float | None = None) -> float:
-    """The lease's length: ``configured``, else ``TURNBACK_LEASE_SECONDS``, else 30 seconds."""
-    if configured is None:
-        text = os.environ.get("TURNBACK_LEASE_SECONDS")
-        if not text:
-            return DEFAULT_LEASE_SECONDS
-        try:
-            configured = float(text)
-        except ValueError:
-            raise ValueError(
-                f"TURNBACK_LEASE_SECONDS must be a number of seconds, not {text!r}"
-            ) from None
-    if not configured > 0:
-        raise ValueError(f"a lease lasts a positive number of seconds, not {configured!r}")
-    return configured
+    """The lease's length: ``configured``, else ``TURNBACK_LEASE_SECONDS``, else 30 seconds.
+    InvalidOption for anything but a positive, finite number of seconds."""
+    if configured is not None:
+        if not 0 < configured < math.inf:
+            raise InvalidOption(
+                f"lease_seconds must be a positive number of seconds, such as "
+                f"{DEFAULT_LEASE_SECONDS:g}, not {configured!r}"
+            )
+        return configured
+    text = os.environ.get("TURNBACK_LEASE_SECONDS")
+    if not text:
+        return DEFAULT_LEASE_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise InvalidOption(
+            f"TURNBACK_LEASE_SECONDS must be a positive number of seconds, such as "
+            f"{DEFAULT_LEASE_SECONDS:g}, not {text!r}; set it so, or unset it for the default"
+        )
+    return seconds
 
 
 def process_state(pid: int) -> tuple[str, int] | None:

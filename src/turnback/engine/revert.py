@@ -1,4 +1,4 @@
-"""Reverts and their undo (README, Design, invariant 9: reverts are undoable and ordered).
+"""Reverts and their undo (docs/design.md, invariant 9: reverts are undoable and ordered).
 
 A revert's write order, each step a fault point of the crash suite:
 
@@ -53,6 +53,7 @@ from turnback.engine.turns import UNFINISHED_REVERTS, require_no_revert
 from turnback.errors import (
     RECOVER,
     CheckpointUnavailable,
+    InvalidOption,
     NothingToRevert,
     OwnershipLost,
     RestoreIncomplete,
@@ -307,7 +308,10 @@ def _validate(
     it would undo and the checkpoint the files go back to."""
     to_turn, files = request.to_turn, request.files
     if not files and not request.conversation:
-        raise ValueError("a revert moves files, the conversation, or both")
+        raise InvalidOption(
+            "a revert moves the files, the conversation, or both; it was asked for neither "
+            "(files and conversation both false)"
+        )
     with store.read() as tx:
         session = tx.get_session(session_id)
         if session is None:

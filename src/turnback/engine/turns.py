@@ -30,7 +30,7 @@ import dataclasses
 import json
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +67,7 @@ from turnback.model import (
     JournalEntry,
     Message,
     MessageKind,
+    Revert,
     RevertState,
     RunEvent,
     StepCheckpoint,
@@ -391,12 +392,17 @@ def require_idle(tx: Tx, session_id: str, before: str) -> None:
 UNFINISHED_REVERTS = (RevertState.STARTED, RevertState.FILES_RESTORED, RevertState.UNDOING)
 
 
+def unfinished(reverts: Iterable[Revert]) -> list[Revert]:
+    """The reverts and undos of ``reverts`` that have not finished: their files may be moving."""
+    return [r for r in reverts if r.state in UNFINISHED_REVERTS]
+
+
 def require_no_revert(tx: Tx, workspace: str, then: str) -> None:
     """Raise RevertInProgress if a revert or undo of any session on ``workspace`` has not
     finished; ``then`` is what the caller does once it has (``"begin"``). A revert holds its
     workspace against new turns from the transaction that writes its row to the one that commits
     or rolls it back; the row is durable, so a revert killed midway still holds until recovery
-    settles it (README, Design, invariant 9), and the error then says so."""
+    settles it (docs/design.md, invariant 9), and the error then says so."""
     for record in tx.reverts(None, UNFINISHED_REVERTS):
         session = tx.get_session(record.session_id)
         if session is None or session.workspace != workspace:

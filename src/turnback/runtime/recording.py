@@ -1,7 +1,7 @@
 """Recording one session's frames into its running turn, in wire order.
 
 The connection's wire shows every frame from the agent to the :class:`Recorder` of the session it
-names as the frame comes off the pipe, before it is dispatched (README, Design, invariants 1 and
+names as the frame comes off the pipe, before it is dispatched (docs/design.md, invariants 1 and
 3): each ``session/update``, step checkpoint (``_turnback/checkpoint``) and permission or input
 request is recorded there with ``record(sync=False)`` -- an in-memory ordered append; only the
 journal's flusher and the engine thread touch the disk. Step checkpoints are made durable

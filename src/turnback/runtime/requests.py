@@ -1,7 +1,7 @@
 """The agent's requests to its user -- permissions and input (ACP elicitation) -- as pending
 requests of the session.
 
-Order, and why (README, Design, invariant 3: nothing is acknowledged before it is durable): a
+Order, and why (docs/design.md, invariant 3: nothing is acknowledged before it is durable): a
 request is recorded into the running turn as its frame comes off the pipe
 (:meth:`PendingRequests.asked`, in wire order); when the connection dispatches it, the journal is
 synced -- so the request is in the session's pending requests -- before the embedding application

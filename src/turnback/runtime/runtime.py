@@ -1,6 +1,6 @@
 """The agent runtime: an ACP agent as a sidecar process whose prompts are turnback turns.
 
-Write order, and why (README, Design, invariants 1 and 3):
+Write order, and why (docs/design.md, invariants 1 and 3):
 
 1. A turn is begun -- durable, baseline captured -- before the prompt is sent to the agent.
 2. Every ``session/update``, step checkpoint and permission request is recorded as its frame comes

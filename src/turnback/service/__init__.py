@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from turnback.service.commands import (
     AddActivity,
+    AgentRollback,
     ApplySetAside,
     BeginTurn,
     CollectGarbage,
@@ -40,7 +41,7 @@ from turnback.service.commands import (
     SyncTurn,
     UndoRevert,
 )
-from turnback.service.service import AgentRollback, Service
+from turnback.service.service import Service
 
 __all__ = [
     "AddActivity",

@@ -10,12 +10,13 @@ itself; the rules are the engine's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from turnback.model import (
     Activity,
     ActivityLevel,
     GcReport,
+    Message,
     RecoveryReport,
     Revert,
     RevertPlan,
@@ -28,9 +29,21 @@ from turnback.model import (
 if TYPE_CHECKING:
     from turnback.engine.handle import Session, Turnback
     from turnback.engine.turns import RunningTurn
-    from turnback.service.service import AgentRollback
 
 T = TypeVar("T")
+
+
+@runtime_checkable
+class AgentRollback(Protocol):
+    """The agent's side of a conversation revert, for an async caller: the engine's
+    :class:`~turnback.engine.revert.ConversationRollback` (``check`` before any file moves,
+    ``apply`` for a sync caller) and ``roll_back``, awaited on the caller's loop."""
+
+    def check(self, turns: int) -> None: ...
+
+    def apply(self, turns: int, transcript: list[Message]) -> None: ...
+
+    async def roll_back(self, turns: int, transcript: list[Message]) -> None: ...
 
 
 class Command(Generic[T]):

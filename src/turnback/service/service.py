@@ -28,28 +28,15 @@ import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, TypeVar
 
 from turnback.engine import revert
 from turnback.engine.handle import Turnback
 from turnback.errors import TurnbackError
-from turnback.model import Message, Revert
-from turnback.service.commands import Command, RevertSession
+from turnback.model import Revert
+from turnback.service.commands import AgentRollback, Command, RevertSession
 
 T = TypeVar("T")
-
-
-@runtime_checkable
-class AgentRollback(Protocol):
-    """The agent's side of a conversation revert, for an async caller: the engine's
-    :class:`~turnback.engine.revert.ConversationRollback` (``check`` before any file moves,
-    ``apply`` for a sync caller) and ``roll_back``, awaited on the caller's loop."""
-
-    def check(self, turns: int) -> None: ...
-
-    def apply(self, turns: int, transcript: list[Message]) -> None: ...
-
-    async def roll_back(self, turns: int, transcript: list[Message]) -> None: ...
 
 
 class Service:

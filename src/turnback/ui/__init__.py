@@ -2,7 +2,8 @@
 
 An interface like ``turnback.cli`` and ``turnback.acp``: it calls the library and renders, with no
 rules of its own. Starlette and uvicorn are imported only here, when the page is served, so the
-other commands do not pay for them at start-up.
+other commands do not pay for them at start-up; they come with the ``ui`` extra
+(``pip install 'turnback[ui]'``), and without it :func:`serve` says so.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import signal
 import socket
 import sys
 from collections.abc import Callable
+
+from turnback.errors import ExtraMissing
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 EVERY_ADDRESS = frozenset({"0.0.0.0", "::", ""})
@@ -47,11 +50,21 @@ def serve(
 ) -> None:
     """Serve the page until interrupted or SIGTERM. The first thing announced is the address
     with its token (after ``#``: see turnback.ui.app's security facts); a browser is opened on
-    an address with a one-time token instead."""
-    import uvicorn
+    an address with a one-time token instead. ExtraMissing, before anything is opened, where
+    starlette or uvicorn is not installed."""
+    try:
+        import uvicorn
+
+        from turnback.ui.app import build_app
+    except ModuleNotFoundError as missing:
+        if (missing.name or "").partition(".")[0] not in ("starlette", "uvicorn"):
+            raise
+        raise ExtraMissing(
+            f"`turnback ui` needs starlette and uvicorn, which a plain `pip install turnback` "
+            f"leaves out ({missing.name} is missing): pip install 'turnback[ui]'"
+        ) from None
 
     import turnback
-    from turnback.ui.app import build_app
 
     tb = turnback.open(home, create=False)
     try:

@@ -54,7 +54,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from turnback import cli
+from turnback import views
 from turnback.engine.handle import Session, Turnback
 from turnback.errors import (
     ACTIVITIES,
@@ -355,7 +355,7 @@ class Api:
         except TurnbackError as error:
             status, body = error_json(error)
             return Json(body, status)
-        return Json(data)
+        return Json(views.to_json(data))
 
     # -- checking the address ---------------------------------------------------------------
 
@@ -403,49 +403,49 @@ class Api:
     # -- reading --------------------------------------------------------------------------------
 
     async def sessions(self, request: Request) -> Response:
-        return await self.answer(cli.sessions_json, self.tb)
+        return await self.answer(views.sessions, self.tb)
 
     async def summary(self, request: Request) -> Response:
         """The session and the numbers of its conversation's turns: what a turn's page needs to
         name the session and step to the turns beside it, without the whole log."""
 
-        def build() -> dict[str, Any]:
+        def build() -> views.SummaryView:
             handle = self.session(self.session_ref(request))
             turns = handle.turns()
-            return {
-                "session": cli.session_json(handle.record),
-                "conversation": [t.number for t in conversation(turns)],
-            }
+            return views.SummaryView(
+                views.SessionView.of(handle.record),
+                tuple(t.number for t in conversation(turns)),
+            )
 
         return await self.answer(build)
 
     async def log(self, request: Request) -> Response:
-        return await self.answer(lambda: cli.log_json(self.session(self.session_ref(request))))
+        return await self.answer(lambda: views.log(self.session(self.session_ref(request))))
 
     async def timeline(self, request: Request) -> Response:
         """What the session page shows beside ``log``: set-aside turns with the reason, the
         review mark and the latest activities."""
 
-        def build() -> dict[str, Any]:
+        def build() -> views.TimelineView:
             handle = self.session(self.session_ref(request))
             activities = handle.activities()
-            return {
-                "unrecovered": [cli.unrecovered_json(u) for u in handle.unrecovered()],
-                "review_mark": review_mark(activities),
-                "activities": [cli.activity_json(a) for a in activities[-50:]],
-            }
+            return views.TimelineView(
+                tuple(views.UnrecoveredView.of(u) for u in handle.unrecovered()),
+                review_mark(activities),
+                tuple(views.ActivityView.of(a) for a in activities[-50:]),
+            )
 
         return await self.answer(build)
 
     async def turn(self, request: Request) -> Response:
         return await self.answer(
-            lambda: cli.show_json(self.session(self.session_ref(request)), self.turn_ref(request))
+            lambda: views.show(self.session(self.session_ref(request)), self.turn_ref(request))
         )
 
     async def diff(self, request: Request) -> Response:
         stat = request.query_params.get("stat") in ("1", "true")
         return await self.answer(
-            lambda: cli.diff_json(
+            lambda: views.diff(
                 self.session(self.session_ref(request)), self.turn_ref(request), patch=not stat
             )
         )
@@ -454,7 +454,7 @@ class Api:
         """The patch of some of a turn's files (``?path=…``, repeated): a big turn's page asks
         for the files on screen first. Only paths the turn changed are passed on."""
 
-        def build() -> dict[str, Any]:
+        def build() -> views.PatchView:
             handle = self.session(self.session_ref(request))
             wanted = request.query_params.getlist("path")
             if not wanted or len(wanted) > MAX_PATHS:
@@ -468,22 +468,18 @@ class Api:
                     + (f" (nor {len(strays) - 1} more)" if len(strays) > 1 else "")
                 )
             shown = handle.diff(found.turn.token, patch=True, paths=wanted)
-            return {"paths": wanted, "patch": shown.patch}
+            return views.PatchView(tuple(wanted), shown.patch)
 
         return await self.answer(build)
 
     async def range(self, request: Request) -> Response:
-        def build() -> dict[str, Any]:
+        def build() -> views.RangeView:
             handle = self.session(self.session_ref(request))
             start = self.number(request.query_params.get("from", ""), "from")
             end = self.number(request.query_params.get("to", ""), "to")
             found = handle.range_diff(start, end, patch=True)
-            return {
-                "from": found.from_turn,
-                "to": found.to_turn,
-                "files": [cli.change_json(f) for f in found.files],
-                "patch": found.patch,
-            }
+            files = tuple(views.ChangeView.of(f) for f in found.files)
+            return views.RangeView(found.from_turn, found.to_turn, files, found.patch)
 
         return await self.answer(build)
 
@@ -509,16 +505,11 @@ class Api:
             running = next((t for t in turns if t.status == "running"), None)
             live = None
             if running is not None:
-                live = json.dumps(
-                    {
-                        "turn": cli.turn_json(running),
-                        "messages": [
-                            cli.message_json(m) for m in handle.turn_messages(running.token)
-                        ],
-                    },
-                    ensure_ascii=False,
-                    default=str,
+                messages = handle.turn_messages(running.token)
+                view = views.RunningView(
+                    views.TurnView.of(running), tuple(views.MessageView.of(m) for m in messages)
                 )
+                live = json.dumps(view.to_json(), ensure_ascii=False, default=str)
             return shape, live
 
         async def events() -> AsyncIterator[str | bytes]:
@@ -582,23 +573,23 @@ class Api:
     async def plan(self, request: Request) -> Response:
         """What a revert would do, writing nothing: as ``revert --dry-run --json``."""
 
-        def build() -> dict[str, Any]:
+        def build() -> views.PlanView:
             handle = self.session(self.session_ref(request))
             asked = self.revert_request(request.query_params)
-            return cli.plan_json(self.service.run(PlanRevert(handle.id, asked)))
+            return views.PlanView.of(self.service.run(PlanRevert(handle.id, asked)))
 
         return await self.answer(build)
 
     async def revert(self, request: Request) -> Response:
-        def run(handle: Session, data: dict[str, Any]) -> dict[str, Any]:
-            reverted = self.service.run(RevertSession(handle.id, self.revert_request(data)))
-            return cli.revert_json(reverted)
+        def run(handle: Session, data: dict[str, Any]) -> views.RevertView:
+            asked = self.revert_request(data)
+            return views.RevertView.of(self.service.run(RevertSession(handle.id, asked)))
 
         return await self.action(request, run)
 
     async def undo(self, request: Request) -> Response:
-        def run(handle: Session, _: dict[str, Any]) -> dict[str, Any]:
-            return cli.revert_json(self.service.run(UndoRevert(handle.id)))
+        def run(handle: Session, _: dict[str, Any]) -> views.RevertView:
+            return views.RevertView.of(self.service.run(UndoRevert(handle.id)))
 
         return await self.action(request, run)
 
@@ -612,18 +603,16 @@ class Api:
         if verb not in ("apply", "discard"):
             return _problem(404, "NotFound", f"no action {verb[:40]!r}", "Apply or discard.")
 
-        def run(handle: Session, _: dict[str, Any]) -> dict[str, Any]:
+        def run(handle: Session, _: dict[str, Any]) -> views.View:
             if verb == "apply":
-                return {"applied": cli.turn_json(self.service.run(ApplySetAside(handle.id, token)))}
-            return {
-                "discarded": token,
-                "events": self.service.run(DiscardSetAside(handle.id, token)),
-            }
+                applied = self.service.run(ApplySetAside(handle.id, token))
+                return views.AppliedView(views.TurnView.of(applied))
+            return views.DiscardedView(token, self.service.run(DiscardSetAside(handle.id, token)))
 
         return await self.action(request, run)
 
     async def mark(self, request: Request) -> Response:
-        def run(handle: Session, data: dict[str, Any]) -> dict[str, Any]:
+        def run(handle: Session, data: dict[str, Any]) -> views.ReviewMarkView:
             number = self.number(data.get("turn"), "turn")
             head = max((t.number for t in handle.conversation()), default=0)
             if number > head:
@@ -631,7 +620,7 @@ class Api:
             said = f"reviewed up to turn {number}"
             mark = AddActivity(handle.id, ActivityLevel.INFO, REVIEW_MARK, said, {"turn": number})
             self.service.run(mark)
-            return {"review_mark": number}
+            return views.ReviewMarkView(number)
 
         return await self.action(request, run)
 

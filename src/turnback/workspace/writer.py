@@ -1,4 +1,4 @@
-"""Writing checkpoint contents into a workspace, and nowhere else (README, Design, invariant 10).
+"""Writing checkpoint contents into a workspace, and nowhere else (docs/design.md, invariant 10).
 
 Restores write files themselves, from blobs git reads out, instead of asking git to check them out,
 because the guarantees below need control of every system call:

@@ -1,0 +1,726 @@
+"""The ``--json`` shapes: what ``turnback … --json`` prints and the review page's API answers.
+
+One frozen record per shape, built from the model's records (``of``) and turned into JSON one
+way (:meth:`View.to_json`, or :func:`to_json` for a list of them): the command line and the page
+render the same records, so a script reading either sees the same shape. The README's
+"``--json`` shapes" section is written from these classes (their fields and docstrings), and a
+test fails when the two differ.
+
+No rules here: what a shape holds is read by the caller (or by the few readers below that
+gather one shape's records from a :class:`~turnback.engine.handle.Session`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+from turnback.errors import CheckpointUnavailable
+from turnback.model import (
+    Activity,
+    ActivityLevel,
+    ChangeKind,
+    FileChange,
+    GcReport,
+    HealthCheck,
+    Message,
+    MessageKind,
+    RecoveryReport,
+    Revert,
+    RevertPlan,
+    RevertState,
+    RunEvent,
+    SessionRecord,
+    SweepReport,
+    Turn,
+    TurnDiff,
+    TurnStatus,
+    UnrecoveredTurn,
+)
+
+if TYPE_CHECKING:
+    from turnback.engine.handle import Session, Turnback
+
+
+class View:
+    """A ``--json`` shape. ``called`` is how the README calls a shape that others include.
+
+    A log of 1,000 turns is some 5,000 views, built and turned into JSON on every ``log --json``
+    and every look of the review page. So each view class gets, when first used, two functions
+    written for its fields (:func:`_write`): ``to_json``, one dict display, and ``_make``, which
+    sets a new instance's slots directly, at half the cost of a frozen dataclass's ``__init__``
+    (which calls ``object.__setattr__`` for each field)."""
+
+    __slots__ = ()
+    called: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # each class its own two functions, never its parent's (they know other fields)
+        type.__setattr__(cls, "to_json", View.to_json)
+        type.__setattr__(cls, "_make", View.__dict__["_make"])
+
+    def to_json(self) -> dict[str, Any]:
+        """This record as JSON values: an object whose keys are in the documented order."""
+        return _write(type(self))[0](self)
+
+    @classmethod
+    def _make(cls, *values: Any) -> Self:
+        """``cls(*values)``, faster."""
+        return _write(cls)[1](cls, *values)  # type: ignore[no-any-return]
+
+
+def _write(cls: type[View]) -> tuple[Callable[[View], dict[str, Any]], Callable[..., Any]]:
+    """Write ``cls``'s ``to_json`` and ``_make`` and put them on it. A JSON key differs from
+    its attribute only where it cannot be a Python name (``from``)."""
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in fields]
+    scope: dict[str, Any] = {"_new": object.__new__, "_json": to_json}
+    scope.update({f"_set_{name}": getattr(cls, name).__set__ for name in names})
+    items = ", ".join(
+        f"{f.metadata.get('json', f.name)!r}: "
+        + (f"_json(view.{f.name})" if _holds_views(hints[f.name]) else f"view.{f.name}")
+        for f in fields
+    )
+    sets = "".join(f"    _set_{name}(view, {name})\n" for name in names)
+    exec(
+        f"def to_json(view):\n    return {{{items}}}\n"
+        f"def make(cls, {', '.join(names)}):\n    view = _new(cls)\n{sets}    return view\n",
+        scope,
+    )
+    type.__setattr__(cls, "to_json", scope["to_json"])
+    type.__setattr__(cls, "_make", classmethod(scope["make"]))
+    return scope["to_json"], scope["make"]
+
+
+def _holds_views(hint: Any) -> bool:
+    if isinstance(hint, type):
+        return issubclass(hint, View)
+    return any(_holds_views(arg) for arg in typing.get_args(hint))
+
+
+def to_json(value: Any) -> Any:
+    """A view, or a list of views, as JSON values; anything else as it is."""
+    if isinstance(value, View):
+        return value.to_json()
+    if isinstance(value, (tuple, list)):
+        return [to_json(item) for item in value]
+    return value
+
+
+def _changes(changes: Iterable[FileChange]) -> tuple[ChangeView, ...]:
+    make = ChangeView._make
+    return tuple([make(*_change(c)) for c in changes])
+
+
+# -- the shapes others include --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TurnView(View):
+    """Times are Unix seconds; ``status`` is ``running``, ``completed``, ``failed``,
+    ``cancelled``, ``interrupted`` or ``set_aside``; ``detail`` says why a turn failed, was
+    cancelled or set aside."""
+
+    called: ClassVar[str | None] = "turn"
+
+    token: str
+    number: int
+    parent: str | None
+    status: TurnStatus
+    prompt: Any
+    started_at: float
+    ended_at: float | None
+    events: int
+    detail: str | None
+
+    @classmethod
+    def of(cls, turn: Turn) -> TurnView:
+        return cls._make(*_turn(turn))
+
+
+_TurnFields = tuple[str, int, str | None, TurnStatus, Any, float, float | None, int, str | None]
+_SessionFields = tuple[
+    str, str, str | None, str | None, str | None, str, tuple[Any, ...], float, float
+]
+_ChangeFields = tuple[str, ChangeKind, int, int, bool, str | None]
+
+
+def _turn(turn: Turn) -> _TurnFields:
+    return (
+        turn.token,
+        turn.number,
+        turn.parent,
+        turn.status,
+        turn.prompt,
+        turn.started_at,
+        turn.ended_at,
+        turn.event_count,
+        turn.detail,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionView(View):
+    """``pending_requests`` are the permission and input requests a running turn waits on."""
+
+    called: ClassVar[str | None] = "session"
+
+    id: str
+    workspace: str
+    title: str | None
+    agent: str | None
+    head: str | None
+    status: str
+    pending_requests: tuple[Any, ...]
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def of(cls, session: SessionRecord) -> SessionView:
+        return cls(*_session(session))
+
+
+def _session(session: SessionRecord) -> _SessionFields:
+    return (
+        session.id,
+        session.workspace,
+        session.title,
+        session.agent,
+        session.head,
+        session.status,
+        session.pending_requests,
+        session.created_at,
+        session.updated_at,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeView(View):
+    """``kind`` is ``added``, ``modified``, ``deleted``, ``renamed`` or ``type_changed``;
+    ``old_path`` is a renamed file's path before."""
+
+    called: ClassVar[str | None] = "file change"
+
+    path: str
+    kind: ChangeKind
+    additions: int
+    deletions: int
+    binary: bool
+    old_path: str | None
+
+    @classmethod
+    def of(cls, change: FileChange) -> ChangeView:
+        return cls._make(*_change(change))
+
+
+def _change(change: FileChange) -> _ChangeFields:
+    return (
+        change.path,
+        change.kind,
+        change.additions,
+        change.deletions,
+        change.binary,
+        change.old_path,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RevertView(View):
+    """``state`` is ``committed``, ``undone`` or ``rolled_back`` once it has ended (``started``,
+    ``files_restored`` or ``undoing`` while it moves files); ``to_turn`` and ``from_head`` are
+    turn tokens; ``undo_checkpoint`` is the workspace commit an undo puts back."""
+
+    called: ClassVar[str | None] = "revert"
+
+    id: int
+    session: str
+    state: RevertState
+    to_turn: str | None
+    from_head: str | None
+    files: bool
+    conversation: bool
+    keep_user_edits: bool
+    undo_checkpoint: str | None
+    detail: str | None
+    created_at: float
+    ended_at: float | None
+
+    @classmethod
+    def of(cls, revert: Revert) -> RevertView:
+        return cls(
+            revert.id,
+            revert.session_id,
+            revert.state,
+            revert.to_turn,
+            revert.from_head,
+            revert.files,
+            revert.conversation,
+            revert.keep_user_edits,
+            revert.undo_checkpoint,
+            revert.detail,
+            revert.created_at,
+            revert.ended_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MessageView(View):
+    """One entry of a turn's conversation: ``kind`` is ``user``, ``agent``, ``thought``,
+    ``tool_call``, ``plan``, ``error``, ``notice``, ``other`` or ``unreadable``; ``data`` is
+    what the agent sent."""
+
+    called: ClassVar[str | None] = "message"
+
+    kind: MessageKind
+    text: str
+    data: Any
+
+    @classmethod
+    def of(cls, message: Message) -> MessageView:
+        return cls._make(message.kind, message.text, message.data)
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityView(View):
+    """``level`` is ``info``, ``warning`` or ``error``; ``data.remedy``, when there is one, is
+    what settles it, which the human output words as a command."""
+
+    called: ClassVar[str | None] = "activity"
+
+    level: ActivityLevel
+    code: str
+    message: str
+    turn: str | None
+    data: Any
+    at: float
+
+    @classmethod
+    def of(cls, activity: Activity) -> ActivityView:
+        return cls._make(
+            activity.level,
+            activity.code,
+            activity.message,
+            activity.turn,
+            activity.data,
+            activity.at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTurnView(TurnView):
+    """A turn with its session's id."""
+
+    called: ClassVar[str | None] = None
+
+    session: str
+
+    @classmethod
+    def of(cls, turn: Turn) -> SessionTurnView:
+        return cls._make(*_turn(turn), turn.session_id)
+
+
+@dataclass(frozen=True, slots=True)
+class UnrecoveredView(SessionTurnView):
+    """A set-aside turn, and why recovery could not apply it."""
+
+    called: ClassVar[str | None] = "set-aside turn"
+
+    reason: str
+
+    @classmethod
+    def of(cls, item: UnrecoveredTurn) -> UnrecoveredView:  # type: ignore[override]
+        return cls._make(*_turn(item.turn), item.turn.session_id, item.reason)
+
+
+# -- each command's shape -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ListedSession(SessionView):
+    """``turns``: how many its conversation holds; ``set_aside``: how many wait to be applied
+    or discarded."""
+
+    called: ClassVar[str | None] = None
+
+    turns: int
+    set_aside: int
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointsView(View):
+    """A turn's workspace checkpoints: the commits before and after it."""
+
+    begin: str | None
+    end: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LogTurnView(TurnView):
+    """A turn of the log: its files, the changes made before it outside any turn, its
+    workspace checkpoints, and the revert that took it out of the conversation."""
+
+    called: ClassVar[str | None] = None
+
+    files: tuple[ChangeView, ...]
+    outside: tuple[ChangeView, ...]
+    checkpoints: CheckpointsView
+    reverted_by: int | None
+
+    @classmethod
+    def of(cls, diff: TurnDiff) -> LogTurnView:  # type: ignore[override]
+        turn = diff.turn
+        return cls._make(
+            *_turn(turn),
+            _changes(diff.files),
+            _changes(diff.outside),
+            CheckpointsView._make(turn.begin_checkpoint, turn.end_checkpoint),
+            turn.reverted_by,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LogView(View):
+    """``since_head`` is null when a turn is running, a revert is moving the files, or the
+    workspace cannot be captured."""
+
+    session: SessionView
+    turns: tuple[LogTurnView, ...]
+    reverts: tuple[RevertView, ...]
+    since_head: tuple[ChangeView, ...] | None
+
+    @classmethod
+    def of(
+        cls,
+        session: SessionRecord,
+        timeline: Sequence[TurnDiff],
+        reverts: Sequence[Revert],
+        since_head: Sequence[FileChange] | None,
+    ) -> LogView:
+        return cls(
+            SessionView.of(session),
+            tuple(LogTurnView.of(d) for d in timeline),
+            tuple(RevertView.of(r) for r in reverts),
+            None if since_head is None else _changes(since_head),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunEventView(View):
+    """One event of a turn's run timeline, as the agent sent it."""
+
+    seq: int
+    kind: str
+    event: Any
+    at: float
+
+    @classmethod
+    def of(cls, event: RunEvent) -> RunEventView:
+        return cls._make(event.seq, event.kind, event.event, event.at)
+
+
+@dataclass(frozen=True, slots=True)
+class ShowView(View):
+    """One turn's conversation and its run timeline; ``session`` is the session's id."""
+
+    session: str
+    turn: TurnView
+    messages: tuple[MessageView, ...]
+    events: tuple[RunEventView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DiffView(View):
+    """``available`` is false when a workspace checkpoint of the turn is missing; ``patch`` is
+    null then, and under ``--stat``."""
+
+    turn: TurnView
+    available: bool
+    files: tuple[ChangeView, ...]
+    outside: tuple[ChangeView, ...]
+    patch: str | None
+
+    @classmethod
+    def of(cls, diff: TurnDiff) -> DiffView:
+        return cls(
+            TurnView.of(diff.turn),
+            diff.available,
+            _changes(diff.files),
+            _changes(diff.outside),
+            diff.patch,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KeptView(ChangeView):
+    """A file a revert keeps, and why (see :class:`PlanView`)."""
+
+    called: ClassVar[str | None] = None
+
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PlanView(View):
+    """Each a list of file changes from the workspace as it is now; a kept file's ``reason``
+    is ``ignored``, ``not captured``, ``unreadable`` (a directory that cannot be read),
+    ``pre-existing`` or ``user edit``; ``conflicts`` are hand edits a plain revert overwrites,
+    or that ``--keep-user-edits`` cannot keep."""
+
+    restore: tuple[ChangeView, ...]
+    delete: tuple[ChangeView, ...]
+    keep: tuple[KeptView, ...]
+    conflicts: tuple[ChangeView, ...]
+
+    @classmethod
+    def of(cls, plan: RevertPlan) -> PlanView:
+        return cls(
+            _changes(plan.restore),
+            _changes(plan.delete),
+            tuple(KeptView(*_change(c), plan.kept_because.get(c.path)) for c in plan.keep),
+            _changes(plan.conflicts),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ConflictView(View):
+    """A revert that would overwrite hand edits, and their paths (exit code 3)."""
+
+    error: str
+    conflicts: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IncompleteView(View):
+    """Files a revert could not write, a full disk say (exit code 1)."""
+
+    error: str
+    paths: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptedView(View):
+    """A revert or undo Ctrl-C stopped (exit code 130), and the revert as it was left."""
+
+    error: str
+    interrupted: bool
+    revert: RevertView | None
+
+
+@dataclass(frozen=True, slots=True)
+class GcView(View):
+    """``problems``: the workspaces that could not be pruned, and why."""
+
+    checkpoints_released: int
+    refs_removed: int
+    bytes_freed: int
+    problems: tuple[str, ...]
+
+    @classmethod
+    def of(cls, report: GcReport) -> GcView:
+        return cls(
+            report.checkpoints_released, report.refs_removed, report.bytes_freed, report.problems
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverView(View):
+    """``recovered``: applied as interrupted by this run; ``set_aside``: every set-aside turn,
+    new or old; ``live``: running turns whose process is alive, only read; ``reverts``: reverts
+    left half done, rolled back, and undos finished."""
+
+    recovered: tuple[SessionTurnView, ...]
+    set_aside: tuple[UnrecoveredView, ...]
+    live: tuple[SessionTurnView, ...]
+    reverts: tuple[RevertView, ...]
+
+    @classmethod
+    def of(cls, report: RecoveryReport) -> RecoverView:
+        return cls(
+            tuple(SessionTurnView.of(t) for t in report.recovered),
+            tuple(UnrecoveredView.of(u) for u in report.set_aside),
+            tuple(SessionTurnView.of(t) for t in report.live),
+            tuple(RevertView.of(r) for r in report.reverts),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedView(View):
+    """A set-aside turn applied: the turn as it now is."""
+
+    applied: TurnView
+
+
+@dataclass(frozen=True, slots=True)
+class DiscardedView(View):
+    """A set-aside turn discarded: its token, and how many events went with it."""
+
+    discarded: str
+    events: int
+
+
+@dataclass(frozen=True, slots=True)
+class SweepView(View):
+    """How many step checkpoints and dead owners were removed."""
+
+    step_checkpoints: int
+    owners: int
+
+    @classmethod
+    def of(cls, report: SweepReport) -> SweepView:
+        return cls(report.step_checkpoints, report.owners)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckView(View):
+    """``ok`` is null for a check that was skipped, ``detail`` saying why; ``fix`` in words;
+    ``remedy`` as a library error names it, or null."""
+
+    name: str
+    ok: bool | None
+    detail: str
+    fix: str | None
+    remedy: str | None
+
+    @classmethod
+    def of(cls, check: HealthCheck) -> CheckView:
+        return cls(check.name, check.ok, check.detail, check.fix, check.remedy)
+
+
+@dataclass(frozen=True, slots=True)
+class DemoTurnView(View):
+    """A turn of the demo's session."""
+
+    number: int
+    token: str
+    status: TurnStatus
+    events: int
+    reverted: bool
+
+    @classmethod
+    def of(cls, turn: Turn) -> DemoTurnView:
+        return cls(
+            turn.number,
+            turn.token,
+            turn.status,
+            turn.event_count,
+            turn.reverted_by is not None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DemoView(View):
+    """``home`` is null unless ``--keep``; ``workspace`` is null unless ``--keep`` or
+    ``--workspace``, since the demo removes what it made."""
+
+    home: str | None
+    workspace: str | None
+    session: str
+    turns: tuple[DemoTurnView, ...]
+
+
+# -- the review page's own answers ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryView(View):
+    """The session and the numbers of its conversation's turns."""
+
+    session: SessionView
+    conversation: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineView(View):
+    """What the session page shows beside the log: set-aside turns, the review mark, and the
+    last 50 activities."""
+
+    unrecovered: tuple[UnrecoveredView, ...]
+    review_mark: int | None
+    activities: tuple[ActivityView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PatchView(View):
+    """The patch of some of a turn's files."""
+
+    paths: tuple[str, ...]
+    patch: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RangeView(View):
+    """What changed from the end of turn ``from`` to the end of turn ``to``."""
+
+    from_turn: int = field(metadata={"json": "from"})
+    to_turn: int = field(metadata={"json": "to"})
+    files: tuple[ChangeView, ...]
+    patch: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunningView(View):
+    """A running turn and its conversation so far, as it grows."""
+
+    turn: TurnView
+    messages: tuple[MessageView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewMarkView(View):
+    """The turn the user marked as reviewed."""
+
+    review_mark: int
+
+
+# -- reading one shape's records --------------------------------------------------------------
+
+
+def sessions(tb: Turnback) -> list[ListedSession]:
+    """``sessions``: every session, most recently active first, with how many turns its
+    conversation holds and how many are set aside."""
+    records = tb.sessions()
+    overview = tb.conversations() if records else {}
+    aside = Counter(u.turn.session_id for u in tb.unrecovered()) if records else Counter()
+    return [
+        ListedSession(*_session(r), overview.get(r.id, (0, None))[0], aside[r.id]) for r in records
+    ]
+
+
+def log(handle: Session) -> LogView:
+    """``log``: the session, each turn with its files and checkpoints, the reverts, and what
+    changed since the head (None while a turn runs or a revert moves the files, or when it
+    cannot be known)."""
+    timeline = handle.timeline()
+    reverts = handle.reverts()
+    from turnback.engine.turns import unfinished
+
+    running = any(d.turn.status == "running" for d in timeline)
+    since = None if running or unfinished(reverts) else handle.changes_since_head()
+    return LogView.of(handle.record, timeline, reverts, since)
+
+
+def show(handle: Session, turn: int | str) -> ShowView:
+    """``show``: one turn's conversation and its run timeline."""
+    found = handle.get_turn(turn)
+    return ShowView(
+        handle.id,
+        TurnView.of(found),
+        tuple(MessageView.of(m) for m in handle.turn_messages(found.token)),
+        tuple(RunEventView.of(e) for e in handle.run_events(found.token)),
+    )
+
+
+def diff(handle: Session, turn: int | str, *, patch: bool = True) -> DiffView:
+    """``diff``: a turn's files, the changes made outside it, and its patch (None without
+    ``patch``, or when the checkpoints are unavailable)."""
+    try:
+        found = handle.diff(turn, patch=patch)
+    except CheckpointUnavailable:
+        found = handle.diff(turn)  # "available": false says so
+    return DiffView.of(found)
