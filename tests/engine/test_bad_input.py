@@ -31,6 +31,8 @@ from turnback import (
     TurnStatus,
 )
 from turnback.errors import SESSIONS
+from turnback.model import RevertRequest
+from turnback.service import RevertSession, Service
 
 
 def chunk(text: str) -> dict[str, Any]:
@@ -524,7 +526,12 @@ def test_a_revert_of_neither_files_nor_conversation_is_refused(
     with session.turn("one") as turn:
         turn.record(chunk("hi"))
     before = dump(home)
-    for call in (session.revert, session.revert_plan, session.start_revert):
+    service = Service.of(strict)
+
+    def through_the_service(to_turn: int, **options: bool) -> object:
+        return service.run(RevertSession(session.id, RevertRequest(to_turn, **options)))
+
+    for call in (session.revert, session.revert_plan, through_the_service):
         with pytest.raises(turnback.InvalidOption) as refused:
             call(0, files=False, conversation=False)
         assert "a revert moves the files, the conversation, or both" in str(refused.value)

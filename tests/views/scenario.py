@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import turnback
+from turnback.engine import revert
+from turnback.model import RevertRequest
 
 from ..conftest import abandon as dead_owners_turn
 
@@ -100,7 +102,9 @@ def build(tmp: Path) -> Scenario:
     full.revert(3)
     full.undo_revert()
     # a revert that was given up midway: rolled back
-    full.start_revert(4, conversation=False).abandon("the agent refused to roll back")
+    request = RevertRequest(4, conversation=False)
+    started = revert.start_revert(tb.store, tb.checkpoints, full.id, request)
+    started.abandon("the agent refused to roll back")
     # a committed revert of the files only, keeping hand edits: turn 5 stays in the conversation
     (workspace / "NOTES.md").write_text("mine, edited\n")
     full.revert(4, files=True, conversation=False, keep_user_edits=True)
