@@ -59,6 +59,20 @@ def readable(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text) if has_surrogates(text) else text
 
 
+def file_name(path: str) -> str:
+    """A path read from the file system as text every store and terminal can hold: a name that
+    is not UTF-8 (``os.fsdecode`` keeps its bytes as lone surrogates) has each such byte
+    written as ``\\xNN``, as ``ls --quoting-style=escape`` shows it. For showing and listing;
+    the workspace checkpoint keeps the name's real bytes."""
+    if not has_surrogates(path):
+        return path
+    try:
+        raw = path.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no byte stands for
+        return readable(path)
+    return raw.decode("utf-8", "backslashreplace")
+
+
 def safe_text(text: str, value: Any) -> str:
     """``text`` (``value`` written with ``ensure_ascii=False``), or ``value`` written with
     escapes when ``text`` holds an unpaired surrogate: UTF-8 encodable either way."""
