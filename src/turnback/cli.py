@@ -777,8 +777,21 @@ def _counts(change: FileChange) -> str:
     )
 
 
+#: Ignored paths a revert leaves alone are listed up to this many; more are one line, a count.
+_IGNORED_LISTED = 3
+
+
 def _plan_lines(plan: RevertPlan, keep_user_edits: bool) -> list[str]:
-    lines = []
+    """The plan as the user reads it: the hand edits in the way first, then what the revert
+    writes, then what it keeps (ignored paths, which it never touches, folded into a count)."""
+    clash = (
+        "your edit clashes with the agent's change: the revert refuses it and writes nothing"
+        if keep_user_edits
+        else "your edit: the revert overwrites it, and its undo brings it back"
+    )
+    lines = [
+        f"  {_colour('conflict'.ljust(8), fg='yellow')} {c.path}  ({clash})" for c in plan.conflicts
+    ]
     for label, changes, colour in (
         ("restore", plan.restore, "green"),
         ("delete", plan.delete, "red"),
@@ -786,15 +799,18 @@ def _plan_lines(plan: RevertPlan, keep_user_edits: bool) -> list[str]:
         for c in changes:
             counts = _counts(c)
             lines.append(f"  {_colour(label.ljust(8), fg=colour)} {c.path}  {counts}")
+    ignored = [c for c in plan.keep if plan.kept_because.get(c.path) == "ignored"]
+    folded = len(ignored) > _IGNORED_LISTED
     for c in plan.keep:
-        lines.append(f"  {'keep'.ljust(8)} {c.path}  ({plan.kept_because.get(c.path)})")
-    clash = (
-        "your edit clashes with the agent's change: the revert will refuse"
-        if keep_user_edits
-        else "your edit: the revert overwrites it (--keep-user-edits keeps it)"
-    )
-    for c in plan.conflicts:
-        lines.append(f"  {_colour('conflict'.ljust(8), fg='yellow')} {c.path}  ({clash})")
+        if not (folded and plan.kept_because.get(c.path) == "ignored"):
+            lines.append(f"  {'keep'.ljust(8)} {c.path}  ({plan.kept_because.get(c.path)})")
+    if folded:
+        lines.append(f"  {'keep'.ljust(8)} {len(ignored)} ignored paths  (never touched)")
+    if plan.conflicts and not keep_user_edits:
+        lines.append(
+            "  --keep-user-edits refuses instead of overwriting them; "
+            "or move your edits aside first"
+        )
     return lines or ["  no files"]
 
 

@@ -276,3 +276,33 @@ def test_long_output_goes_through_the_pager_on_a_terminal(
     colour = {k: v for k, v in env.items() if k != "NO_COLOR"}
     stat = _on_a_terminal(["--home", str(home), "diff", session_id, "2", "--stat"], colour)
     assert "\x1b[32m+1" in stat and "\x1b[31m-1" in stat
+
+
+def test_the_plan_puts_the_hand_edits_in_the_way_first_and_counts_ignored_files(
+    home: Path, workspace: Path
+) -> None:
+    (workspace / ".gitignore").write_text("*.o\n")
+    with turnback.open(home) as tb:
+        session = tb.create_session(workspace)
+        with session.turn("build and edit"):
+            (workspace / "a.py").write_text("agent\n")
+            for n in range(300):
+                (workspace / f"part{n}.o").write_text("object\n")
+        session_id = session.id
+    (workspace / "a.py").write_text("agent\nmine\n")
+
+    lines = ok(home, "revert", session_id, "0", "--dry-run").splitlines()
+    assert lines[1].split()[:2] == ["conflict", "a.py"]
+    assert "the revert overwrites it" in lines[1]
+    assert [line for line in lines if "part" in line] == []
+    assert any("300 ignored paths" in line for line in lines)
+    assert len(lines) < 10
+    # what the hint says --keep-user-edits does is what it does
+    assert "--keep-user-edits refuses" in lines[-1]
+    kept = ok(home, "revert", session_id, "0", "--dry-run", "--keep-user-edits").splitlines()
+    assert "refuses it and writes nothing" in kept[1]
+    refused = run(home, "revert", session_id, "0", "--yes", "--keep-user-edits")
+    assert refused.returncode == 3
+    assert (workspace / "a.py").read_text() == "agent\nmine\n"
+    # the JSON plan still lists every path
+    assert len(ok_json(home, "revert", session_id, "0", "--dry-run")["keep"]) == 300
