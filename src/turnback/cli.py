@@ -233,25 +233,50 @@ class Context:
             self._tb.close()
 
 
-def _home_after_command(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
-    if value is not None:
-        ctx.ensure_object(Context).home = value
-
-
 def json_option(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``--json``, and ``--home`` accepted after the command as well as before it."""
-    command = click.option(
-        "--home",
-        type=click.Path(file_okay=False),
-        expose_value=False,
-        is_eager=True,
-        callback=_home_after_command,
-        help="turnback's home directory (as the global --home).",
-    )(command)
+    """``--json``."""
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(command)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
+class _Commands(click.Group):
+    """The global ``--home`` and ``--no-pager`` are taken after the command as well as before
+    it (``turnback log SESSION --home DIR``); ``turnback acp`` keeps its own options, and
+    whatever follows ``--`` is left alone."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _global_options_first(ctx, args, self.commands))
+
+
+def _global_options_first(
+    ctx: click.Context, args: list[str], commands: Mapping[str, click.Command]
+) -> list[str]:
+    at = 0
+    while at < len(args) and args[at] not in commands:
+        at += 2 if args[at] == "--home" else 1
+    if at >= len(args) or args[at] == "acp":
+        return args
+    front, rest, moved = args[:at], [], []
+    tail = iter(args[at:])
+    for arg in tail:
+        if arg == "--":
+            rest += [arg, *tail]
+        elif arg == "--no-pager" or arg.startswith("--home="):
+            moved.append(arg)
+        elif arg == "--home":
+            value = next(tail, None)
+            if value is None:
+                raise click.UsageError("Option '--home' requires an argument.", ctx)
+            moved += [arg, value]
+        else:
+            rest.append(arg)
+    return [*front, *moved, *rest]
+
+
+@click.group(
+    cls=_Commands,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    invoke_without_command=True,
+)
 @click.option(
     "--home",
     type=click.Path(file_okay=False),
@@ -374,7 +399,13 @@ def log(state: Context, session: str, as_json: bool) -> None:
             what = f"revert {r.id}: back to turn {to}" + (
                 ", keeping hand edits" if r.keep_user_edits else ""
             )
-            when = f"undone {_when(r.ended_at)}" if r.state == "undone" else _words(r.state.value)
+            when = (
+                f"undone {_when(r.ended_at)}"
+                if r.state == "undone"
+                else "refused, nothing changed"
+                if r.refused
+                else _words(r.state.value)
+            )
             if r in moving and not handle.is_live(r):
                 when += "; interrupted, its process is gone: run `turnback recover`"
             emit(_colour(f"   <- {what} ({when})", fg="magenta"))
@@ -580,7 +611,14 @@ def diff(state: Context, session: str, turn: str, stat: bool, as_json: bool) -> 
         return
     found = handle.diff(turn, patch=not stat)
     if not found.available:
-        handle.diff(turn, patch=True)  # raises CheckpointUnavailable, saying why (exit code 1)
+        from turnback.errors import CheckpointUnavailable
+
+        try:
+            handle.diff(turn, patch=True)  # raises CheckpointUnavailable, saying why (exit 1)
+        except CheckpointUnavailable as error:
+            # on another host the files the turn changed are all stored: only a patch is not
+            if not (stat and error.hosts):
+                raise
     if found.outside:
         click.echo(f"changed outside any turn, before turn {found.turn.number}:")
         for change in found.outside:

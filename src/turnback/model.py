@@ -366,6 +366,16 @@ class Revert:
     ended_at: float | None = None
     owner_id: str | None = None
 
+    @property
+    def refused(self) -> bool:
+        """Refused before it wrote anything (its hand edits in the way of ``keep_user_edits``):
+        it ended rolled back, and nothing changed."""
+        return self.state is RevertState.ROLLED_BACK and (self.detail or "").startswith(REFUSED)
+
+
+#: How the detail of a refused revert begins (see :attr:`Revert.refused`).
+REFUSED = "refused, nothing changed: "
+
 
 @dataclass(frozen=True, slots=True)
 class RevertRequest:

@@ -234,7 +234,9 @@ def _change(change: FileChange) -> _ChangeFields:
 class RevertView(View):
     """``state`` is ``committed``, ``undone`` or ``rolled_back`` once it has ended (``started``,
     ``files_restored`` or ``undoing`` while it moves files); ``to_turn`` and ``from_head`` are
-    turn tokens; ``undo_checkpoint`` is the workspace commit an undo puts back."""
+    turn tokens; ``undo_checkpoint`` is the workspace commit an undo puts back. A revert
+    ``--keep-user-edits`` refused (hand edits in its way) ends ``rolled_back`` with a ``detail``
+    that begins ``refused, nothing changed:``."""
 
     called: ClassVar[str | None] = "revert"
 

@@ -82,7 +82,7 @@ def test_revert_usage_errors_and_conflicts(home: Path, workspace: Path, session_
     conflict = run(home, "revert", session_id, "1", "--keep-user-edits", "--yes")
     assert conflict.returncode == 3 and "a.py" in conflict.stderr
     assert (workspace / "a.py").read_text() == "one\nMINE\n"
-    assert "<- revert 1: back to turn 1, keeping hand edits (rolled back)" in ok(
+    assert "<- revert 1: back to turn 1, keeping hand edits (refused, nothing changed)" in ok(
         home, "log", session_id
     )
 
@@ -306,3 +306,36 @@ def test_the_plan_puts_the_hand_edits_in_the_way_first_and_counts_ignored_files(
     assert (workspace / "a.py").read_text() == "agent\nmine\n"
     # the JSON plan still lists every path
     assert len(ok_json(home, "revert", session_id, "0", "--dry-run")["keep"]) == 300
+    # the refused revert is in the log as refused, not as a failure rolled back
+    log = ok(home, "log", session_id)
+    assert "(refused, nothing changed)" in log and "rolled back" not in log
+
+
+def test_global_options_are_taken_after_the_command_too(
+    home: Path, workspace: Path, session_id: str
+) -> None:
+    for args in (
+        ["log", session_id, "--home", str(home), "--no-pager"],
+        ["log", session_id, f"--home={home}"],
+        ["diff", session_id, "1", "--stat", "--no-pager", "--home", str(home)],
+        ["revert", session_id, "1", "--dry-run", "--home", str(home)],
+        ["sessions", "--json", "--home", str(home), "--no-pager"],
+    ):
+        done = run(None, *args)
+        assert done.returncode == 0, (args, done.stderr)
+        assert "a.py" in done.stdout or session_id in done.stdout, (args, done.stdout)
+    missing = run(None, "sessions", "--home")
+    assert missing.returncode == 2 and "'--home' requires an argument" in missing.stderr
+    # what follows `--` is an argument, never the global option
+    shown = run(home, "show", session_id, "1", "--", "--home")
+    assert shown.returncode == 2 and "unexpected extra argument (--home)" in shown.stderr
+
+
+def test_diff_stat_on_another_host_lists_the_stored_files(
+    home: Path, session_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TURNBACK_HOST", "elsewhere")
+    stat = ok(home, "diff", session_id, "2", "--stat").splitlines()
+    assert stat[-1].split() == ["M", "a.py", "+1", "-1"]
+    patch = run(home, "diff", session_id, "2")  # the patch needs the checkpoints' host
+    assert patch.returncode == 1 and "are on host" in patch.stderr

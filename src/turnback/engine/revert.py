@@ -57,6 +57,7 @@ from turnback.errors import (
     NothingToRevert,
     OwnershipLost,
     RestoreIncomplete,
+    RevertConflict,
     SessionNotFound,
     TurnbackError,
     TurnInProgress,
@@ -64,6 +65,7 @@ from turnback.errors import (
     WorkspaceError,
 )
 from turnback.model import (
+    REFUSED,
     ActivityLevel,
     Message,
     Revert,
@@ -291,6 +293,21 @@ def start_revert(
             f"{error}; the revert was rolled back: files and conversation are as before it",
             error.paths,
         ) from error
+    except RevertConflict as error:  # it wrote nothing: there is nothing to roll back
+        with store.atomic() as tx:
+            tx.lock_sessions([record.session_id])
+            now = time.time()
+            tx.set_revert_state(record.id, RevertState.ROLLED_BACK, now, f"{REFUSED}{error}")
+            tx.insert_activity(
+                record.session_id,
+                None,
+                ActivityLevel.WARNING,
+                "checkpoint.revert.refused",
+                f"revert {record.id} was refused and changed nothing: {error}",
+                {"revert": record.id, "paths": list(error.paths)},
+                now,
+            )
+        raise
     except (TurnbackError, OSError) as error:
         _roll_back(store, checkpoints, record, workspace, f"the revert failed: {error}")
         raise
@@ -520,7 +537,14 @@ def _finish_undo(
             None,
             ActivityLevel.INFO,
             "turn.revert.undone",
-            f"undid revert {record.id}: {len(tokens)} turn(s) and their files are back",
+            f"undid revert {record.id}: "
+            + (
+                f"{len(tokens)} turn(s) and their files are back"
+                if record.files and record.conversation
+                else f"{len(tokens)} turn(s) are back in the conversation"
+                if record.conversation
+                else "the files are back"
+            ),
             {"revert": record.id, "turns": tokens},
             now,
         )

@@ -430,6 +430,7 @@ async function timelinePage(sessionId) {
   function revertMark(r, byToken) {
     const scope = r.files && r.conversation ? "files and conversation" : r.files ? "files only" : "conversation only";
     const words = { committed: "", undone: " · undone", rolled_back: " · rolled back", started: " · in progress", undoing: " · being undone", files_restored: " · in progress" };
+    if (r.state === "rolled_back" && (r.detail || "").startsWith("refused")) words.rolled_back = " · refused, nothing changed";
     return el("li", { class: `mark revert r-${r.state}` },
       el("span", { class: "dot", "aria-hidden": "true" }),
       el("div", {}, el("strong", { text: `Reverted to turn ${turnNumber(r.to_turn, byToken)}` }),
