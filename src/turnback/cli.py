@@ -168,9 +168,10 @@ def _changes_line(changes: Sequence[FileChange], limit: int = 6) -> str:
 
 
 def _emit_json(data: views.View | Sequence[views.View]) -> None:
+    from turnback.jsontext import indented
     from turnback.views import to_json
 
-    click.echo(json.dumps(to_json(data), indent=2, ensure_ascii=False, default=str))
+    click.echo(indented(to_json(data)))
 
 
 # -- plumbing ----------------------------------------------------------------------------------
