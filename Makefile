@@ -92,6 +92,7 @@ bench: $(STAMP) $(TS_STAMP) $(BROWSER_STAMP) $(LANGGRAPH_STAMP)
 	$(BIN)/python bench/snapshots.py
 	$(BIN)/python bench/runtime.py
 	$(BIN)/python bench/storm.py
+	$(BIN)/python bench/long.py
 	$(BIN)/python bench/proxy.py
 	$(BIN)/python bench/log.py
 	$(BIN)/python bench/ui.py
