@@ -864,17 +864,29 @@ def _plan_lines(plan: RevertPlan, keep_user_edits: bool) -> list[str]:
     type=click.FloatRange(min=0),
     help="Prune unnamed refs and objects older than this many seconds (default 3600).",
 )
+@click.option("--dry-run", is_flag=True, help="Say what it would prune, and change nothing.")
 @json_option
 @pass_state
-def gc(state: Context, keep: int | None, older_than: float | None, as_json: bool) -> None:
-    """Prune workspace checkpoints nothing needs and report the bytes freed."""
+def gc(
+    state: Context, keep: int | None, older_than: float | None, dry_run: bool, as_json: bool
+) -> None:
+    """Prune workspace checkpoints nothing needs and report the bytes freed.
+
+    With --keep N, the turns before each session's last N lose their checkpoints (their diffs
+    and reverts of their files); each such session's activities say which."""
     from turnback.service import CollectGarbage
 
-    report = state.run(CollectGarbage(keep, older_than))
+    report = state.run(CollectGarbage(keep, older_than, dry_run))
     if as_json:
         from turnback import views
 
         _emit_json(views.GcView.of(report))
+        return
+    if dry_run:
+        click.echo(
+            f"would release {report.checkpoints_released} turn checkpoint(s) and remove "
+            f"{report.refs_removed} ref(s); nothing was changed"
+        )
         return
     click.echo(
         f"released {report.checkpoints_released} turn checkpoint(s), removed "

@@ -454,6 +454,7 @@ class GcReport:
     refs_removed: int = 0
     bytes_freed: int = 0
     problems: tuple[str, ...] = ()  # workspaces that could not be pruned, and why
+    dry_run: bool = False  # what it would do: nothing was released, removed or freed
 
 
 @dataclass(frozen=True, slots=True)

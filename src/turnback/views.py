@@ -516,17 +516,23 @@ class InterruptedView(View):
 
 @dataclass(frozen=True, slots=True)
 class GcView(View):
-    """``problems``: the workspaces that could not be pruned, and why."""
+    """``problems``: the workspaces that could not be pruned, and why; ``dry_run``: the counts
+    are what it would release and remove, and nothing was changed (``bytes_freed`` is 0)."""
 
     checkpoints_released: int
     refs_removed: int
     bytes_freed: int
     problems: tuple[str, ...]
+    dry_run: bool
 
     @classmethod
     def of(cls, report: GcReport) -> GcView:
         return cls(
-            report.checkpoints_released, report.refs_removed, report.bytes_freed, report.problems
+            report.checkpoints_released,
+            report.refs_removed,
+            report.bytes_freed,
+            report.problems,
+            report.dry_run,
         )
 
 

@@ -88,8 +88,23 @@ def test_revert_usage_errors_and_conflicts(home: Path, workspace: Path, session_
 
 
 def test_gc(home: Path, session_id: str) -> None:
+    log = ok_json(home, "log", session_id)
+    planned = ok_json(home, "gc", "--keep", "1", "--older-than", "0", "--dry-run")
+    assert planned["dry_run"] and planned["bytes_freed"] == 0
+    assert "nothing was changed" in ok(home, "gc", "--keep", "1", "--dry-run")
+    assert ok_json(home, "log", session_id) == log  # a dry run changes nothing
+    assert ok(home, "diff", session_id, "1")
     data = ok_json(home, "gc", "--keep", "1", "--older-than", "0")
     assert data["checkpoints_released"] == 1 and data["refs_removed"] >= 1
+    assert (planned["checkpoints_released"], planned["refs_removed"]) == (
+        data["checkpoints_released"],
+        data["refs_removed"],
+    )
+    # the diff it took away says where to look, and the activities say why
+    gone = run(home, "diff", session_id, "1")
+    assert gone.returncode == 1 and "turnback activities" in gone.stderr
+    activities = ok(home, "activities", session_id)
+    assert "gc released the workspace checkpoints of turn 1 (it kept the last 1)" in activities
     assert "freed" in ok(home, "gc")
     assert run(home, "gc", "--keep", "-1").returncode == 2
 
