@@ -53,6 +53,15 @@ PLAIN_AGENT = """
                     await self.conn.session_update(
                         session_id=session_id, update=acp.update_agent_message_text(rest + "\\n")
                     )
+                elif verb == "tool":  # a finished tool call whose result is a content list
+                    title, _, result = rest.partition(": ")
+                    await self.conn.session_update(
+                        session_id=session_id,
+                        update=acp.start_tool_call(
+                            title, title, status="completed",
+                            content=[acp.tool_content(acp.text_block(result))],
+                        ),
+                    )
                 elif verb == "crash-once":
                     marker = self.cwd / f".crashed-{rest}"
                     if not marker.exists():
@@ -69,6 +78,7 @@ PLAIN_AGENT = """
 """
 
 FAST = ResumePolicy(backoff=0.01)
+REQUEST = "say hi\ntool Read app.py: 3 lines\ncrash-once a\nsay bye"
 
 
 @pytest.fixture
@@ -94,7 +104,7 @@ def test_without_checkpoints_a_crash_is_continued_in_a_new_session_told_what_hap
 
     async def scenario() -> tuple[turnback.Turn, Any]:
         async with await AgentRuntime.start(tb, session, command, env=env, policy=FAST) as rt:
-            return await rt.prompt("say hi\ncrash-once a\nsay bye"), rt.features
+            return await rt.prompt(REQUEST), rt.features
 
     turn, features = run(scenario())
     assert not (features.checkpoints or features.rollback or features.load_session)
@@ -102,13 +112,20 @@ def test_without_checkpoints_a_crash_is_continued_in_a_new_session_told_what_hap
     # what the first attempt reported stays; the continued attempt (this agent simply runs the
     # request again) adds its own
     assert text_of(session.turn_messages(turn.number)) == "hi\nhi\nbye\n"
+    tools = [m for m in session.turn_messages(turn.number) if m.kind == "tool_call"]
+    assert [(m.text, m.data["status"], m.result) for m in tools] == [
+        ("Read app.py", "completed", "3 lines")
+    ]  # run twice under one id: one message
     assert opened(session) == ["new", "new"]  # no session/load: a new session
     prompts = [e for e in entries(log) if e["event"] == "prompt"]
     assert len(prompts) == 2 and prompts[0]["session"] != prompts[1]["session"]
     assert prompts[1]["meta"] == {"resume": {"step": None, "attempt": 1}}
     note, request = prompts[1]["texts"]
-    assert request == "say hi\ncrash-once a\nsay bye"
+    assert request == REQUEST
     assert "was interrupted" in note and "Agent: hi" in note and "workspace is as it" in note
+    # which tools ran, with their title, status and result; and nothing of turnback's own
+    assert "Tool call: Read app.py (completed)\n  3 lines\n" in note, note
+    assert "Note:" not in note and "stopped unexpectedly" not in note, note
     codes = [a.code for a in session.activities()]
     assert codes.count("agent.crashed") == 1 and codes.count("turn.resuming") == 1
 

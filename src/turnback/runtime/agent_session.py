@@ -394,13 +394,25 @@ def render_transcript(messages: Sequence[Message]) -> str:
         elif message.kind is MessageKind.AGENT:
             lines.append(f"Agent: {message.text}")
         elif message.kind is MessageKind.TOOL_CALL:
-            status = message.data.get("status", "")
-            lines.append(f"Tool call: {message.text} ({status})")
+            status = message.data.get("status") or "no status"
+            lines.append(f"Tool call: {message.text or '(untitled)'} ({status})")
+            lines += (f"  {line}" for line in _clipped(message.result).splitlines())
         elif message.kind is MessageKind.PLAN:
             lines.append("Plan: " + "; ".join(_plan_entries(message.data)))
         elif message.kind in (MessageKind.ERROR, MessageKind.NOTICE):
             lines.append(f"Note: {message.text}")
     return "\n".join(lines).rstrip() + "\n"
+
+
+#: The most of a tool call's result a transcript repeats: a command's whole output is the
+#: workspace's to show, not the conversation's.
+RESULT_CHARS = 2000
+
+
+def _clipped(text: str) -> str:
+    if len(text) <= RESULT_CHARS:
+        return text
+    return f"{text[:RESULT_CHARS]}\n[… {len(text) - RESULT_CHARS} more characters]"
 
 
 def transcript_json(messages: Sequence[Message]) -> list[dict[str, Any]]:

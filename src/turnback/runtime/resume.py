@@ -235,6 +235,9 @@ def resume_prompt(
     return {"resume": {"step": None, "attempt": attempt}}
 
 
+_NOT_THE_AGENTS = frozenset({MessageKind.USER, MessageKind.NOTICE, MessageKind.ERROR})
+
+
 def _continuation(reported: Sequence[Message]) -> Any:
     """The block that tells an agent restarted mid-turn (with no step checkpoint to resume
     from) what happened: ahead of the user's prompt, marked as turnback's."""
@@ -242,7 +245,9 @@ def _continuation(reported: Sequence[Message]) -> Any:
         "[turnback] Your previous attempt at the request below was interrupted: the agent "
         "process stopped before it finished, and was started again."
     ]
-    said = [m for m in reported if m.kind is not MessageKind.USER]
+    # the agent's own messages: the user's prompt follows, and turnback's notes (the turn
+    # resumed, an error) are not what the agent did
+    said = [m for m in reported if m.kind not in _NOT_THE_AGENTS]
     if said:
         lines += ["", "What you had already reported in this attempt:"]
         lines += render_transcript(said).splitlines()[2:]
