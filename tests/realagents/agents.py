@@ -317,6 +317,22 @@ def group_members(pgid: int) -> list[tuple[int, str]]:
     return members
 
 
+def descendants(pid: int) -> list[int]:
+    """The live processes ``pid`` started, and theirs, whatever group they are in."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            parent = parent_of(int(entry.name))
+            if parent is not None:
+                children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def parent_of(pid: int) -> int | None:
     """The parent's process id of ``pid``, or None once it is gone."""
     try:

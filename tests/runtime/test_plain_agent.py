@@ -23,7 +23,10 @@ PLAIN_AGENT = """
     import asyncio, json, os, signal, sys, uuid
     from pathlib import Path
     import acp
-    from acp.schema import InitializeResponse, NewSessionResponse, PromptResponse
+    from acp.schema import (
+        AgentCapabilities, CloseSessionResponse, InitializeResponse, NewSessionResponse,
+        PromptResponse, SessionCapabilities, SessionCloseCapabilities,
+    )
 
     LOG = Path(os.environ["PLAIN_LOG"])
 
@@ -36,7 +39,17 @@ PLAIN_AGENT = """
             self.conn = conn
 
         async def initialize(self, protocol_version, **_):
-            return InitializeResponse(protocol_version=protocol_version)
+            if not os.environ.get("PLAIN_CLOSE"):
+                return InitializeResponse(protocol_version=protocol_version)
+            sessions = SessionCapabilities(close=SessionCloseCapabilities())
+            capabilities = AgentCapabilities(session_capabilities=sessions)
+            return InitializeResponse(
+                protocol_version=protocol_version, agent_capabilities=capabilities
+            )
+
+        async def close_session(self, session_id, **_):
+            log(event="close", session=session_id)
+            return CloseSessionResponse()
 
         async def new_session(self, cwd, **meta):
             self.cwd = Path(cwd)
@@ -62,6 +75,8 @@ PLAIN_AGENT = """
                             content=[acp.tool_content(acp.text_block(result))],
                         ),
                     )
+                elif verb == "fail":  # as codex-acp fails: the reason only in data.message
+                    raise acp.RequestError(-32603, "Internal error", {"message": rest})
                 elif verb == "crash-once":
                     marker = self.cwd / f".crashed-{rest}"
                     if not marker.exists():
@@ -72,7 +87,8 @@ PLAIN_AGENT = """
 
     async def main():
         reader, writer = await acp.stdio_streams()
-        await acp.run_agent(Plain(), writer, reader)
+        # session/close is among the SDK's unstable methods
+        await acp.run_agent(Plain(), writer, reader, use_unstable_protocol=True)
 
     asyncio.run(main())
 """
@@ -128,6 +144,22 @@ def test_without_checkpoints_a_crash_is_continued_in_a_new_session_told_what_hap
     assert "Note:" not in note and "stopped unexpectedly" not in note, note
     codes = [a.code for a in session.activities()]
     assert codes.count("agent.crashed") == 1 and codes.count("turn.resuming") == 1
+
+
+def test_a_failed_prompt_keeps_what_the_agent_said_went_wrong(
+    tb: turnback.Turnback, session: turnback.Session, plain: Any
+) -> None:
+    command, env, _ = plain
+
+    async def scenario() -> turnback.Turn:
+        async with await AgentRuntime.start(tb, session, command, env=env, policy=FAST) as rt:
+            return await rt.prompt("say hi\nfail stream disconnected before completion")
+
+    turn = run(scenario())
+    assert turn.status is TurnStatus.FAILED
+    assert turn.detail == (
+        "the agent failed the prompt: Internal error (stream disconnected before completion)"
+    )
 
 
 def test_on_crash_stop_ends_the_turn_interrupted_and_resume_continues_it(
@@ -226,6 +258,28 @@ def test_undoing_a_revert_gives_a_fresh_session_the_whole_conversation(
     context, prompt = [e for e in entries(log) if e["event"] == "prompt"][-1]["texts"]
     assert "User: say one" in context and "User: say two" in context and prompt == "say three"
     assert text_of(session.messages()) == "one\ntwo\nthree\n"
+
+
+def test_a_fresh_session_closes_the_one_it_replaces_where_the_agent_can(
+    tb: turnback.Turnback, session: turnback.Session, plain: Any
+) -> None:
+    command, env, log = plain
+
+    async def scenario() -> None:
+        async with await AgentRuntime.start(
+            tb, session, command, env={**env, "PLAIN_CLOSE": "1"}
+        ) as rt:
+            await rt.prompt("say one")
+            await rt.prompt("say two")
+            await rt.revert(1)
+            await rt.undo_revert()
+            await rt.prompt("say three")
+
+    run(scenario())
+    opened = [e["session"] for e in entries(log) if e["event"] == "new"]
+    closed = [e["session"] for e in entries(log) if e["event"] == "close"]
+    assert len(opened) == 3  # the first, the rollback's, the undo's
+    assert closed == opened[:2]  # each replaced one, once replaced; the one in use stays
 
 
 def test_rollback_is_refused_before_anything_moves_when_it_cannot_be_done(

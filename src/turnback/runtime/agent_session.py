@@ -212,6 +212,7 @@ class AgentSession:
         }
         if transcript or context is not None:
             params["_meta"] = {"turnback": {"transcript": transcript_json(transcript)}}
+        replaced = self.id if self.open else None  # a session this agent process still holds
         response = await self._parts.agent.request("session/new", params)
         response = response if isinstance(response, dict) else {}
         session_id = response.get("sessionId")
@@ -224,7 +225,29 @@ class AgentSession:
         self._attach(session_id)
         self._context = list(context) if context is not None else None
         await self._remember("new", context_pending=bool(transcript))
+        if replaced is not None:
+            await self._close(replaced)
         return session_id
+
+    async def _close(self, replaced: str) -> None:
+        """Have the agent let go of a session this one no longer uses (a rollback's or an
+        undo's fresh session replaced it), where it advertises ``session/close``: else each
+        would hold its memory (claude-agent-acp: a Claude Code process) until the agent exits."""
+        if not self._parts.agent.features.close_session:
+            return
+        try:
+            await self._parts.agent.request("session/close", {"sessionId": replaced})
+        except (RequestError, AgentDied) as error:  # dead: the next prompt starts it again
+            self._parts.reactor.post(
+                Notice(
+                    ActivityLevel.WARNING,
+                    "agent.session.close.failed",
+                    f"the agent did not close its replaced session {replaced} ("
+                    f"{error.described if isinstance(error, RequestError) else error}); it may "
+                    "hold on to it until the agent exits",
+                    {"agentSessionId": replaced},
+                )
+            )
 
     def _attach(self, agent_session: str) -> None:
         self._parts.recorder.agent_session = agent_session
@@ -332,20 +355,23 @@ class AgentSession:
         if not messages:
             return blocks
         text = render_transcript(messages)
-        context: dict[str, Any]
+        context: list[dict[str, Any]]
         if self._parts.agent.features.embedded_context:
             resource = {
                 "uri": f"turnback://session/{self._parts.session.id}/transcript",
                 "text": text,
                 "mimeType": "text/plain",
             }
-            context = {"type": "resource", "resource": resource}
+            # An agent that writes a resource into its prompt's text as a mention (gemini-cli:
+            # "@uri") would glue the user's first word to it: a line break of its own follows.
+            context = [{"type": "resource", "resource": resource}, text_block("\n")]
         else:
-            context = text_block(text)
+            context = [text_block(text)]  # the transcript's text ends its own last line
         # Marked, so an agent that reads its prompt as instructions (the scripted agent) can
         # tell turnback's context from what the user asked.
-        context["_meta"] = {"turnback": {"context": "transcript"}}
-        return [context, *blocks]
+        for block in context:
+            block["_meta"] = {"turnback": {"context": "transcript"}}
+        return [*context, *blocks]
 
     async def prompt_answered(self) -> None:
         """The agent answered a prompt: the conversation it was given is its own now."""

@@ -53,6 +53,7 @@ class AgentFeatures:
     name: str | None = None
     load_session: bool = False  # session/load
     resume_session: bool = False  # session/resume
+    close_session: bool = False  # session/close
     checkpoints: bool = False  # _meta.turnback.checkpoints: sends _turnback/checkpoint
     rollback: bool = False  # _meta.turnback.rollback: answers _turnback/rollback
     embedded_context: bool = False  # accepts resource blocks in prompts
@@ -71,6 +72,7 @@ class AgentFeatures:
             name=name if isinstance(name, str) else None,
             load_session=capabilities.get("loadSession") is True,
             resume_session=sessions.get("resume") is not None,
+            close_session=sessions.get("close") is not None,
             checkpoints=extension.get("checkpoints") is True,
             rollback=extension.get("rollback") is True,
             embedded_context=prompts.get("embeddedContext") is True,
