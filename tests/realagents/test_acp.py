@@ -118,7 +118,7 @@ async def opened(
     try:
         async with acp.spawn_agent_process(
             editor,  # type: ignore[arg-type]
-            *agents.in_own_group(command),
+            *agents.in_own_session(command),
             env=world.env(),
             cwd=world.workspace,
             transport_kwargs={"stderr": None},
@@ -131,7 +131,7 @@ async def opened(
             yield Opened(conn, process.pid, editor, dump(init), new.session_id)
     finally:
         if group is not None:
-            left += agents.end_group(group)
+            left += agents.end_session(group)
 
 
 async def one_turn(
@@ -287,7 +287,7 @@ class Crash:
 
 def agent_pids(proxy: int) -> list[int]:
     """The processes the proxy started: its agent."""
-    return [pid for pid, _ in agents.group_members(proxy) if agents.parent_of(pid) == proxy]
+    return [pid for pid, _ in agents.session_members(proxy) if agents.parent_of(pid) == proxy]
 
 
 @pytest.fixture(scope="module")
@@ -380,14 +380,11 @@ def test_the_continuation_reports_only_what_the_agent_did(crash: Crash) -> None:
     assert "stopped unexpectedly" not in prompt and "Note:" not in prompt, prompt
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="turnback stops only the process it started: codex-acp's npm shim dies and leaves "
-    "the binary it runs (the agent should be a process group, signalled whole)",
-)
 def test_turnback_leaves_nothing_of_an_agent_started_through_a_shim(
     make_world: MakeWorld, tmp_path: Path
 ) -> None:
+    """codex-acp's npm shim runs the binary with ``spawnSync``, so a signal to the shim leaves
+    the binary running: turnback stops the agent's whole process group."""
     with Model() as model:
         world = make_world(model.url)
         model.script = turn.codex(world)
@@ -419,14 +416,21 @@ def proxied(home: Path, agent: AcpAgent) -> list[str]:
 
 
 async def converse(
-    command: list[str], world: World, prompts: list[str], cancel_stalled: Model | None = None
+    command: list[str],
+    world: World,
+    prompts: list[str | Callable[[int], None]],
+    cancel_stalled: Model | None = None,
 ) -> Said:
-    """One session through ``command`` (:func:`opened`), sent ``prompts`` one after another;
-    the editor cancels each once ``cancel_stalled``'s reply stalls."""
+    """One session through ``command`` (:func:`opened`), sent ``prompts`` one after another
+    (a function among them is called in its place, with the process's id); the editor cancels
+    each once ``cancel_stalled``'s reply stalls."""
     said = Said()
     async with opened(command, world, said.left) as session:
         conn, editor, said.session_id = session.conn, session.editor, session.session_id
         for text in prompts:
+            if not isinstance(text, str):
+                text(session.pid)
+                continue
             before = len(editor.updates)
             answer = asyncio.ensure_future(
                 conn.prompt(session_id=said.session_id, prompt=[acp.text_block(text)])
@@ -513,3 +517,43 @@ def test_rewinds_and_their_undos_leave_no_agent_session_behind(
     assert "Undid the last rewind" in undone, undone
     after_prompts = said.processes[1]
     assert said.processes[2:] and max(said.processes[2:]) <= after_prompts + 1, said.processes
+
+
+def test_a_session_whose_claude_code_died_is_opened_again(
+    make_world: MakeWorld, tmp_path: Path
+) -> None:
+    """claude-agent-acp runs a Claude Code process per session; killed between turns, the
+    adapter lives on and answers every later prompt "Session not found". turnback opens the
+    session again (session/load, from Claude Code's own transcript) and the turn goes on."""
+    agent = AGENTS["claude-agent-acp"]
+    home = tmp_path / "tb"
+    killed: list[str] = []
+
+    def kill_claude_code(proxy: int) -> None:
+        adapter = agent_pids(proxy)
+        for pid in agents.descendants(proxy):
+            if agents.parent_of(pid) in adapter:  # the adapter's children: Claude Code
+                killed.append(Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " "))
+                os.kill(pid, signal.SIGKILL)
+
+    with Model() as model:
+        world = make_world(model.url)
+        model.script = [Reply(Text("one")), Reply(Text("two"))]
+        world.configure()
+        said = asyncio.run(
+            asyncio.wait_for(
+                converse(proxied(home, agent), world, ["first", kill_claude_code, "second"]),
+                240,
+            )
+        )
+    assert killed and said.left == []
+    assert said.stops == ["end_turn", "end_turn"], said.answers
+    assert "two" in said.answers[-1], said.answers
+    # the model was asked the second prompt with the first exchange before it
+    texts = [t.splitlines()[-1] for t in model.steps()[-1].user_texts()]
+    assert texts == ["first", "second"], texts
+    with turnback.open(home=home) as tb:
+        stored = tb.session(said.session_id)
+        assert [t.status for t in stored.turns()] == [TurnStatus.COMPLETED] * 2
+        codes = [a.code for a in stored.activities()]
+        assert "agent.session.lost" in codes, codes

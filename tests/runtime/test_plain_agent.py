@@ -57,9 +57,13 @@ PLAIN_AGENT = """
             log(event="new", session=session_id, meta=meta.get("turnback"))
             return NewSessionResponse(session_id=session_id)
 
+        lost = set()  # sessions it no longer has, as claude-agent-acp once Claude Code died
+
         async def prompt(self, prompt, session_id, **meta):
             texts = [getattr(block, "text", None) for block in prompt]
             log(event="prompt", session=session_id, texts=texts, meta=meta.get("turnback"))
+            if session_id in self.lost:
+                raise acp.RequestError(-32603, "Internal error", {"details": "Session not found"})
             for line in texts[-1].splitlines():
                 verb, _, rest = line.partition(" ")
                 if verb == "say":
@@ -77,6 +81,8 @@ PLAIN_AGENT = """
                     )
                 elif verb == "fail":  # as codex-acp fails: the reason only in data.message
                     raise acp.RequestError(-32603, "Internal error", {"message": rest})
+                elif verb == "lose-session":
+                    self.lost.add(session_id)
                 elif verb == "crash-once":
                     marker = self.cwd / f".crashed-{rest}"
                     if not marker.exists():
@@ -160,6 +166,30 @@ def test_a_failed_prompt_keeps_what_the_agent_said_went_wrong(
     assert turn.detail == (
         "the agent failed the prompt: Internal error (stream disconnected before completion)"
     )
+
+
+def test_a_session_the_agent_lost_is_opened_again_and_the_turn_goes_on(
+    tb: turnback.Turnback, session: turnback.Session, plain: Any
+) -> None:
+    command, env, log = plain
+
+    async def scenario() -> tuple[turnback.Turn, int | None, int | None]:
+        async with await AgentRuntime.start(tb, session, command, env=env, policy=FAST) as rt:
+            await rt.prompt("say one\nlose-session")
+            pid = rt.agent_pid
+            return await rt.prompt("say two"), pid, rt.agent_pid
+
+    turn, before, after = run(scenario())
+    assert turn.status is TurnStatus.COMPLETED, turn.detail
+    assert before == after  # the agent ran on: only its session was opened again
+    assert text_of(session.messages()) == "one\ntwo\n"
+    codes = [a.code for a in session.activities()]
+    assert "agent.session.lost" in codes and "agent.crashed" not in codes
+    assert opened(session) == ["new", "new", "continued"]  # no session/load: a new one
+    prompts = [e for e in entries(log) if e["event"] == "prompt"]
+    assert prompts[-2]["session"] == prompts[0]["session"] != prompts[-1]["session"]
+    context, _, request = prompts[-1]["texts"]
+    assert "User: say one" in context and "Agent: one" in context and request == "say two"
 
 
 def test_on_crash_stop_ends_the_turn_interrupted_and_resume_continues_it(

@@ -35,6 +35,27 @@ from turnback.runtime.rpc import RequestError
 from turnback.runtime.wire import Frame, Rejected
 from turnback.service import SetAgentState
 
+
+class SessionLost(AgentError):
+    """The agent, still running, answered that it no longer has the session this one uses
+    (claude-agent-acp, once the Claude Code process behind a session has died): like a crash,
+    the session is opened again and the turn goes on."""
+
+
+#: How agents say a session named in a request is gone from their side. Only in words:
+#: claude-agent-acp answers "Internal error" with ``data.details`` "Session not found" (and,
+#: the first time, "...process exited unexpectedly. Please start a new session."); gemini-cli
+#: likewise; ACP's own code for it is "Resource not found".
+_LOST_SAID = ("session not found", "start a new session")
+RESOURCE_NOT_FOUND = -32002
+
+
+def lost_session(error: RequestError) -> bool:
+    """Whether ``error``, the answer to a request naming the session, says it is gone."""
+    said = error.described.lower()
+    return error.code == RESOURCE_NOT_FOUND or any(words in said for words in _LOST_SAID)
+
+
 #: Requests that change how the agent's session behaves from then on: the latest of each (of
 #: each config option) is sent again to an agent process started after the one that took it.
 SETTINGS = frozenset({"session/set_mode", "session/set_config_option"})
@@ -112,6 +133,12 @@ class AgentSession:
                     "started it again",
                 )
             await self._open_in(generation)
+
+    def forget(self) -> None:
+        """The agent answered that it no longer has this session (:class:`SessionLost`): it is
+        opened again, by the next :meth:`ensure`, in the agent process that runs now."""
+        self._parts.agent.detach(self.id, self)
+        self._opened_in = 0
 
     async def lost(self) -> None:
         """The process the session was opened in died: have the connection close it (unless
@@ -452,4 +479,12 @@ def _plan_entries(data: dict[str, Any]) -> list[str]:
     return [str(e.get("content", "")) for e in entries if isinstance(e, dict)]
 
 
-__all__ = ["SETTINGS", "AgentSession", "render_transcript", "text_block", "transcript_json"]
+__all__ = [
+    "SETTINGS",
+    "AgentSession",
+    "SessionLost",
+    "lost_session",
+    "render_transcript",
+    "text_block",
+    "transcript_json",
+]

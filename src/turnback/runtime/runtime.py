@@ -42,7 +42,7 @@ from turnback.model import (
     Turn,
     TurnStatus,
 )
-from turnback.runtime.agent_session import AgentSession
+from turnback.runtime.agent_session import AgentSession, SessionLost, lost_session
 from turnback.runtime.connection import AgentConnection
 from turnback.runtime.parts import SessionParts
 from turnback.runtime.policy import AgentState, OnCrash, ResumePolicy
@@ -352,7 +352,7 @@ class AgentRuntime:
                     if attempt:
                         await self._ensure_agent()
                     stop = await self._send(turn, prompt, resume, reported, attempt)
-                except (AgentDied, AgentUnavailable) as error:
+                except (AgentDied, AgentUnavailable, SessionLost) as error:
                     then = await self._crash.after_crash(
                         turn, error, attempt, cancelling=self._cancelling
                     )
@@ -444,6 +444,13 @@ class AgentRuntime:
                         f"agent {self._agent.described!r} {ended_text(returncode)}", returncode
                     ) from None
             response = request.result()
+        except RequestError as error:
+            if lost_session(error):
+                raise SessionLost(
+                    f"agent {self._agent.described!r} no longer has session {agent_session} "
+                    f"({error.described})"
+                ) from error
+            raise
         except BaseException:
             request.cancel()
             raise
