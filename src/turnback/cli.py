@@ -451,7 +451,8 @@ def show(state: Context, session: str, turn: str, events: bool, as_json: bool) -
         label = _colour(f"[{message.kind.value}]", bold=True)
         body = message.text
         if message.kind == "tool_call":
-            body = f"{message.data.get('title', '')} ({message.data.get('status', '?')})"
+            body = f"{message.text} ({message.data.get('status', '?')})"
+            body += "".join(f"\n    {line}" for line in message.result.splitlines())
         lines.append(body if message.kind == "unreadable" else f"{label} {body}")
     if not events:
         click.echo("\n".join(lines))

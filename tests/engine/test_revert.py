@@ -128,8 +128,13 @@ def test_undo_is_refused_once_new_turns_were_made(
     session.revert(1)
     with session.turn("new work"):
         (workspace / "new.py").write_text("new\n")
-    with pytest.raises(NothingToRevert, match="made after"):
+    with pytest.raises(NothingToRevert) as refused:
         session.undo_revert()
+    # says which turn stands in the way, by its number and prompt, not the revert's row id
+    assert str(refused.value).startswith(
+        "the last revert can no longer be undone: turn 2 ('new work') began after it"
+    ), refused.value
+    assert (refused.value.remedy, refused.value.turn) == ("turns", 2)
     assert (workspace / "new.py").exists()
 
 

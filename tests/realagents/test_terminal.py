@@ -82,7 +82,7 @@ PER_MODEL_CALL = {"BeforeModel", "AfterModel", "BeforeToolSelection", "PreCompre
 def run(world: World, argv: list[str], timeout: float = 150) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` in the workspace as its own process group, and end the group after."""
     process = subprocess.Popen(
-        agents.in_own_group(argv),
+        agents.in_own_session(argv),
         cwd=world.workspace,
         env=world.env(),
         stdin=subprocess.DEVNULL,
@@ -93,7 +93,7 @@ def run(world: World, argv: list[str], timeout: float = 150) -> subprocess.Compl
     try:
         out, err = process.communicate(timeout=timeout)
     finally:
-        agents.end_group(process.pid)
+        agents.end_session(process.pid)
         if process.poll() is None:
             process.kill()
             process.wait()

@@ -52,6 +52,7 @@ from turnback.engine.owners import current_owner, is_alive, require_here
 from turnback.engine.turns import UNFINISHED_REVERTS, require_no_revert
 from turnback.errors import (
     RECOVER,
+    TURNS,
     CheckpointUnavailable,
     InvalidOption,
     NothingToRevert,
@@ -495,10 +496,14 @@ def undo_revert(store: Store, checkpoints: WorkspaceCheckpoints | None, session_
             if t.started_at > record.created_at
         ]
         if newer:
+            first = newer[0]
+            prompt = " ".join(first.prompt_text.split())
+            prompt = prompt if len(prompt) <= 40 else prompt[:39] + "…"
             raise NothingToRevert(
-                f"turn {newer[0].number} was made after revert {record.id}; undoing it would "
-                "drop that work. Revert to an earlier turn instead"
-            )
+                f"the last revert can no longer be undone: turn {first.number} ({prompt!r}) "
+                "began after it, and undoing the revert would drop the work done since; to go "
+                "further back, revert to an earlier turn"
+            ).settled_by(TURNS, session=session_id, turn=first.number)
         if record.files and checkpoints is None:
             raise CheckpointUnavailable(
                 "workspace checkpoints are turned off; cannot undo a files revert"
