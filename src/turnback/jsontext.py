@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from json.encoder import encode_basestring
 from typing import Any
 
 #: The deepest nesting of arrays and objects turnback accepts in a message or an event. ACP's
@@ -32,6 +31,9 @@ from typing import Any
 MAX_DEPTH = 128
 
 _ASCII = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+#: A string as JSON text, as ``json.dumps(text, ensure_ascii=False)`` writes it (the encoder's
+#: own fast path for a string).
+_STRING = json.JSONEncoder(ensure_ascii=False).encode
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _DECODER = json.JSONDecoder()
 _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
@@ -102,7 +104,7 @@ def indented(value: Any) -> str:
 
 def _indented(value: Any, newline: str, put: Callable[[str], object]) -> None:
     if isinstance(value, str):
-        put(encode_basestring(value))
+        put(_STRING(value))
     elif value is None:
         put("null")
     elif value is True:
@@ -133,12 +135,12 @@ def _indented(value: Any, newline: str, put: Callable[[str], object]) -> None:
         for key, item in value.items():
             put(lead)
             lead = between
-            put(encode_basestring(key if isinstance(key, str) else _key(key)))
+            put(_STRING(key if isinstance(key, str) else _key(key)))
             put(": ")
             _indented(item, inner, put)
         put(newline + "}")
     else:
-        put(encode_basestring(str(value)))
+        put(_STRING(str(value)))
 
 
 def _float(value: float) -> str:
