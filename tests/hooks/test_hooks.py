@@ -1,0 +1,216 @@
+"""``turnback hook AGENT EVENT`` fed the payloads Claude Code, Codex and Gemini CLI really send
+(``tests/realagents/hooks``), one real process per event, over a real git workspace whose files
+change between the events as the agent's tools changed them: NOTES written, then the user's
+untracked file removed and ``git reset --hard`` run over a hand edit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import turnback
+from turnback.hooks import DESTRUCTIVE_GIT, session_id_for
+
+from .feed import Agent, git, make_workspace
+
+#: (prompt event, before a tool, after it, end; write tool, shell tool) of each agent's fixture
+EVENTS = {
+    "claude": ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "Write", "Bash"),
+    "codex": ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "apply_patch", "Bash"),
+    "gemini": ("BeforeAgent", "BeforeTool", "AfterTool", "AfterAgent", "write_file",
+               "run_shell_command"),
+}  # fmt: skip
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    make_workspace(tmp_path / "workspace")
+    return tmp_path / "workspace"
+
+
+def _agent(name: str, workspace: Path) -> Agent:
+    return Agent(name, workspace, workspace.parent / "home")
+
+
+def _a_turn(agent: Agent) -> None:
+    """The turn the real agents did, hook by hook, with its tools' effects on disk."""
+    prompt, before, after, stop, write, shell = EVENTS[agent.name]
+    agent.send("SessionStart")
+    agent.send(prompt)
+    agent.send(f"{before} {write}")
+    (agent.workspace / "NOTES").write_text("hello from the agent\n")
+    agent.send(f"{after} {write}")
+    agent.send(f"{before} {shell}")
+    subprocess.run(
+        "rm scratch.txt && git reset --hard -q", shell=True, cwd=agent.workspace, check=True
+    )
+    agent.send(f"{after} {shell}")
+    agent.send(stop)
+    agent.send("SessionEnd")
+
+
+@pytest.mark.parametrize("name", sorted(EVENTS))
+def test_a_turn_from_hooks_and_every_byte_rescued(name: str, workspace: Path) -> None:
+    agent = _agent(name, workspace)
+    _a_turn(agent)
+    assert not (workspace / "scratch.txt").exists()
+    assert (workspace / "README").read_text() == "committed\n"
+
+    with turnback.open(agent.home / "turnback") as tb:
+        session = tb.session(session_id_for(name, agent.session))
+        assert session.record.agent == name
+        assert Path(session.record.workspace) == workspace.resolve()
+        [turn] = session.turns()
+        assert turn.status == "completed"
+        assert turn.prompt == agent.payload(EVENTS[name][0])["prompt"]
+        changes = {c.path: c.kind.value for c in session.diff(1).files}
+        assert changes == {"NOTES": "added", "scratch.txt": "deleted", "README": "modified"}
+        tools = session.tool_checkpoints(1)
+        assert [t.tool for t in tools] == [EVENTS[name][4], EVENTS[name][5]]
+        assert all(t.commit for t in tools)
+        # a destructive git command keeps the repository's refs, stash and reflog too
+        assert tools[0].git_state is None
+        assert tools[1].git_state["head"] == git(workspace, "rev-parse", "HEAD").strip()
+        assert "refs/heads/main" in " ".join(tools[1].git_state["refs"])
+        # the journal names each tool call before and after, the same call each time
+        events = [(e.kind, e.event.get("toolCallId")) for e in session.run_events(1)]
+        calls = [call for kind, call in events if kind == "tool_call"]
+        updates = [call for kind, call in events if kind == "tool_call_update"]
+        assert len(calls) == 2 and calls == updates
+
+        # before the shell command: the user's untracked file and hand edit, every byte
+        rescued = session.rescue(["scratch.txt", "README"], 1, before_tool=2)
+        assert sorted(rescued.written) == ["README", "scratch.txt"]
+        assert (workspace / "scratch.txt").read_text() == "the user's own notes\n"
+        assert (workspace / "README").read_text() == "committed\nedited by hand\n"
+        assert (workspace / "NOTES").read_text() == "hello from the agent\n"  # not named
+        # and the rescue is undone as it was done
+        session.undo_rescue()
+        assert not (workspace / "scratch.txt").exists()
+        assert (workspace / "README").read_text() == "committed\n"
+
+
+def test_a_rescue_keeps_a_hand_edit_made_after_the_turn(workspace: Path) -> None:
+    agent = _agent("claude", workspace)
+    _a_turn(agent)
+    (workspace / "README").write_text("committed\nedited again, after the turn\n")
+    with turnback.open(agent.home / "turnback") as tb:
+        session = tb.session(session_id_for("claude", agent.session))
+        with pytest.raises(turnback.RevertConflict) as refused:
+            session.rescue(["README", "scratch.txt"], 1, before_tool=2)
+        assert refused.value.paths == ("README",)
+        assert not (workspace / "scratch.txt").exists()  # nothing written
+        assert (workspace / "README").read_text() == "committed\nedited again, after the turn\n"
+        session.rescue(["README"], 1, before_tool=2, force=True)
+        assert (workspace / "README").read_text() == "committed\nedited by hand\n"
+        session.undo_rescue()
+        assert (workspace / "README").read_text() == "committed\nedited again, after the turn\n"
+
+
+def test_a_prompt_without_a_stop_before_it_interrupts_the_turn(workspace: Path) -> None:
+    """Ctrl+C gives Claude Code no Stop: the next prompt closes the turn it left running."""
+    agent = _agent("claude", workspace)
+    agent.send("SessionStart")
+    agent.send("UserPromptSubmit")
+    agent.send("PreToolUse Write")
+    (workspace / "NOTES").write_text("half done\n")
+    agent.prompt_id = "prompt-2"
+    agent.send("UserPromptSubmit", prompt="try again")
+    with turnback.open(agent.home / "turnback") as tb:
+        session = tb.session(session_id_for("claude", agent.session))
+        first, second = session.turns()
+        assert first.status == "interrupted"
+        assert [c.path for c in session.diff(1).files] == ["NOTES"]
+        assert second.status == "running" and second.prompt == "try again"
+
+
+def test_a_dead_agents_turn_is_recovered(workspace: Path, tmp_path: Path) -> None:
+    """An agent killed mid-turn sends nothing more: its turn is the dead process's, and
+    `turnback recover` (or the next SessionStart) closes it as interrupted."""
+    agent = _agent("claude", workspace)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    # hooks of an agent that has exited since (its pid is named, as Claude Code names it)
+    agent.env["CLAUDE_PID"] = str(gone.pid)
+    agent.send("SessionStart")
+    agent.send("UserPromptSubmit")
+    home = agent.home / "turnback"
+    with turnback.open(home) as tb:
+        [turn] = tb.session(session_id_for("claude", agent.session)).turns()
+        assert turn.status == "running"
+    done = subprocess.run(
+        [sys.executable, "-m", "turnback", "--home", str(home), "recover", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(done.stdout)["recovered"], done.stdout
+    with turnback.open(home) as tb:
+        [turn] = tb.session(session_id_for("claude", agent.session)).turns()
+        assert turn.status == "interrupted"
+
+
+def test_a_new_session_start_closes_a_dead_agents_turn(workspace: Path) -> None:
+    agent = _agent("codex", workspace)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TURNBACK_HOME", str(agent.home / "turnback"))
+        from turnback.hooks import handle
+
+        handle("codex", "UserPromptSubmit", agent.payload("UserPromptSubmit"), owner_pid=gone.pid)
+    agent.send("SessionStart", source="resume")
+    with turnback.open(agent.home / "turnback") as tb:
+        [turn] = tb.session(session_id_for("codex", agent.session)).turns()
+        assert turn.status == "interrupted"
+
+
+def test_a_failing_hook_exits_0_fast_and_says_why(workspace: Path) -> None:
+    agent = _agent("claude", workspace)
+    # not JSON at all: nothing to record it on, but the agent is not held up
+    done = agent.send_text("UserPromptSubmit", "not json")
+    assert "JSONDecodeError" in done.stderr and done.stdout == ""
+    # a tool before any prompt (hooks installed mid-turn): an activity on the session
+    agent.send("SessionStart")
+    done = agent.send("PreToolUse Bash")
+    assert "no turn of this agent running" in done.stderr
+    with turnback.open(agent.home / "turnback") as tb:
+        session = tb.session(session_id_for("claude", agent.session))
+        [failed] = [a for a in session.activities() if a.code == "hook.failed"]
+        assert "PreToolUse" in failed.message
+    # an event turnback does not use is accepted as it is
+    agent.send_text("Notification", json.dumps({"session_id": agent.session}))
+    assert max(agent.took) < 10
+
+
+@pytest.mark.parametrize(
+    ("command", "destructive"),
+    [
+        ("git reset --hard -q", True),
+        ("rm scratch.txt && git reset --hard HEAD~1", True),
+        ("git checkout .", True),
+        ("git checkout -- README", True),
+        ("git -C sub clean -fdx", True),
+        ("git stash drop", True),
+        ("git branch -D feature", True),
+        ("git restore README", True),
+        ("git status", False),
+        ("git checkout -b feature", False),
+        ("git reset HEAD README", False),
+        ("echo git", False),
+    ],
+)
+def test_destructive_git_commands(command: str, destructive: bool) -> None:
+    assert bool(DESTRUCTIVE_GIT.search(command)) is destructive
+
+
+def test_hooks_take_little_time(workspace: Path) -> None:
+    agent = _agent("claude", workspace)
+    started = time.monotonic()
+    _a_turn(agent)
+    assert time.monotonic() - started < 60
