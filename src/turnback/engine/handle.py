@@ -587,12 +587,17 @@ class Session:
         if checkpoints is None:
             raise CheckpointUnavailable("workspace checkpoints are turned off for this handle")
         self._tb.journal.flush()
-        turn = rescue.running_or_head(self.turns()) if ref is None else self.get_turn(ref)
+        turn = self.rescue_turn(ref)
         require_here([turn], "a rescue")
         relative = rescue.relative_paths(self.record.workspace, paths)
         return rescue.rescue(
             self._tb.store, checkpoints, self.id, turn, before_tool, relative, force=force
         )
+
+    def rescue_turn(self, ref: int | str | None = None) -> Turn:
+        """The turn ``ref``, else the one a rescue is about when none is named: the running
+        turn, else the last one."""
+        return rescue.running_or_head(self.turns()) if ref is None else self.get_turn(ref)
 
     def undo_rescue(self) -> Rescue:
         """Put the paths of the last rescue back as they were just before it."""

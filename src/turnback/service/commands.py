@@ -18,6 +18,7 @@ from turnback.model import (
     GcReport,
     Message,
     RecoveryReport,
+    Rescue,
     Revert,
     RevertPlan,
     RevertRequest,
@@ -226,6 +227,32 @@ class UndoRevert(Command[Revert]):
 
     def apply(self, tb: Turnback) -> Revert:
         return tb.session(self.session).undo_revert()
+
+
+@dataclass(frozen=True, slots=True)
+class RescueFiles(Command[Rescue]):
+    """Bring ``paths`` back as they were before tool ``before_tool`` of ``turn`` (0: its
+    begin; no turn: the running or last one); hand edits since the turn are kept unless
+    ``force``."""
+
+    session: str
+    paths: tuple[str, ...]
+    turn: int | str | None = None
+    before_tool: int = 0
+    force: bool = False
+
+    def apply(self, tb: Turnback) -> Rescue:
+        return tb.session(self.session).rescue(
+            self.paths, self.turn, before_tool=self.before_tool, force=self.force
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UndoRescue(Command[Rescue]):
+    session: str
+
+    def apply(self, tb: Turnback) -> Rescue:
+        return tb.session(self.session).undo_rescue()
 
 
 # -- the whole home ------------------------------------------------------------------------------
