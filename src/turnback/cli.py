@@ -1090,9 +1090,9 @@ def hook(state: Context, agent: str, event: str) -> None:
     shell or write tool is checkpointed first, the end of the agent's turn ends it. It always
     exits 0 and prints nothing on standard output; what went wrong goes to standard error and
     the session's activities."""
-    from turnback import hooks as terminal
+    from turnback.hooks import client
 
-    problem = terminal.run(agent, event, sys.stdin.read(), home=state.home)
+    problem = client.run(agent, event, sys.stdin.read(), home=state.home)
     if problem:
         click.echo(f"turnback hook {agent} {event}: {problem}", err=True)
 

@@ -3,15 +3,14 @@
 A plain ``turnback acp -- AGENT…`` is started here without the command line's machinery (see
 :mod:`turnback.acp.launch`: the agent starts before anything heavy is imported); everything else
 goes to :mod:`turnback.cli`; so is a plain ``turnback hook AGENT EVENT`` (a terminal agent's hook,
-run on every prompt and tool: :mod:`turnback.hooks`). This module imports only
-:mod:`turnback.acp.launch`, which imports only the standard library, at its top.
+run on every prompt and tool: :mod:`turnback.hooks.client`). This module imports
+nothing at its top: a hook then imports :mod:`turnback.hooks.client`, anything else
+:mod:`turnback.acp.launch`, each of which imports only the standard library.
 """
 
 from __future__ import annotations
 
 import sys
-
-from turnback.acp import launch
 
 
 def _hook(argv: list[str]) -> tuple[str | None, str, str] | None:
@@ -28,13 +27,15 @@ def main() -> None:
     argv = sys.argv[1:]
     hook = _hook(argv)
     if hook is not None:  # a hook runs on every prompt and tool: no command line machinery
-        from turnback import hooks
+        from turnback.hooks import client
 
         home, agent, event = hook
-        problem = hooks.run(agent, event, sys.stdin.read(), home=home)
+        problem = client.run(agent, event, sys.stdin.read(), home=home)
         if problem:
             print(f"turnback hook {agent} {event}: {problem}", file=sys.stderr)
         sys.exit(0)
+    from turnback.acp import launch
+
     line = launch.command_line(argv)
     if line is not None:
         early = launch.start(line.agent, line.initialize_timeout)

@@ -57,7 +57,9 @@ class Agent:
 
     def send_text(self, event: str, stdin: str) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if k != "CLAUDE_PID"}
-        env.update({"TURNBACK_HOME": str(self.home / "turnback"), **self.env})
+        # each hook in its own process, unless a test asks for the helper
+        env.update({"TURNBACK_HOME": str(self.home / "turnback"), "TURNBACK_HOOK_HELPER": "0"})
+        env.update(self.env)
         started = time.monotonic()
         done = subprocess.run(
             [*TURNBACK, "hook", self.name, event],

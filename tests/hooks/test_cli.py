@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from turnback.hooks import session_id_for
+from turnback.hooks.events import session_id_for
 
 from .feed import TURNBACK, Agent, make_workspace
 from .test_hooks import _a_turn
@@ -21,7 +21,7 @@ def turnback(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.Completed
     return subprocess.run(
         [*TURNBACK, *args],
         cwd=cwd,
-        env={**os.environ, "NO_COLOR": "1", **env},
+        env={**os.environ, "NO_COLOR": "1", "TURNBACK_HOOK_HELPER": "0", **env},
         capture_output=True,
         text=True,
         timeout=120,
@@ -149,7 +149,12 @@ def test_install_keeps_the_users_hooks_and_uninstall_removes_only_turnbacks(
     # the command installed runs turnback's hook
     command = next(c for c in ours if c.endswith(" SessionStart"))
     ran = subprocess.run(
-        command, shell=True, input="{}", capture_output=True, text=True, env={**os.environ, **env}
+        command,
+        shell=True,
+        input="{}",
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env, "TURNBACK_HOOK_HELPER": "0"},
     )
     assert ran.returncode == 0 and ran.stdout == "", ran
 
@@ -200,6 +205,6 @@ def test_hook_help_and_the_cli_form(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "turnback", "--no-pager", "hook", "claude", "Stop"],
         input="garbage", capture_output=True, text=True, env={**os.environ,
-        "TURNBACK_HOME": str(tmp_path / "home")},
+        "TURNBACK_HOME": str(tmp_path / "home"), "TURNBACK_HOOK_HELPER": "0"},
     )  # fmt: skip
     assert done.returncode == 0 and "JSONDecodeError" in done.stderr and done.stdout == ""

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import turnback
-from turnback.hooks import DESTRUCTIVE_GIT, session_id_for
+from turnback.hooks.events import DESTRUCTIVE_GIT, session_id_for
 
 from .feed import Agent, git, make_workspace
 
@@ -58,6 +58,12 @@ def _a_turn(agent: Agent) -> None:
 def test_a_turn_from_hooks_and_every_byte_rescued(name: str, workspace: Path) -> None:
     agent = _agent(name, workspace)
     _a_turn(agent)
+    check_the_turn_and_rescue(agent)
+
+
+def check_the_turn_and_rescue(agent: Agent) -> None:
+    """What :func:`_a_turn` leaves, read back, and its files brought back."""
+    name, workspace = agent.name, agent.workspace
     assert not (workspace / "scratch.txt").exists()
     assert (workspace / "README").read_text() == "committed\n"
 
@@ -161,7 +167,7 @@ def test_a_new_session_start_closes_a_dead_agents_turn(workspace: Path) -> None:
     gone.wait()
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TURNBACK_HOME", str(agent.home / "turnback"))
-        from turnback.hooks import handle
+        from turnback.hooks.events import handle
 
         handle("codex", "UserPromptSubmit", agent.payload("UserPromptSubmit"), owner_pid=gone.pid)
     agent.send("SessionStart", source="resume")

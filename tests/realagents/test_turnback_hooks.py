@@ -6,8 +6,10 @@ for against the scripted model -- write NOTES, then remove the user's untracked 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +52,17 @@ def test_turnback_brings_back_what_the_agents_shell_destroyed(
         home = world.home / "turnback"
         installed = turnback(world, "hooks", "install", name, home=home)
         assert installed["events"], installed
-        done = run(world, terminal.argv(), env={"TURNBACK_HOME": str(home)})
+        try:  # the hooks' helper serves all but the first hook (tests/hooks/test_helper.py)
+            done = run(
+                world,
+                terminal.argv(),
+                env={"TURNBACK_HOME": str(home), "TURNBACK_HOOK_HELPER_IDLE": "5"},
+            )
+        finally:
+            helper = home / "hooks" / "helper.pid"
+            if helper.exists():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(helper.read_text()), signal.SIGKILL)
     assert done.returncode == 0, f"{name} failed:\n{done.stdout}\n{done.stderr}"
     workspace = world.workspace
     # the agent really did it: the untracked file and the hand edit are gone

@@ -1,0 +1,127 @@
+"""``turnback hook AGENT EVENT`` as the agent runs it: the standard library only.
+
+A hook runs on every prompt and tool call, and the agent waits for it. Starting Python and
+importing the engine costs far more than the work (about 100 ms against a few), so a hook hands
+its event to the home's helper (:mod:`turnback.hooks.helper`), a process that keeps the engine
+imported, the store open and a file watcher on each workspace, over a unix socket; it answers
+once the event is applied and durable. Where no helper answers, the hook applies the event in
+its own process (:mod:`turnback.hooks.events`), then starts a helper for the next one.
+
+Some facts this depends on:
+
+- The helper is only a faster way to the same work: it keeps no turn in memory that a later
+  event needs (each event reads its turn back from the store, as a hook process does), so a
+  helper that dies loses nothing acknowledged and the next hook runs in its own process.
+- An event the helper was given but did not answer (it died in the middle) is not applied
+  again by the hook: it may have been, and a prompt applied twice would begin two turns. The
+  hook reports it and the agent goes on.
+- The helper's address is in Linux's abstract socket namespace, named by the home and by this
+  code's version, so nothing is left on disk and a new turnback never talks to an old helper.
+  Elsewhere every hook runs in its own process. ``TURNBACK_HOOK_HELPER=0`` turns the helper off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+
+from turnback.hooks.agents import agent_process
+
+#: How long a hook waits for the helper's answer: longer than any agent waits for the hook.
+ANSWER_TIMEOUT = 300.0
+
+
+def home_of(home: str | os.PathLike[str] | None) -> Path:
+    """turnback's home: ``home``, else ``$TURNBACK_HOME``, else the platform's data directory."""
+    if home is not None:
+        return Path(home).expanduser().absolute()
+    configured = os.environ.get("TURNBACK_HOME")
+    if configured:
+        return Path(configured).expanduser().absolute()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("turnback", appauthor=False))
+
+
+def enabled() -> bool:
+    return sys.platform == "linux" and os.environ.get("TURNBACK_HOOK_HELPER", "1") != "0"
+
+
+def address(home: Path) -> str:
+    """The helper's socket: abstract (a leading NUL), named by the home and this code."""
+    here = Path(__file__).parent
+    version = ":".join(
+        str((here / name).stat().st_mtime_ns) for name in ("client.py", "events.py", "helper.py")
+    )
+    key = hashlib.sha256(f"{os.path.realpath(home)}\0{version}".encode()).hexdigest()[:32]
+    return f"\0turnback-hooks-{key}"
+
+
+def ask_helper(home: Path, request: dict[str, object]) -> dict[str, object] | None:
+    """The helper's answer to ``request``; None when no helper listens (nothing was sent)."""
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        client.settimeout(1.0)
+        try:
+            client.connect(address(home))
+        except OSError:
+            return None
+        client.settimeout(ANSWER_TIMEOUT)
+        try:
+            client.sendall(json.dumps(request).encode() + b"\n")
+            client.shutdown(socket.SHUT_WR)
+            answer = b""
+            while chunk := client.recv(65536):
+                answer += chunk
+            data = json.loads(answer)
+        except (OSError, ValueError) as error:
+            return {"problem": f"the hook helper did not answer ({error}); the event may be lost"}
+        return data if isinstance(data, dict) else {"problem": "the hook helper answered nonsense"}
+    finally:
+        client.close()
+
+
+def start_helper(home: Path) -> None:
+    """Start the home's helper, on its own: it outlives this hook and its agent, and ends
+    after a while with nothing to do (a second one finds the address taken and ends)."""
+    import subprocess  # only here: a hook that reaches its helper never needs it
+
+    with contextlib.suppress(OSError):  # else the hooks run in their own processes
+        subprocess.Popen(
+            [sys.executable, "-m", "turnback.hooks.helper", str(home)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd="/",
+            start_new_session=True,
+            close_fds=True,
+        )
+
+
+def run(
+    agent: str, event: str, stdin: str, *, home: str | os.PathLike[str] | None = None
+) -> str | None:
+    """Apply a hook event, through the helper when one runs; never raises. Returns what went
+    wrong, if anything (the session's activities say it too, where there is a session)."""
+    try:
+        place = home_of(home)
+        owner = agent_process(agent)
+        if enabled():
+            request = {"agent": agent, "event": event, "stdin": stdin, "owner_pid": owner}
+            answer = ask_helper(place, request)
+            if answer is not None:
+                problem = answer.get("problem")
+                return str(problem) if problem else None
+        from turnback.hooks.events import run as in_process
+
+        problem = in_process(agent, event, stdin, home=place, owner_pid=owner)
+        if enabled():
+            start_helper(place)
+        return problem
+    except BaseException as error:  # a hook must never hold up or break its agent
+        return f"{type(error).__name__}: {error}"
