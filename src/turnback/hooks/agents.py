@@ -4,7 +4,6 @@ standard library only: every hook imports it)."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 AGENTS = ("claude", "codex", "gemini")
 
@@ -14,7 +13,8 @@ _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish", "busybox", "env
 
 def _parent(pid: int) -> tuple[int, str] | None:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        with open(f"/proc/{pid}/stat") as file:
+            stat = file.read()
     except OSError:
         return None
     name = stat[stat.index("(") + 1 : stat.rindex(")")]

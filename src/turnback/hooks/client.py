@@ -22,13 +22,9 @@ Some facts this depends on:
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
 import os
 import socket
 import sys
-from pathlib import Path
 
 from turnback.hooks.agents import agent_process
 
@@ -36,34 +32,45 @@ from turnback.hooks.agents import agent_process
 ANSWER_TIMEOUT = 300.0
 
 
-def home_of(home: str | os.PathLike[str] | None) -> Path:
+def home_of(home: str | os.PathLike[str] | None) -> str:
     """turnback's home: ``home``, else ``$TURNBACK_HOME``, else the platform's data directory."""
     if home is not None:
-        return Path(home).expanduser().absolute()
+        return os.path.abspath(os.path.expanduser(home))
     configured = os.environ.get("TURNBACK_HOME")
     if configured:
-        return Path(configured).expanduser().absolute()
+        return os.path.abspath(os.path.expanduser(configured))
     from platformdirs import user_data_dir
 
-    return Path(user_data_dir("turnback", appauthor=False))
+    return user_data_dir("turnback", appauthor=False)
 
 
 def enabled() -> bool:
     return sys.platform == "linux" and os.environ.get("TURNBACK_HOOK_HELPER", "1") != "0"
 
 
-def address(home: Path) -> str:
+def address(home: str) -> str:
     """The helper's socket: abstract (a leading NUL), named by the home and this code."""
-    here = Path(__file__).parent
+    here = os.path.dirname(os.path.abspath(__file__))
     version = ":".join(
-        str((here / name).stat().st_mtime_ns) for name in ("client.py", "events.py", "helper.py")
+        str(os.stat(os.path.join(here, name)).st_mtime_ns)
+        for name in ("client.py", "events.py", "helper.py")
     )
+    import hashlib  # ~3 ms, but a home's path may be longer than an address can be
+
     key = hashlib.sha256(f"{os.path.realpath(home)}\0{version}".encode()).hexdigest()[:32]
     return f"\0turnback-hooks-{key}"
 
 
-def ask_helper(home: Path, request: dict[str, object]) -> dict[str, object] | None:
-    """The helper's answer to ``request``; None when no helper listens (nothing was sent)."""
+def request(agent: str, event: str, owner_pid: int, stdin: str) -> bytes:
+    """What a hook sends its helper: three lines (agent, event, the agent's pid), then the
+    event's JSON as the agent gave it. JSON is not parsed here: that alone would cost a hook
+    more time than its helper's work."""
+    return f"{agent}\n{event}\n{owner_pid}\n{stdin}".encode("utf-8", "surrogateescape")
+
+
+def ask_helper(home: str, message: bytes) -> str | None:
+    """The helper's answer (empty: applied; else what went wrong); None when no helper
+    listens (then nothing was sent)."""
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         client.settimeout(1.0)
@@ -73,27 +80,28 @@ def ask_helper(home: Path, request: dict[str, object]) -> dict[str, object] | No
             return None
         client.settimeout(ANSWER_TIMEOUT)
         try:
-            client.sendall(json.dumps(request).encode() + b"\n")
+            client.sendall(message)
             client.shutdown(socket.SHUT_WR)
             answer = b""
             while chunk := client.recv(65536):
                 answer += chunk
-            data = json.loads(answer)
-        except (OSError, ValueError) as error:
-            return {"problem": f"the hook helper did not answer ({error}); the event may be lost"}
-        return data if isinstance(data, dict) else {"problem": "the hook helper answered nonsense"}
+        except OSError as error:
+            return f"the hook helper did not answer ({error}); the event may be lost"
+        if not answer.startswith(b"done\n"):
+            return "the hook helper did not answer; the event may be lost"
+        return answer[5:].decode("utf-8", "replace")
     finally:
         client.close()
 
 
-def start_helper(home: Path) -> None:
+def start_helper(home: str) -> None:
     """Start the home's helper, on its own: it outlives this hook and its agent, and ends
     after a while with nothing to do (a second one finds the address taken and ends)."""
     import subprocess  # only here: a hook that reaches its helper never needs it
 
-    with contextlib.suppress(OSError):  # else the hooks run in their own processes
+    try:
         subprocess.Popen(
-            [sys.executable, "-m", "turnback.hooks.helper", str(home)],
+            [sys.executable, "-m", "turnback.hooks.helper", home],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -101,6 +109,8 @@ def start_helper(home: Path) -> None:
             start_new_session=True,
             close_fds=True,
         )
+    except OSError:
+        return  # the hooks run in their own processes instead
 
 
 def run(
@@ -112,11 +122,9 @@ def run(
         place = home_of(home)
         owner = agent_process(agent)
         if enabled():
-            request = {"agent": agent, "event": event, "stdin": stdin, "owner_pid": owner}
-            answer = ask_helper(place, request)
+            answer = ask_helper(place, request(agent, event, owner, stdin))
             if answer is not None:
-                problem = answer.get("problem")
-                return str(problem) if problem else None
+                return answer or None
         from turnback.hooks.events import run as in_process
 
         problem = in_process(agent, event, stdin, home=place, owner_pid=owner)

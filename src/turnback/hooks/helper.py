@@ -28,16 +28,15 @@ from turnback.hooks.client import address
 MAX_REQUEST = 64 * 2**20
 
 
-def _read(connection: socket.socket) -> dict[str, Any]:
+def _read(connection: socket.socket) -> tuple[str, str, int, str]:
+    """A hook's request (see ``client.request``): agent, event, the agent's pid, its JSON."""
     data = b""
     while chunk := connection.recv(65536):
         data += chunk
         if len(data) > MAX_REQUEST:
             raise ValueError("the request is too large")
-    request = json.loads(data)
-    if not isinstance(request, dict):
-        raise ValueError("the request is not a JSON object")
-    return request
+    agent, event, owner, stdin = data.decode("utf-8", "surrogateescape").split("\n", 3)
+    return agent, event, int(owner), stdin
 
 
 class Helper:
@@ -49,15 +48,15 @@ class Helper:
         self.tb = Turnback(home, owner_pid=os.getpid())
         self.watched: set[str] = set()
 
-    def answer(self, request: dict[str, Any]) -> str | None:
+    def answer(self, agent: str, event: str, owner_pid: int, stdin: str) -> str | None:
         """Apply one event; what went wrong, if anything."""
         try:
-            payload = json.loads(str(request["stdin"]))
+            payload = json.loads(stdin)
             if not isinstance(payload, dict):
                 raise ValueError("the hook's input is not a JSON object")
-            self.tb.lease.process = int(request["owner_pid"])
+            self.tb.lease.process = owner_pid
             self._watch(payload.get("cwd"))
-            events.apply(self.tb, str(request["agent"]), str(request["event"]), payload)
+            events.apply(self.tb, agent, event, payload)
         except Exception as error:
             return events.problem(error)
         return None
@@ -82,12 +81,12 @@ class Helper:
             with connection:
                 connection.settimeout(30.0)
                 try:
-                    problem = self.answer(_read(connection))
+                    problem = self.answer(*_read(connection))
                 except (OSError, ValueError) as error:
                     problem = events.problem(error)
                 # a hook that gave up waiting: the event is applied all the same
                 with contextlib.suppress(OSError):
-                    connection.sendall(json.dumps({"problem": problem}).encode())
+                    connection.sendall(b"done\n" + (problem or "").encode())
 
     def close(self) -> None:
         checkpoints = self.tb.checkpoints
@@ -102,10 +101,11 @@ def main(argv: list[str]) -> int:
         print("usage: python -m turnback.hooks.helper HOME", file=sys.stderr)
         return 2
     home = Path(argv[0])
+    where = str(home)
     idle = float(os.environ.get("TURNBACK_HOOK_HELPER_IDLE") or 600)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        server.bind(address(home))
+        server.bind(address(where))
     except OSError:
         return 0  # another helper serves this home
     server.listen(16)
