@@ -49,15 +49,19 @@ def enabled() -> bool:
 
 
 def address(home: str) -> str:
-    """The helper's socket: abstract (a leading NUL), named by the home and this code."""
+    """The helper's socket: abstract (a leading NUL), named by the home and this code's
+    version (its files' last change)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    version = ":".join(
-        str(os.stat(os.path.join(here, name)).st_mtime_ns)
+    version = max(
+        os.stat(os.path.join(here, name)).st_mtime_ns
         for name in ("client.py", "events.py", "helper.py")
     )
-    import hashlib  # ~3 ms, but a home's path may be longer than an address can be
+    name = f"\0turnback-hooks-{version:x}-{os.path.realpath(home)}"
+    if len(name.encode()) <= 107:  # what an address holds
+        return name
+    import hashlib  # ~3 ms, only for a home whose path is too long to name it
 
-    key = hashlib.sha256(f"{os.path.realpath(home)}\0{version}".encode()).hexdigest()[:32]
+    key = hashlib.sha256(name.encode()).hexdigest()[:32]
     return f"\0turnback-hooks-{key}"
 
 
