@@ -28,6 +28,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,16 @@ from turnback.engine.handle import Session, Turnback, default_home
 from turnback.engine.turns import RunningTurn
 from turnback.errors import TurnbackError
 from turnback.hooks.agents import AGENTS, agent_process
-from turnback.model import ActivityLevel
+from turnback.model import ActivityLevel, TurnStatus
+from turnback.service import (
+    AddActivity,
+    BeginTurn,
+    CreateSession,
+    EndTurn,
+    Recover,
+    Service,
+    SetAgentState,
+)
 
 SESSION_START = frozenset({"SessionStart"})
 PROMPT = frozenset({"UserPromptSubmit", "BeforeAgent"})
@@ -133,6 +143,7 @@ class Hook:
 
     def __init__(self, tb: Turnback, agent: str, event: str, payload: dict[str, Any]) -> None:
         self.tb = tb
+        self.service = Service.of(tb)
         self.agent = agent
         self.event = event
         self.payload = payload
@@ -146,15 +157,14 @@ class Hook:
             known = tx.get_session(session_id) is not None
         if known:
             return Session(self.tb, session_id)
-        cwd = self.payload.get("cwd") or os.getcwd()
-        session = self.tb.create_session(cwd, agent=self.agent, session_id=session_id)
-        session.set_agent_state(
-            {
-                "hooks": self.agent,
-                "session_id": agent_session,
-                "transcript_path": self.payload.get("transcript_path"),
-            }
-        )
+        cwd = str(self.payload.get("cwd") or os.getcwd())
+        session = self.service.run(CreateSession(cwd, agent=self.agent, session_id=session_id))
+        state: dict[str, object] = {
+            "hooks": self.agent,
+            "session_id": agent_session,
+            "transcript_path": self.payload.get("transcript_path"),
+        }
+        self.service.run(SetAgentState(session.id, state))
         return session
 
     def apply(self, session: Session) -> None:
@@ -164,7 +174,8 @@ class Hook:
         elif event in PROMPT:
             self._close_left(session, "a new prompt came before the agent said it had stopped")
             prompt = self.payload.get("prompt")
-            session.turn(prompt if isinstance(prompt, str) and prompt.strip() else "(no prompt)")
+            text = prompt if isinstance(prompt, str) and prompt.strip() else "(no prompt)"
+            self.service.run(BeginTurn(session.id, text))
         elif event in BEFORE_TOOL:
             self._before_tool(session)
         elif event in AFTER_TOOL:
@@ -177,16 +188,16 @@ class Hook:
     def _close_left(self, session: Session, why: str) -> None:
         """End a turn the agent left running: interrupted if this agent runs it; recovered if
         its agent is gone; a live other agent's turn is left alone."""
-        mine = session.continue_turn()
+        mine = self.service.call(session.continue_turn)
         if mine is not None:
-            mine.interrupt(why)
+            self.service.run(EndTurn(mine, TurnStatus.INTERRUPTED, why))
             return
         running = session.running()
         if running is not None and not session.is_live(running):
-            self.tb.recover()
+            self.service.run(Recover())
 
     def _running(self, session: Session) -> RunningTurn:
-        turn = session.continue_turn()
+        turn = self.service.call(session.continue_turn)
         if turn is None:
             raise LookupError(
                 f"{self.event} came with no turn of this agent running in session "
@@ -218,9 +229,12 @@ class Hook:
         meta: dict[str, Any] = {}
         if name not in READ_ONLY_TOOLS:
             destructive = bool(DESTRUCTIVE_GIT.search(_command(tool_input)))
-            checkpoint = turn.checkpoint_tool(name, call_id, summary, git_state=destructive)
+            checkpoint = self.service.call(
+                partial(turn.checkpoint_tool, git_state=destructive), name, call_id, summary
+            )
             meta = {"checkpoint": checkpoint.number, "destructive": destructive}
-        turn.record(
+        self.service.call(
+            turn.record,
             {
                 "sessionUpdate": "tool_call",
                 "toolCallId": call_id,
@@ -228,7 +242,7 @@ class Hook:
                 "status": "in_progress",
                 "rawInput": _bounded(tool_input),
                 "_meta": {"turnback": {"summary": summary, **meta}},
-            }
+            },
         )
 
     def _after_tool(self, session: Session) -> None:
@@ -236,29 +250,29 @@ class Hook:
         name = str(self.payload.get("tool_name") or "tool")
         failed = self.event == "PostToolUseFailure"
         output = self.payload.get("tool_response", self.payload.get("error"))
-        turn.record(
+        self.service.call(
+            turn.record,
             {
                 "sessionUpdate": "tool_call_update",
                 "toolCallId": self._call_id(turn, session, name, after=True),
                 "status": "failed" if failed else "completed",
                 "rawOutput": _bounded(output),
-            }
+            },
         )
 
     def _stop(self, session: Session) -> None:
         turn = self._running(session)
         answer = self.payload.get("last_assistant_message") or self.payload.get("prompt_response")
         if isinstance(answer, str) and answer:
-            turn.record(
-                {
-                    "sessionUpdate": "agent_message_chunk",
-                    "content": {"type": "text", "text": _text(answer)},
-                }
+            content = {"type": "text", "text": _text(answer)}
+            self.service.call(
+                turn.record, {"sessionUpdate": "agent_message_chunk", "content": content}
             )
         if self.event in STOP_FAILURE:
-            turn.fail(str(self.payload.get("error") or "the agent stopped on an error"))
+            error = str(self.payload.get("error") or "the agent stopped on an error")
+            self.service.run(EndTurn(turn, TurnStatus.FAILED, error))
         else:
-            turn.complete()
+            self.service.run(EndTurn(turn, TurnStatus.COMPLETED))
 
 
 def apply(tb: Turnback, agent: str, event: str, payload: dict[str, Any]) -> None:
@@ -275,11 +289,14 @@ def apply(tb: Turnback, agent: str, event: str, payload: dict[str, Any]) -> None
         try:
             hook.apply(session)
         except (TurnbackError, OSError, LookupError, ValueError, TypeError) as error:
-            session.add_activity(
-                ActivityLevel.ERROR,
-                "hook.failed",
-                f"the {agent} hook {event} failed: {error}",
-                {"agent": agent, "event": event, "error": type(error).__name__},
+            Service.of(tb).run(
+                AddActivity(
+                    session.id,
+                    ActivityLevel.ERROR,
+                    "hook.failed",
+                    f"the {agent} hook {event} failed: {error}",
+                    {"agent": agent, "event": event, "error": type(error).__name__},
+                )
             )
             raise
         finally:

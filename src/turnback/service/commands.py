@@ -62,12 +62,16 @@ class Command(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class CreateSession(Command["Session"]):
+    """A new session; ``session_id`` names it when the front-end derives it (a terminal
+    agent's hooks, from the agent's own session id)."""
+
     workspace: str
     title: str | None = None
     agent: str | None = None
+    session_id: str | None = None
 
     def apply(self, tb: Turnback) -> Session:
-        return tb.create_session(self.workspace, self.title, self.agent)
+        return tb.create_session(self.workspace, self.title, self.agent, session_id=self.session_id)
 
 
 @dataclass(frozen=True, slots=True)
