@@ -1062,6 +1062,11 @@ def rescue(
             click.echo(
                 f"  {point.number}  before {point.tool}: {_short(point.summary)}{kept}{missing}"
             )
+            if isinstance(point.git_state, dict):  # what `git branch NAME SHA` brings back
+                kept_git = point.git_state
+                click.echo(f"       HEAD was {str(kept_git.get('head') or '-')[:12]}")
+                for line in [*kept_git.get("stash", ()), *kept_git.get("refs", ())][:20]:
+                    click.echo(f"       {_short(str(line), 70)}")
         click.echo(
             f"`turnback rescue {handle.id[:12]} --turn {number} --before-tool K PATH…` brings "
             "PATHs back as they were"

@@ -158,7 +158,8 @@ class Hook:
         if known:
             return Session(self.tb, session_id)
         cwd = str(self.payload.get("cwd") or os.getcwd())
-        session = self.service.run(CreateSession(cwd, agent=self.agent, session_id=session_id))
+        title = f"{self.agent} {agent_session}"  # what `claude --resume` and the like take
+        session = self.service.run(CreateSession(cwd, title, self.agent, session_id))
         state: dict[str, object] = {
             "hooks": self.agent,
             "session_id": agent_session,
