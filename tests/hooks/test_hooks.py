@@ -181,17 +181,63 @@ def test_a_failing_hook_exits_0_fast_and_says_why(workspace: Path) -> None:
     # not JSON at all: nothing to record it on, but the agent is not held up
     done = agent.send_text("UserPromptSubmit", "not json")
     assert "JSONDecodeError" in done.stderr and done.stdout == ""
-    # a tool before any prompt (hooks installed mid-turn): an activity on the session
-    agent.send("SessionStart")
-    done = agent.send("PreToolUse Bash")
-    assert "no turn of this agent running" in done.stderr
+    # no session id: nothing to record it on either
+    done = agent.send_text("UserPromptSubmit", json.dumps({"prompt": "x"}))
+    assert "no session_id" in done.stderr and done.stdout == ""
+    # a home that cannot be opened (a file where it should be): the agent goes on
+    unusable = agent.home / "not-a-home"
+    unusable.parent.mkdir(parents=True, exist_ok=True)
+    unusable.write_text("a file\n")
+    agent.env["TURNBACK_HOME"] = str(unusable)
+    done = agent.send("UserPromptSubmit")
+    assert done.stdout == "" and "turnback hook claude UserPromptSubmit" in done.stderr
+    assert unusable.read_text() == "a file\n"
+    del agent.env["TURNBACK_HOME"]
+    # a turn of another live agent process in the same session: refused, said on the session
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("TURNBACK_HOME", str(agent.home / "turnback"))
+            from turnback.hooks.events import handle
+
+            handle(
+                "claude", "UserPromptSubmit", agent.payload("UserPromptSubmit"), owner_pid=other.pid
+            )
+        done = agent.send("UserPromptSubmit", prompt="mine")
+    finally:
+        other.kill()
+        other.wait()
+    assert "TurnInProgress" in done.stderr, done.stderr
     with turnback.open(agent.home / "turnback") as tb:
         session = tb.session(session_id_for("claude", agent.session))
         [failed] = [a for a in session.activities() if a.code == "hook.failed"]
-        assert "PreToolUse" in failed.message
+        assert "UserPromptSubmit" in failed.message and len(session.turns()) == 1
     # an event turnback does not use is accepted as it is
     agent.send_text("Notification", json.dumps({"session_id": agent.session}))
     assert max(agent.took) < 10
+
+
+def test_a_tool_outside_any_turn_begins_one_for_its_checkpoint(workspace: Path) -> None:
+    """Hooks installed in the middle of a turn, or an agent that went on after its stop
+    (another Stop hook asked it to): its shell command still gets its checkpoint."""
+    agent = _agent("claude", workspace)
+    agent.send("SessionStart")
+    agent.send("PostToolUse Write")  # nothing to journal it in: left alone
+    agent.send("Stop")  # nothing to end
+    agent.send("PreToolUse Bash")
+    subprocess.run("rm scratch.txt", shell=True, cwd=workspace, check=True)
+    agent.send("PostToolUse Bash")
+    agent.send("Stop")
+    with turnback.open(agent.home / "turnback") as tb:
+        session = tb.session(session_id_for("claude", agent.session))
+        [turn] = session.turns()
+        assert turn.status == "completed" and "went on" in str(turn.prompt)
+        assert [c.path for c in session.diff(1).files] == ["scratch.txt"]
+        [begun] = [a for a in session.activities() if a.code == "hook.turn.begun"]
+        assert "Bash" in begun.message
+        assert not [a for a in session.activities() if a.code == "hook.failed"]
+        session.rescue(["scratch.txt"], 1, before_tool=1)
+    assert (workspace / "scratch.txt").read_text() == "the user's own notes\n"
 
 
 @pytest.mark.parametrize(

@@ -197,14 +197,31 @@ class Hook:
         if running is not None and not session.is_live(running):
             self.service.run(Recover())
 
-    def _running(self, session: Session) -> RunningTurn:
+    #: The prompt of a turn begun by a tool event that came outside any turn.
+    WENT_ON = "(the agent went on without a prompt: after its stop, or before turnback's hooks)"
+
+    def _running(self, session: Session) -> RunningTurn | None:
+        """This agent's running turn. A tool that comes outside any turn -- the agent went on
+        after its stop (another Stop hook asked it to), or the hooks were installed in the
+        middle of a turn -- begins one before it runs, so that no shell command goes without
+        its checkpoint; anything else outside a turn has nothing to be part of (None)."""
         turn = self.service.call(session.continue_turn)
-        if turn is None:
-            raise LookupError(
-                f"{self.event} came with no turn of this agent running in session "
-                f"{session.id[:12]} (hooks installed in the middle of a turn?)"
+        if turn is not None or self.event not in BEFORE_TOOL:
+            return turn
+        self._close_left(session, "a tool came for another process's turn")
+        begun = self.service.run(BeginTurn(session.id, self.WENT_ON))
+        self.service.run(
+            AddActivity(
+                session.id,
+                ActivityLevel.INFO,
+                "hook.turn.begun",
+                f"the {self.agent} agent ran {self.payload.get('tool_name') or 'a tool'} outside "
+                f"any turn; turn {begun.number} was begun for it",
+                {"agent": self.agent, "event": self.event},
+                begun.token,
             )
-        return turn
+        )
+        return begun
 
     def _call_id(self, turn: RunningTurn, session: Session, name: str, after: bool) -> str:
         given = self.payload.get("tool_use_id")
@@ -223,6 +240,7 @@ class Hook:
 
     def _before_tool(self, session: Session) -> None:
         turn = self._running(session)
+        assert turn is not None, "a tool outside any turn begins one"
         name = str(self.payload.get("tool_name") or "tool")
         tool_input = self.payload.get("tool_input")
         call_id = self._call_id(turn, session, name, after=False)
@@ -248,6 +266,8 @@ class Hook:
 
     def _after_tool(self, session: Session) -> None:
         turn = self._running(session)
+        if turn is None:
+            return  # the tool ran outside any turn: there is nothing to journal it in
         name = str(self.payload.get("tool_name") or "tool")
         failed = self.event == "PostToolUseFailure"
         output = self.payload.get("tool_response", self.payload.get("error"))
@@ -263,6 +283,8 @@ class Hook:
 
     def _stop(self, session: Session) -> None:
         turn = self._running(session)
+        if turn is None:
+            return  # nothing runs: this stop's turn was ended already
         answer = self.payload.get("last_assistant_message") or self.payload.get("prompt_response")
         if isinstance(answer, str) and answer:
             content = {"type": "text", "text": _text(answer)}
