@@ -86,3 +86,42 @@ def test_a_helper_killed_mid_turn_loses_nothing(agent: Agent) -> None:
         assert len(session.tool_checkpoints(1)) == 1
         with tb.store.read() as tx:
             assert is_alive(tx.get_owner(turn.owner_id or ""))
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs another user's process: run as root")
+def test_a_hook_tells_nothing_to_another_users_process_at_the_helpers_address(
+    agent: Agent,
+) -> None:
+    """An abstract socket has no permissions: another user could take the helper's name."""
+    import subprocess
+    import sys
+
+    from turnback.hooks.client import address
+
+    name = address(str(agent.home / "turnback"))
+    assert name.startswith("\0")
+    squatter = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, socket, sys\n"
+            "os.setgid(65534); os.setuid(65534)\n"
+            "s = socket.socket(socket.AF_UNIX); s.bind('\\0' + sys.argv[1]); s.listen()\n"
+            "print('ready', flush=True); s.settimeout(5)\n"
+            "c, _ = s.accept(); c.settimeout(2)\n"
+            "print(repr(c.recv(65536)), flush=True)\n",
+            name[1:],
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert squatter.stdout is not None and squatter.stdout.readline() == "ready\n"
+        agent.send("SessionStart")  # handled in its own process, not by the squatter
+        heard = squatter.communicate(timeout=10)[0]
+    finally:
+        squatter.kill()
+        squatter.wait()
+    assert agent.session not in heard, heard  # it connected, and was told nothing
+    with turnback.open(agent.home / "turnback") as tb:
+        assert tb.session(session_id_for("claude", agent.session))

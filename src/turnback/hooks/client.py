@@ -17,6 +17,9 @@ Some facts this depends on:
   hook reports it and the agent goes on.
 - The helper's address is in Linux's abstract socket namespace, named by the home and by this
   code's version, so nothing is left on disk and a new turnback never talks to an old helper.
+  An abstract address has no file permissions, so each side checks the other's user id
+  (``SO_PEERCRED``): a hook tells nothing to another user's process that took the name, and
+  the helper applies nothing another user sends.
   Elsewhere every hook runs in its own process. ``TURNBACK_HOOK_HELPER=0`` turns the helper off.
 """
 
@@ -65,6 +68,15 @@ def address(home: str) -> str:
     return f"\0turnback-hooks-{key}"
 
 
+def peer_uid(connection: socket.socket) -> int:
+    """The user id of the process at the other end of a unix socket (Linux's
+    ``SO_PEERCRED``: pid, uid and gid, three C ints)."""
+    import struct
+
+    credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+    return int(struct.unpack("3i", credentials)[1])
+
+
 def request(agent: str, event: str, owner_pid: int, stdin: str) -> bytes:
     """What a hook sends its helper: three lines (agent, event, the agent's pid), then the
     event's JSON as the agent gave it. JSON is not parsed here: that alone would cost a hook
@@ -82,6 +94,8 @@ def ask_helper(home: str, message: bytes) -> str | None:
             client.connect(address(home))
         except OSError:
             return None
+        if peer_uid(client) != os.getuid():
+            return None  # someone else's process took the name: tell it nothing
         client.settimeout(ANSWER_TIMEOUT)
         try:
             client.sendall(message)

@@ -22,7 +22,7 @@ from typing import Any
 
 from turnback.engine.handle import Turnback
 from turnback.hooks import events
-from turnback.hooks.client import address
+from turnback.hooks.client import address, peer_uid
 
 #: The most a request may hold: a hook's JSON, with a tool's whole output.
 MAX_REQUEST = 64 * 2**20
@@ -79,6 +79,8 @@ class Helper:
                 continue
             last = time.monotonic()
             with connection:
+                if peer_uid(connection) != os.getuid():
+                    continue  # another user's process: it may not write this user's turns
                 connection.settimeout(30.0)
                 try:
                     problem = self.answer(*_read(connection))
