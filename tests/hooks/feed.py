@@ -52,10 +52,16 @@ class Agent:
         data.update(changes)
         return data
 
-    def send(self, label: str, **changes: Any) -> subprocess.CompletedProcess[str]:
-        return self.send_text(label.split()[0], json.dumps(self.payload(label, **changes)))
+    def send(
+        self, label: str, *, killed: bool = False, **changes: Any
+    ) -> subprocess.CompletedProcess[str]:
+        stdin = json.dumps(self.payload(label, **changes))
+        return self.send_text(label.split()[0], stdin, killed=killed)
 
-    def send_text(self, event: str, stdin: str) -> subprocess.CompletedProcess[str]:
+    def send_text(
+        self, event: str, stdin: str, *, killed: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the hook; it must exit 0, or with ``killed`` die of SIGKILL (a fault point)."""
         env = {k: v for k, v in os.environ.items() if k != "CLAUDE_PID"}
         # each hook in its own process, unless a test asks for the helper
         env.update({"TURNBACK_HOME": str(self.home / "turnback"), "TURNBACK_HOOK_HELPER": "0"})
@@ -71,5 +77,5 @@ class Agent:
             timeout=60,
         )
         self.took.append(time.monotonic() - started)
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == (-9 if killed else 0), done.stderr
         return done
