@@ -266,3 +266,17 @@ def test_hooks_take_little_time(workspace: Path) -> None:
     started = time.monotonic()
     _a_turn(agent)
     assert time.monotonic() - started < 60
+
+
+def test_revert_of_a_hook_turn_brings_the_workspace_back_and_is_undone(workspace: Path) -> None:
+    agent = _agent("gemini", workspace)
+    _a_turn(agent)
+    with turnback.open(agent.home / "turnback") as tb:
+        session = tb.session(session_id_for("gemini", agent.session))
+        session.revert(0)
+        assert (workspace / "scratch.txt").read_text() == "the user's own notes\n"
+        assert (workspace / "README").read_text() == "committed\nedited by hand\n"
+        assert not (workspace / "NOTES").exists()
+        session.undo_revert()
+        assert not (workspace / "scratch.txt").exists()
+        assert (workspace / "NOTES").read_text() == "hello from the agent\n"

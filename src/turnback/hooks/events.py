@@ -2,8 +2,8 @@
 
 Each hook is a short-lived process the agent starts for one event, with the event's JSON on
 stdin (``turnback hook AGENT EVENT``). docs/design.md's "Terminal agents" says how a turn begun by
-one hook process and ended by another is owned: by the agent's own process. :func:`handle` maps
-one event onto the engine:
+one hook process and ended by another is owned: by the agent's own process. :func:`apply` maps
+one event onto the engine, through the service:
 
 - ``SessionStart``: the agent's session is a turnback session (made on first sight, its
   workspace the hook's ``cwd``); a turn left running in it is closed (interrupted).
@@ -11,13 +11,15 @@ one event onto the engine:
   prompt as the user's message (a turn still running is interrupted first: no ``Stop`` came).
 - before a tool (``PreToolUse``, ``BeforeTool``): the tool call is journaled, and for a tool that
   may change files (anything but the agents' read-only tools) the workspace is checkpointed
-  first -- with the repository's refs, stash and reflog before a destructive git command.
+  first -- with the repository's refs, stash and reflog before a destructive git command. A
+  tool that comes outside any turn begins one, so that it still gets its checkpoint.
 - after a tool (``PostToolUse``, ``PostToolUseFailure``, ``AfterTool``): its result is journaled.
 - the end (``Stop``, ``AfterAgent``; ``StopFailure`` fails it): the agent's answer is journaled
   and the turn ends (capture, file changes).
 - ``SessionEnd``: a turn still running is interrupted.
 
-Nothing here may hold the agent up: :func:`run` turns every failure into an activity and returns.
+Nothing here may hold the agent up: :func:`apply` records a failure as an activity of the session
+(where there is one), and :func:`run` returns what went wrong instead of raising it.
 """
 
 from __future__ import annotations
