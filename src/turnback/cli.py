@@ -1127,13 +1127,19 @@ def _hooks_scope(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @hooks.command("install")
 @_hooks_scope
-def hooks_install(agent: str, scope: str, as_json: bool) -> None:
+@pass_state
+def hooks_install(state: Context, agent: str, scope: str, as_json: bool) -> None:
     """Configure AGENT to run `turnback hook` on its session, prompt, tool and stop events;
-    the user's own hooks stay as they are. Run again, it replaces turnback's hooks."""
+    the user's own hooks stay as they are. Run again, it replaces turnback's hooks. A home
+    given here (`--home`, `TURNBACK_HOME`) is the one the hooks write to."""
     from turnback.hooks import install
 
     with _errors_to_exit_codes():
-        done = install.install(agent, project=Path.cwd() if scope == "project" else None)
+        done = install.install(
+            agent,
+            project=Path.cwd() if scope == "project" else None,
+            turnback_home=state.home,
+        )
     _installed(done, "installed", as_json)
 
 

@@ -208,3 +208,30 @@ def test_hook_help_and_the_cli_form(tmp_path: Path) -> None:
         "TURNBACK_HOME": str(tmp_path / "home"), "TURNBACK_HOOK_HELPER": "0"},
     )  # fmt: skip
     assert done.returncode == 0 and "JSONDecodeError" in done.stderr and done.stdout == ""
+
+
+def test_install_names_the_home_it_was_given(tmp_path: Path) -> None:
+    home, workspace = tmp_path / "home", tmp_path / "workspace"
+    make_workspace(workspace)
+    chosen = tmp_path / "chosen home"
+    env = {"HOME": str(home), "TURNBACK_HOME": ""}
+    done = turnback("--home", str(chosen), "hooks", "install", "claude", cwd=workspace, env=env)
+    assert done.returncode == 0, done.stderr
+    settings = json.loads((home / ".claude" / "settings.json").read_text())
+    [group] = settings["hooks"]["SessionStart"]
+    command = group["hooks"][0]["command"]
+    assert f"--home '{chosen}' hook claude SessionStart" in command
+    ran = subprocess.run(
+        command,
+        shell=True,
+        input=json.dumps({"session_id": "s", "cwd": str(workspace)}),
+        capture_output=True,
+        text=True,
+        cwd=workspace,
+        env={**os.environ, "TURNBACK_HOOK_HELPER": "0", "TURNBACK_HOME": str(tmp_path / "other")},
+    )
+    assert ran.returncode == 0 and ran.stderr == "", ran.stderr
+    assert (chosen / "turnback.db").exists() and not (tmp_path / "other").exists()
+    # uninstall finds them all the same
+    done = turnback("hooks", "uninstall", "claude", cwd=workspace, env=env)
+    assert "hooks" not in json.loads((home / ".claude" / "settings.json").read_text())

@@ -149,8 +149,16 @@ def _without_ours(hooks: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def install(agent: str, *, project: Path | None = None, home: Path | None = None) -> Installed:
-    """Add turnback's hooks to ``agent``'s configuration (the user's, or ``project``'s)."""
+def install(
+    agent: str,
+    *,
+    project: Path | None = None,
+    home: Path | None = None,
+    turnback_home: str | None = None,
+) -> Installed:
+    """Add turnback's hooks to ``agent``'s configuration (the user's, or ``project``'s);
+    ``turnback_home``, when given, is the home the hooks write to (else theirs: the
+    ``TURNBACK_HOME`` the agent runs with, or the default)."""
     agent = _agent(agent)
     home = home or Path.home()
     path = config_file(agent, project, home)
@@ -160,6 +168,8 @@ def install(agent: str, *, project: Path | None = None, home: Path | None = None
         raise InvalidOption(f"{path}: its 'hooks' is not an object; it was left as it is")
     hooks = _without_ours(hooks)
     base = turnback_command()
+    if turnback_home is not None:
+        base += ["--home", os.path.abspath(os.path.expanduser(turnback_home))]
     for event, timeout in _EVENTS[agent]:
         handler: dict[str, Any] = {
             "type": "command",
