@@ -280,3 +280,22 @@ def test_revert_of_a_hook_turn_brings_the_workspace_back_and_is_undone(workspace
         session.undo_revert()
         assert not (workspace / "scratch.txt").exists()
         assert (workspace / "NOTES").read_text() == "hello from the agent\n"
+
+
+def test_a_rescue_of_the_whole_workspace_and_of_a_directory(workspace: Path) -> None:
+    agent = _agent("claude", workspace)
+    (workspace / "notes").mkdir()
+    (workspace / "notes" / "a.txt").write_text("a\n")
+    agent.send("SessionStart")
+    agent.send("UserPromptSubmit")
+    agent.send("PreToolUse Bash")
+    subprocess.run("rm -r notes scratch.txt", shell=True, cwd=workspace, check=True)
+    agent.send("PostToolUse Bash")
+    agent.send("Stop")
+    with turnback.open(agent.home / "turnback") as tb:
+        session = tb.session(session_id_for("claude", agent.session))
+        assert session.rescue([str(workspace / "notes")], 1).written == ("notes/a.txt",)
+        assert (workspace / "notes" / "a.txt").read_text() == "a\n"
+        assert not (workspace / "scratch.txt").exists()
+        assert session.rescue(["."], 1).written == ("scratch.txt",)
+    assert (workspace / "scratch.txt").read_text() == "the user's own notes\n"

@@ -5,11 +5,12 @@ A turn of a terminal agent has a workspace checkpoint before each shell or write
 names from one of them, untracked files included, and nothing else. Its order is a revert's
 (invariant 9), on those paths only:
 
-1. Validate while nothing is written: the checkpoint exists, the paths are inside the workspace,
-   and -- unless forced -- none of them changed since the turn ended (a hand edit is kept:
-   ``RevertConflict``, nothing written).
+1. Validate while nothing is written: the checkpoint exists and the paths are inside the
+   workspace.
 2. Capture the workspace as it is now: the *undo checkpoint*, on disk before a row names it
-   (invariant 4).
+   (invariant 4). From it, the paths to write (those that differ from the checkpoint) and --
+   unless forced -- none of them changed since the turn ended (a hand edit is kept:
+   ``RevertConflict``, nothing written; a path already as it was is no conflict).
 3. One transaction: the ``rescues`` row, naming the paths, the checkpoint written from and the
    undo checkpoint.
 4. Write the paths (``Snapshots.restore`` limited to them). A crash here leaves the row: ``undo``
@@ -122,19 +123,6 @@ def rescue(
     undo_ref = f"{session_id}/rescue-{uuid.uuid4().hex}"
     undo = _capture(checkpoints, workspace, undo_ref)
     try:
-        if turn.end_checkpoint and not force:
-            edited = [
-                c.path
-                for c in snapshots.changes(workspace, turn.end_checkpoint, undo)
-                if _under(c.path, paths) or (c.old_path and _under(c.old_path, paths))
-            ]
-            if edited:
-                raise RevertConflict(
-                    f"{len(edited)} path(s) changed since turn {turn.number} ended, by hand or "
-                    f"by a later turn: {', '.join(edited[:10])}; nothing was written. Rescue "
-                    "other paths, or force it (the rescue can be undone)",
-                    tuple(edited),
-                )
         written = sorted(
             {
                 path
@@ -149,6 +137,23 @@ def rescue(
                 + (f"before tool {before_tool}" if before_tool else "when the turn began")
                 + f" of turn {turn.number}; nothing was written"
             )
+        if turn.end_checkpoint and not force:
+            # a path it would write that is no longer as the turn left it: a hand edit
+            edited = sorted(
+                {
+                    path
+                    for c in snapshots.changes(workspace, turn.end_checkpoint, undo)
+                    for path in (c.path, c.old_path)
+                    if path in written
+                }
+            )
+            if edited:
+                raise RevertConflict(
+                    f"{len(edited)} path(s) changed since turn {turn.number} ended, by hand or "
+                    f"by a later turn: {', '.join(edited[:10])}; nothing was written. Rescue "
+                    "other paths, or force it (the rescue can be undone)",
+                    tuple(edited),
+                )
     except Exception:
         snapshots.delete_refs(workspace, [undo_ref])
         raise

@@ -41,7 +41,7 @@ def restore(
         )
         before = rest[0] if rest else None
         plan, present, _kept = restore_plan(shadow, now, goal, before, deadline)
-        if paths is not None:
+        if paths is not None and "." not in paths:  # "." is the whole workspace
             wanted = [p.rstrip("/") for p in paths]
             plan = {
                 p: e
