@@ -299,3 +299,44 @@ def test_a_rescue_of_the_whole_workspace_and_of_a_directory(workspace: Path) -> 
         assert not (workspace / "scratch.txt").exists()
         assert session.rescue(["."], 1).written == ("scratch.txt",)
     assert (workspace / "scratch.txt").read_text() == "the user's own notes\n"
+
+
+def test_what_claude_said_comes_from_its_transcript_in_order(workspace: Path) -> None:
+    """Claude Code's hooks give only the last answer; its transcript gives every piece."""
+    agent = _agent("claude", workspace)
+    transcript = workspace.parent / "transcript.jsonl"
+
+    def said_by_agent(uuid: str, *blocks: dict[str, str]) -> dict[str, object]:
+        return {"type": "assistant", "uuid": uuid, "message": {"content": list(blocks)}}
+
+    entries = [
+        {"type": "user", "promptId": "prompt-0", "message": {"content": "an older prompt"}},
+        said_by_agent("u0", {"type": "text", "text": "old"}),
+        {"type": "user", "promptId": "prompt-1", "message": {"content": "Write NOTES"}},
+        said_by_agent(
+            "u1",
+            {"type": "thinking", "thinking": "notes first"},
+            {"type": "text", "text": "Writing."},
+            {"type": "tool_use", "id": "toolu_0001"},
+        ),
+    ]
+    transcript.write_text("\n".join(json.dumps(e) for e in entries) + "\nnot json\n")
+    where = {"transcript_path": str(transcript)}
+    agent.send("SessionStart", **where)
+    agent.send("UserPromptSubmit", **where)
+    agent.send("PreToolUse Write", **where)
+    agent.send("PostToolUse Write", **where)
+    more = said_by_agent("u2", {"type": "text", "text": "Done."})
+    with transcript.open("a") as out:
+        out.write(json.dumps(more) + "\n")
+    agent.send("Stop", **where)  # the transcript said it all: no last_assistant_message
+    with turnback.open(agent.home / "turnback") as tb:
+        session = tb.session(session_id_for("claude", agent.session))
+        said = [(m.kind.value, m.text) for m in session.turn_messages(1)]
+    assert said == [
+        ("user", agent.payload("UserPromptSubmit")["prompt"]),
+        ("thought", "notes first"),
+        ("agent", "Writing."),
+        ("tool_call", said[3][1]),
+        ("agent", "Done."),
+    ], said

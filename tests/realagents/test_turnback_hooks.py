@@ -21,7 +21,7 @@ from .agents import World
 from .conftest import MakeWorld
 from .model import Model
 from .test_terminal import TERMINALS, run
-from .turn import NOTES, PROMPT
+from .turn import ANSWER, NOTES, OPENING, PROMPT
 
 TURNBACK = str(Path(sys.executable).parent / "turnback")
 
@@ -81,6 +81,16 @@ def test_turnback_brings_back_what_the_agents_shell_destroyed(
     assert turn["status"] == "completed" and turn["prompt"] == PROMPT, turn
     files = {f["path"]: f["kind"] for f in turn["files"]}
     assert files == {"NOTES": "added", "scratch.txt": "deleted", "README": "modified"}
+    # the conversation: the prompt, what the agent said, its tools, in order (Claude Code's
+    # from its transcript; the others' hooks give only the last answer)
+    shown = turnback(world, "show", session["id"], "1", home=home)
+    said = [(m["kind"], m["text"]) for m in shown["messages"]]
+    kinds = [kind for kind, _ in said]
+    assert said[0] == ("user", PROMPT) and kinds.count("tool_call") == 2, said
+    assert said[-1] == ("agent", ANSWER) or name == "gemini", said  # gemini repeats pieces
+    if name == "claude":
+        assert kinds == ["user", "agent", "tool_call", "tool_call", "agent"], said
+        assert said[1] == ("agent", OPENING), said
     diff = turnback(world, "diff", session["id"], "1", home=home)
     assert "-edited by hand" in diff["patch"] and "-the user's own notes" in diff["patch"]
 

@@ -37,6 +37,7 @@ from typing import Any
 from turnback.engine.handle import Session, Turnback, default_home
 from turnback.engine.turns import RunningTurn
 from turnback.errors import TurnbackError
+from turnback.hooks import transcripts
 from turnback.hooks.agents import AGENTS, agent_process
 from turnback.model import ActivityLevel, TurnStatus
 from turnback.service import (
@@ -240,9 +241,35 @@ class Hook:
             return str(calls[-1].get("toolCallId"))
         return f"{name}-{len(calls) + 1}"
 
+    def _said(self, session: Session, turn: RunningTurn) -> bool:
+        """Journal what the agent said since the last look, from its transcript (Claude Code's;
+        the others' hooks give only the last answer); whether the turn has any of it."""
+        if self.agent != "claude":
+            return False
+        said = transcripts.claude(
+            self.payload.get("transcript_path"), self.payload.get("prompt_id")
+        )
+        if not said:
+            return False
+        known = {
+            e.event.get("_meta", {}).get("turnback", {}).get("said")
+            for e in session.run_events(turn.token)
+            if e.kind in ("agent_message_chunk", "agent_thought_chunk")
+        }
+        for piece in said:
+            if piece.key not in known:
+                update = {
+                    "sessionUpdate": piece.kind,
+                    "content": {"type": "text", "text": _text(piece.text)},
+                    "_meta": {"turnback": {"said": piece.key}},
+                }
+                self.service.call(turn.record, update)
+        return True
+
     def _before_tool(self, session: Session) -> None:
         turn = self._running(session)
         assert turn is not None, "a tool outside any turn begins one"
+        self._said(session, turn)
         name = str(self.payload.get("tool_name") or "tool")
         tool_input = self.payload.get("tool_input")
         call_id = self._call_id(turn, session, name, after=False)
@@ -288,7 +315,7 @@ class Hook:
         if turn is None:
             return  # nothing runs: this stop's turn was ended already
         answer = self.payload.get("last_assistant_message") or self.payload.get("prompt_response")
-        if isinstance(answer, str) and answer:
+        if not self._said(session, turn) and isinstance(answer, str) and answer:
             content = {"type": "text", "text": _text(answer)}
             self.service.call(
                 turn.record, {"sessionUpdate": "agent_message_chunk", "content": content}
