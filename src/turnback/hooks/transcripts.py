@@ -40,6 +40,11 @@ def claude(path: object, prompt_id: object) -> list[Said]:
         return []
     if len(data) > MAX_BYTES:
         return []
+    # A long session's transcript is mostly earlier turns: parse from the prompt's first line
+    first = data.find(json.dumps(prompt_id).encode())
+    if first < 0:
+        return []
+    data = data[data.rfind(b"\n", 0, first) + 1 :]
     said: list[Said] = []
     inside = False
     for line in data.splitlines():
