@@ -241,16 +241,19 @@ class Hook:
             return str(calls[-1].get("toolCallId"))
         return f"{name}-{len(calls) + 1}"
 
-    def _said(self, session: Session, turn: RunningTurn) -> bool:
+    def _said(self, session: Session, turn: RunningTurn) -> set[str]:
         """Journal what the agent said since the last look, from its transcript (Claude Code's;
-        the others' hooks give only the last answer); whether the turn has any of it."""
+        the others' hooks give only the last answer); the texts the turn holds from it."""
         if self.agent != "claude":
-            return False
+            return set()
+        call = self.payload.get("tool_use_id")
         said = transcripts.claude(
-            self.payload.get("transcript_path"), self.payload.get("prompt_id")
+            self.payload.get("transcript_path"),
+            self.payload.get("prompt_id"),
+            wait_for=call if isinstance(call, str) and call else None,
         )
         if not said:
-            return False
+            return set()
         known = {
             e.event.get("_meta", {}).get("turnback", {}).get("said")
             for e in session.run_events(turn.token)
@@ -264,7 +267,7 @@ class Hook:
                     "_meta": {"turnback": {"said": piece.key}},
                 }
                 self.service.call(turn.record, update)
-        return True
+        return {piece.text for piece in said}
 
     def _before_tool(self, session: Session) -> None:
         turn = self._running(session)
@@ -315,7 +318,8 @@ class Hook:
         if turn is None:
             return  # nothing runs: this stop's turn was ended already
         answer = self.payload.get("last_assistant_message") or self.payload.get("prompt_response")
-        if not self._said(session, turn) and isinstance(answer, str) and answer:
+        # the last answer, unless the transcript had it already (it may be written later)
+        if isinstance(answer, str) and answer and answer not in self._said(session, turn):
             content = {"type": "text", "text": _text(answer)}
             self.service.call(
                 turn.record, {"sessionUpdate": "agent_message_chunk", "content": content}

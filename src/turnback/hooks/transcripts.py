@@ -12,6 +12,7 @@ transcript is the agent's, in a format it may change, so reading it never fails 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 
 #: A transcript larger than this is not read (the hook falls back on the last answer).
@@ -28,17 +29,33 @@ class Said:
     text: str
 
 
-def claude(path: object, prompt_id: object) -> list[Said]:
+def _read(path: str, wait_for: str | None, wait: float) -> bytes | None:
+    """The transcript, once it names ``wait_for`` (Claude Code writes it beside running its
+    hooks, not always before), or as it is after ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            with open(path, "rb") as file:
+                data = file.read(MAX_BYTES + 1)
+        except OSError:
+            return None
+        if len(data) > MAX_BYTES:
+            return None
+        if wait_for is None or wait_for.encode() in data or time.monotonic() >= deadline:
+            return data
+        time.sleep(0.005)
+
+
+def claude(
+    path: object, prompt_id: object, *, wait_for: str | None = None, wait: float = 0.25
+) -> list[Said]:
     """What Claude Code said after the prompt ``prompt_id``, in order; empty when it cannot be
-    told (no transcript, no such prompt, an unreadable file)."""
+    told (no transcript, no such prompt, an unreadable file). With ``wait_for`` (a tool call's
+    id), up to ``wait`` seconds for the transcript to reach it."""
     if not isinstance(path, str) or not isinstance(prompt_id, str) or not prompt_id:
         return []
-    try:
-        with open(path, "rb") as file:
-            data = file.read(MAX_BYTES + 1)
-    except OSError:
-        return []
-    if len(data) > MAX_BYTES:
+    data = _read(path, wait_for, wait)
+    if data is None:
         return []
     # A long session's transcript is mostly earlier turns: parse from the prompt's first line
     first = data.find(json.dumps(prompt_id).encode())
