@@ -329,7 +329,8 @@ def test_what_claude_said_comes_from_its_transcript_in_order(workspace: Path) ->
     more = said_by_agent("u2", {"type": "text", "text": "Done."})
     with transcript.open("a") as out:
         out.write(json.dumps(more) + "\n")
-    agent.send("Stop", **where)  # the transcript said it all: no last_assistant_message
+    # the transcript has the last answer already: it is said once
+    agent.send("Stop", last_assistant_message="Done.", **where)
     with turnback.open(agent.home / "turnback") as tb:
         session = tb.session(session_id_for("claude", agent.session))
         said = [(m.kind.value, m.text) for m in session.turn_messages(1)]
