@@ -21,7 +21,7 @@ LANGGRAPH_STAMP := $(LANGGRAPH)/.installed
 
 PG_BIN ?= /usr/lib/postgresql/15/bin
 
-.PHONY: demo test lint typecheck pytest postgres fuse bench fuzz torture clean
+.PHONY: demo dist test lint typecheck pytest postgres fuse bench fuzz torture clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ $(BROWSER_STAMP): $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/turnback demo
+
+# a wheel to install elsewhere: pip install 'dist/turnback-VERSION-py3-none-any.whl[ui]'
+dist: $(STAMP)
+	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir dist .
+	@ls dist/*.whl
 
 # lint-imports checks the layers of docs/design.md (the contracts are in pyproject.toml)
 lint: $(STAMP)
@@ -87,6 +92,7 @@ bench: $(STAMP) $(TS_STAMP) $(BROWSER_STAMP) $(LANGGRAPH_STAMP)
 	$(BIN)/python bench/snapshots.py
 	$(BIN)/python bench/runtime.py
 	$(BIN)/python bench/storm.py
+	$(BIN)/python bench/long.py
 	$(BIN)/python bench/proxy.py
 	$(BIN)/python bench/log.py
 	$(BIN)/python bench/ui.py
@@ -105,5 +111,5 @@ fuzz: $(STAMP)
 	TURNBACK_FUZZ_EXAMPLES=$${TURNBACK_FUZZ_EXAMPLES:-2000} $(BIN)/pytest tests/acp/test_fuzz.py
 
 clean:
-	rm -rf $(VENV) $(LANGGRAPH) .mypy_cache .pytest_cache .ruff_cache $(TS_AGENT)/node_modules \
+	rm -rf $(VENV) $(LANGGRAPH) dist .mypy_cache .pytest_cache .ruff_cache $(TS_AGENT)/node_modules \
 		$(REAL_AGENTS)/node_modules

@@ -169,9 +169,10 @@ def _changes_line(changes: Sequence[FileChange], limit: int = 6) -> str:
 
 
 def _emit_json(data: views.View | Sequence[views.View]) -> None:
+    from turnback.jsontext import indented
     from turnback.views import to_json
 
-    click.echo(json.dumps(to_json(data), indent=2, ensure_ascii=False, default=str))
+    click.echo(indented(to_json(data)))
 
 
 # -- plumbing ----------------------------------------------------------------------------------
@@ -234,25 +235,50 @@ class Context:
             self._tb.close()
 
 
-def _home_after_command(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
-    if value is not None:
-        ctx.ensure_object(Context).home = value
-
-
 def json_option(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``--json``, and ``--home`` accepted after the command as well as before it."""
-    command = click.option(
-        "--home",
-        type=click.Path(file_okay=False),
-        expose_value=False,
-        is_eager=True,
-        callback=_home_after_command,
-        help="turnback's home directory (as the global --home).",
-    )(command)
+    """``--json``."""
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(command)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
+class _Commands(click.Group):
+    """The global ``--home`` and ``--no-pager`` are taken after the command as well as before
+    it (``turnback log SESSION --home DIR``); ``turnback acp`` keeps its own options, and
+    whatever follows ``--`` is left alone."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _global_options_first(ctx, args, self.commands))
+
+
+def _global_options_first(
+    ctx: click.Context, args: list[str], commands: Mapping[str, click.Command]
+) -> list[str]:
+    at = 0
+    while at < len(args) and args[at] not in commands:
+        at += 2 if args[at] == "--home" else 1
+    if at >= len(args) or args[at] == "acp":
+        return args
+    front, rest, moved = args[:at], [], []
+    tail = iter(args[at:])
+    for arg in tail:
+        if arg == "--":
+            rest += [arg, *tail]
+        elif arg == "--no-pager" or arg.startswith("--home="):
+            moved.append(arg)
+        elif arg == "--home":
+            value = next(tail, None)
+            if value is None:
+                raise click.UsageError("Option '--home' requires an argument.", ctx)
+            moved += [arg, value]
+        else:
+            rest.append(arg)
+    return [*front, *moved, *rest]
+
+
+@click.group(
+    cls=_Commands,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    invoke_without_command=True,
+)
 @click.option(
     "--home",
     type=click.Path(file_okay=False),
@@ -375,7 +401,13 @@ def log(state: Context, session: str, as_json: bool) -> None:
             what = f"revert {r.id}: back to turn {to}" + (
                 ", keeping hand edits" if r.keep_user_edits else ""
             )
-            when = f"undone {_when(r.ended_at)}" if r.state == "undone" else _words(r.state.value)
+            when = (
+                f"undone {_when(r.ended_at)}"
+                if r.state == "undone"
+                else "refused, nothing changed"
+                if r.refused
+                else _words(r.state.value)
+            )
             if r in moving and not handle.is_live(r):
                 when += "; interrupted, its process is gone: run `turnback recover`"
             emit(_colour(f"   <- {what} ({when})", fg="magenta"))
@@ -420,7 +452,8 @@ def show(state: Context, session: str, turn: str, events: bool, as_json: bool) -
         label = _colour(f"[{message.kind.value}]", bold=True)
         body = message.text
         if message.kind == "tool_call":
-            body = f"{message.data.get('title', '')} ({message.data.get('status', '?')})"
+            body = f"{message.text} ({message.data.get('status', '?')})"
+            body += "".join(f"\n    {line}" for line in message.result.splitlines())
         lines.append(body if message.kind == "unreadable" else f"{label} {body}")
     if not events:
         click.echo("\n".join(lines))
@@ -581,7 +614,14 @@ def diff(state: Context, session: str, turn: str, stat: bool, as_json: bool) -> 
         return
     found = handle.diff(turn, patch=not stat)
     if not found.available:
-        handle.diff(turn, patch=True)  # raises CheckpointUnavailable, saying why (exit code 1)
+        from turnback.errors import CheckpointUnavailable
+
+        try:
+            handle.diff(turn, patch=True)  # raises CheckpointUnavailable, saying why (exit 1)
+        except CheckpointUnavailable as error:
+            # on another host the files the turn changed are all stored: only a patch is not
+            if not (stat and error.hosts):
+                raise
     if found.outside:
         click.echo(f"changed outside any turn, before turn {found.turn.number}:")
         for change in found.outside:
@@ -778,8 +818,21 @@ def _counts(change: FileChange) -> str:
     )
 
 
+#: Ignored paths a revert leaves alone are listed up to this many; more are one line, a count.
+_IGNORED_LISTED = 3
+
+
 def _plan_lines(plan: RevertPlan, keep_user_edits: bool) -> list[str]:
-    lines = []
+    """The plan as the user reads it: the hand edits in the way first, then what the revert
+    writes, then what it keeps (ignored paths, which it never touches, folded into a count)."""
+    clash = (
+        "your edit clashes with the agent's change: the revert refuses it and writes nothing"
+        if keep_user_edits
+        else "your edit: the revert overwrites it, and its undo brings it back"
+    )
+    lines = [
+        f"  {_colour('conflict'.ljust(8), fg='yellow')} {c.path}  ({clash})" for c in plan.conflicts
+    ]
     for label, changes, colour in (
         ("restore", plan.restore, "green"),
         ("delete", plan.delete, "red"),
@@ -787,15 +840,18 @@ def _plan_lines(plan: RevertPlan, keep_user_edits: bool) -> list[str]:
         for c in changes:
             counts = _counts(c)
             lines.append(f"  {_colour(label.ljust(8), fg=colour)} {c.path}  {counts}")
+    ignored = [c for c in plan.keep if plan.kept_because.get(c.path) == "ignored"]
+    folded = len(ignored) > _IGNORED_LISTED
     for c in plan.keep:
-        lines.append(f"  {'keep'.ljust(8)} {c.path}  ({plan.kept_because.get(c.path)})")
-    clash = (
-        "your edit clashes with the agent's change: the revert will refuse"
-        if keep_user_edits
-        else "your edit: the revert overwrites it (--keep-user-edits keeps it)"
-    )
-    for c in plan.conflicts:
-        lines.append(f"  {_colour('conflict'.ljust(8), fg='yellow')} {c.path}  ({clash})")
+        if not (folded and plan.kept_because.get(c.path) == "ignored"):
+            lines.append(f"  {'keep'.ljust(8)} {c.path}  ({plan.kept_because.get(c.path)})")
+    if folded:
+        lines.append(f"  {'keep'.ljust(8)} {len(ignored)} ignored paths  (never touched)")
+    if plan.conflicts and not keep_user_edits:
+        lines.append(
+            "  --keep-user-edits refuses instead of overwriting them; "
+            "or move your edits aside first"
+        )
     return lines or ["  no files"]
 
 
@@ -810,17 +866,29 @@ def _plan_lines(plan: RevertPlan, keep_user_edits: bool) -> list[str]:
     type=click.FloatRange(min=0),
     help="Prune unnamed refs and objects older than this many seconds (default 3600).",
 )
+@click.option("--dry-run", is_flag=True, help="Say what it would prune, and change nothing.")
 @json_option
 @pass_state
-def gc(state: Context, keep: int | None, older_than: float | None, as_json: bool) -> None:
-    """Prune workspace checkpoints nothing needs and report the bytes freed."""
+def gc(
+    state: Context, keep: int | None, older_than: float | None, dry_run: bool, as_json: bool
+) -> None:
+    """Prune workspace checkpoints nothing needs and report the bytes freed.
+
+    With --keep N, the turns before each session's last N lose their checkpoints (their diffs
+    and reverts of their files); each such session's activities say which."""
     from turnback.service import CollectGarbage
 
-    report = state.run(CollectGarbage(keep, older_than))
+    report = state.run(CollectGarbage(keep, older_than, dry_run))
     if as_json:
         from turnback import views
 
         _emit_json(views.GcView.of(report))
+        return
+    if dry_run:
+        click.echo(
+            f"would release {report.checkpoints_released} turn checkpoint(s) and remove "
+            f"{report.refs_removed} ref(s); nothing was changed"
+        )
         return
     click.echo(
         f"released {report.checkpoints_released} turn checkpoint(s), removed "

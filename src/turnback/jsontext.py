@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from json.encoder import encode_basestring
 from typing import Any
 
 #: The deepest nesting of arrays and objects turnback accepts in a message or an event. ACP's
@@ -59,6 +60,20 @@ def readable(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text) if has_surrogates(text) else text
 
 
+def file_name(path: str) -> str:
+    """A path read from the file system as text every store and terminal can hold: a name that
+    is not UTF-8 (``os.fsdecode`` keeps its bytes as lone surrogates) has each such byte
+    written as ``\\xNN``, as ``ls --quoting-style=escape`` shows it. For showing and listing;
+    the workspace checkpoint keeps the name's real bytes."""
+    if not has_surrogates(path):
+        return path
+    try:
+        raw = path.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no byte stands for
+        return readable(path)
+    return raw.decode("utf-8", "backslashreplace")
+
+
 def safe_text(text: str, value: Any) -> str:
     """``text`` (``value`` written with ``ensure_ascii=False``), or ``value`` written with
     escapes when ``text`` holds an unpaired surrogate: UTF-8 encodable either way."""
@@ -74,6 +89,75 @@ def utf8(text: str) -> bytes:
 def dumps(value: Any) -> str:
     """Compact JSON text of ``value`` that always encodes as UTF-8 (see the module docstring)."""
     return safe_text(json.dumps(value, separators=(",", ":"), ensure_ascii=False), value)
+
+
+def indented(value: Any) -> str:
+    """``json.dumps(value, indent=2, ensure_ascii=False, default=str)``: the same text, written
+    in one pass into a list instead of through a generator per nesting level (the standard
+    library's only way to indent, in Python), which costs a long ``--json`` output its most."""
+    out: list[str] = []
+    _indented(value, "\n", out.append)
+    return "".join(out)
+
+
+def _indented(value: Any, newline: str, put: Callable[[str], object]) -> None:
+    if isinstance(value, str):
+        put(encode_basestring(value))
+    elif value is None:
+        put("null")
+    elif value is True:
+        put("true")
+    elif value is False:
+        put("false")
+    elif isinstance(value, int):
+        put(int.__repr__(value))
+    elif isinstance(value, float):
+        put(_float(value))
+    elif isinstance(value, (list, tuple)):
+        if not value:
+            put("[]")
+            return
+        inner = newline + "  "
+        lead, between = "[" + inner, "," + inner
+        for item in value:
+            put(lead)
+            lead = between
+            _indented(item, inner, put)
+        put(newline + "]")
+    elif isinstance(value, dict):
+        if not value:
+            put("{}")
+            return
+        inner = newline + "  "
+        lead, between = "{" + inner, "," + inner
+        for key, item in value.items():
+            put(lead)
+            lead = between
+            put(encode_basestring(key if isinstance(key, str) else _key(key)))
+            put(": ")
+            _indented(item, inner, put)
+        put(newline + "}")
+    else:
+        put(encode_basestring(str(value)))
+
+
+def _float(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    return float.__repr__(value)
+
+
+def _key(key: Any) -> str:
+    """A key that is not a string, as ``json.dumps`` writes it (or its TypeError)."""
+    if isinstance(key, float):
+        return _float(key)
+    if key is True or key is False or key is None:
+        return {True: "true", False: "false", None: "null"}[key]
+    if isinstance(key, int):
+        return int.__repr__(key)
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
 
 
 def loads(text: str | bytes) -> Any:

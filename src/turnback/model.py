@@ -224,6 +224,8 @@ class Message:
         """The text of a message, tool call title or plan, for people to read."""
         if self.kind is MessageKind.UNREADABLE:
             return "[unreadable message]"
+        if self.kind is MessageKind.TOOL_CALL:
+            return str(self.data.get("title") or "")
         content = self.data.get("content")
         if isinstance(content, list):
             return "".join(
@@ -235,11 +237,42 @@ class Message:
             )
         if isinstance(content, dict) and content.get("type") == "text":
             return str(content.get("text", ""))
-        if self.kind is MessageKind.TOOL_CALL:
-            return str(self.data.get("title", ""))
         if isinstance(self.data.get("text"), str):
             return str(self.data["text"])
         return ""
+
+    @property
+    def result(self) -> str:
+        """What a tool call reported, as text: its text content, the files its diffs change,
+        its terminals, else its raw output when that is text (``rawOutput``: a string, or an
+        object's ``output``, ``stdout`` and ``stderr``). Empty for other messages."""
+        if self.kind is not MessageKind.TOOL_CALL:
+            return ""
+        said: list[str] = []  # the tool's text
+        changed: list[str] = []  # its diffs and terminals
+        content = self.data.get("content")
+        for item in content if isinstance(content, list) else []:
+            if not isinstance(item, dict):
+                continue
+            block = item.get("content")
+            if item.get("type") == "content" and isinstance(block, dict):
+                if isinstance(block.get("text"), str):
+                    said.append(block["text"])
+            elif item.get("type") == "diff":
+                changed.append(f"changed {item.get('path', '?')}")
+            elif item.get("type") == "terminal":
+                changed.append(f"terminal {item.get('terminalId', '?')}")
+        if not any(text.strip() for text in said):
+            said = _raw_output(self.data.get("rawOutput"))
+        return "\n".join(text for text in [*changed, *said] if text.strip())
+
+
+def _raw_output(raw: Any) -> list[str]:
+    if isinstance(raw, str):
+        return [raw]
+    if isinstance(raw, dict):
+        return [raw[k] for k in ("output", "stdout", "stderr") if isinstance(raw.get(k), str)]
+    return []
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,6 +434,16 @@ class Revert:
     ended_at: float | None = None
     owner_id: str | None = None
 
+    @property
+    def refused(self) -> bool:
+        """Refused before it wrote anything (its hand edits in the way of ``keep_user_edits``):
+        it ended rolled back, and nothing changed."""
+        return self.state is RevertState.ROLLED_BACK and (self.detail or "").startswith(REFUSED)
+
+
+#: How the detail of a refused revert begins (see :attr:`Revert.refused`).
+REFUSED = "refused, nothing changed: "
+
 
 @dataclass(frozen=True, slots=True)
 class RevertRequest:
@@ -479,6 +522,7 @@ class GcReport:
     refs_removed: int = 0
     bytes_freed: int = 0
     problems: tuple[str, ...] = ()  # workspaces that could not be pruned, and why
+    dry_run: bool = False  # what it would do: nothing was released, removed or freed
 
 
 @dataclass(frozen=True, slots=True)

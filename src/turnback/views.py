@@ -237,7 +237,9 @@ def _change(change: FileChange) -> _ChangeFields:
 class RevertView(View):
     """``state`` is ``committed``, ``undone`` or ``rolled_back`` once it has ended (``started``,
     ``files_restored`` or ``undoing`` while it moves files); ``to_turn`` and ``from_head`` are
-    turn tokens; ``undo_checkpoint`` is the workspace commit an undo puts back."""
+    turn tokens; ``undo_checkpoint`` is the workspace commit an undo puts back. A revert
+    ``--keep-user-edits`` refused (hand edits in its way) ends ``rolled_back`` with a ``detail``
+    that begins ``refused, nothing changed:``."""
 
     called: ClassVar[str | None] = "revert"
 
@@ -517,17 +519,23 @@ class InterruptedView(View):
 
 @dataclass(frozen=True, slots=True)
 class GcView(View):
-    """``problems``: the workspaces that could not be pruned, and why."""
+    """``problems``: the workspaces that could not be pruned, and why; ``dry_run``: the counts
+    are what it would release and remove, and nothing was changed (``bytes_freed`` is 0)."""
 
     checkpoints_released: int
     refs_removed: int
     bytes_freed: int
     problems: tuple[str, ...]
+    dry_run: bool
 
     @classmethod
     def of(cls, report: GcReport) -> GcView:
         return cls(
-            report.checkpoints_released, report.refs_removed, report.bytes_freed, report.problems
+            report.checkpoints_released,
+            report.refs_removed,
+            report.bytes_freed,
+            report.problems,
+            report.dry_run,
         )
 
 

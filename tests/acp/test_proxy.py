@@ -132,6 +132,7 @@ def test_cancel_ends_the_turn_cancelled_and_captured(home: Path, workspace: Path
     with turnback.open(home) as tb:
         turn = tb.session(session_id).get_turn(1)
         assert turn.status is TurnStatus.CANCELLED
+        assert turn.detail == "cancelled by the editor (session/cancel)"
         assert turn.end_checkpoint is not None  # the workspace was captured at the end
         assert [c.path for c in tb.session(session_id).diff(1).files] == ["early.txt"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .smoke import run_bench
 
-STARTUP = ("(i-ts)", "(i-py)", "(new-ts)", "(new-py)")
+STARTUP = ("(i-ts)", "(i-py)", "(new-ts)", "(new-py)", "(new-fast)")
 FLOOR = ("(i-ts-c)", "(i-py-c)")  # initialize through a process that only copies bytes
 
 

@@ -82,14 +82,29 @@ def test_revert_usage_errors_and_conflicts(home: Path, workspace: Path, session_
     conflict = run(home, "revert", session_id, "1", "--keep-user-edits", "--yes")
     assert conflict.returncode == 3 and "a.py" in conflict.stderr
     assert (workspace / "a.py").read_text() == "one\nMINE\n"
-    assert "<- revert 1: back to turn 1, keeping hand edits (rolled back)" in ok(
+    assert "<- revert 1: back to turn 1, keeping hand edits (refused, nothing changed)" in ok(
         home, "log", session_id
     )
 
 
 def test_gc(home: Path, session_id: str) -> None:
+    log = ok_json(home, "log", session_id)
+    planned = ok_json(home, "gc", "--keep", "1", "--older-than", "0", "--dry-run")
+    assert planned["dry_run"] and planned["bytes_freed"] == 0
+    assert "nothing was changed" in ok(home, "gc", "--keep", "1", "--dry-run")
+    assert ok_json(home, "log", session_id) == log  # a dry run changes nothing
+    assert ok(home, "diff", session_id, "1")
     data = ok_json(home, "gc", "--keep", "1", "--older-than", "0")
     assert data["checkpoints_released"] == 1 and data["refs_removed"] >= 1
+    assert (planned["checkpoints_released"], planned["refs_removed"]) == (
+        data["checkpoints_released"],
+        data["refs_removed"],
+    )
+    # the diff it took away says where to look, and the activities say why
+    gone = run(home, "diff", session_id, "1")
+    assert gone.returncode == 1 and "turnback activities" in gone.stderr
+    activities = ok(home, "activities", session_id)
+    assert "gc released the workspace checkpoints of turn 1 (it kept the last 1)" in activities
     assert "freed" in ok(home, "gc")
     assert run(home, "gc", "--keep", "-1").returncode == 2
 
@@ -276,3 +291,66 @@ def test_long_output_goes_through_the_pager_on_a_terminal(
     colour = {k: v for k, v in env.items() if k != "NO_COLOR"}
     stat = _on_a_terminal(["--home", str(home), "diff", session_id, "2", "--stat"], colour)
     assert "\x1b[32m+1" in stat and "\x1b[31m-1" in stat
+
+
+def test_the_plan_puts_the_hand_edits_in_the_way_first_and_counts_ignored_files(
+    home: Path, workspace: Path
+) -> None:
+    (workspace / ".gitignore").write_text("*.o\n")
+    with turnback.open(home) as tb:
+        session = tb.create_session(workspace)
+        with session.turn("build and edit"):
+            (workspace / "a.py").write_text("agent\n")
+            for n in range(300):
+                (workspace / f"part{n}.o").write_text("object\n")
+        session_id = session.id
+    (workspace / "a.py").write_text("agent\nmine\n")
+
+    lines = ok(home, "revert", session_id, "0", "--dry-run").splitlines()
+    assert lines[1].split()[:2] == ["conflict", "a.py"]
+    assert "the revert overwrites it" in lines[1]
+    assert [line for line in lines if "part" in line] == []
+    assert any("300 ignored paths" in line for line in lines)
+    assert len(lines) < 10
+    # what the hint says --keep-user-edits does is what it does
+    assert "--keep-user-edits refuses" in lines[-1]
+    kept = ok(home, "revert", session_id, "0", "--dry-run", "--keep-user-edits").splitlines()
+    assert "refuses it and writes nothing" in kept[1]
+    refused = run(home, "revert", session_id, "0", "--yes", "--keep-user-edits")
+    assert refused.returncode == 3
+    assert (workspace / "a.py").read_text() == "agent\nmine\n"
+    # the JSON plan still lists every path
+    assert len(ok_json(home, "revert", session_id, "0", "--dry-run")["keep"]) == 300
+    # the refused revert is in the log as refused, not as a failure rolled back
+    log = ok(home, "log", session_id)
+    assert "(refused, nothing changed)" in log and "rolled back" not in log
+
+
+def test_global_options_are_taken_after_the_command_too(
+    home: Path, workspace: Path, session_id: str
+) -> None:
+    for args in (
+        ["log", session_id, "--home", str(home), "--no-pager"],
+        ["log", session_id, f"--home={home}"],
+        ["diff", session_id, "1", "--stat", "--no-pager", "--home", str(home)],
+        ["revert", session_id, "1", "--dry-run", "--home", str(home)],
+        ["sessions", "--json", "--home", str(home), "--no-pager"],
+    ):
+        done = run(None, *args)
+        assert done.returncode == 0, (args, done.stderr)
+        assert "a.py" in done.stdout or session_id in done.stdout, (args, done.stdout)
+    missing = run(None, "sessions", "--home")
+    assert missing.returncode == 2 and "'--home' requires an argument" in missing.stderr
+    # what follows `--` is an argument, never the global option
+    shown = run(home, "show", session_id, "1", "--", "--home")
+    assert shown.returncode == 2 and "unexpected extra argument (--home)" in shown.stderr
+
+
+def test_diff_stat_on_another_host_lists_the_stored_files(
+    home: Path, session_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TURNBACK_HOST", "elsewhere")
+    stat = ok(home, "diff", session_id, "2", "--stat").splitlines()
+    assert stat[-1].split() == ["M", "a.py", "+1", "-1"]
+    patch = run(home, "diff", session_id, "2")  # the patch needs the checkpoints' host
+    assert patch.returncode == 1 and "are on host" in patch.stderr

@@ -57,7 +57,9 @@ import turnback
 sys.path.insert(0, sys.argv[3])
 from tests.conftest import fill
 
-tb = turnback.open(sys.argv[1], checkpoints=False)  # batched: events wait to be written
+# batched, with a window longer than the run: the chunks wait to be written until the exit,
+# however slow a loaded machine makes the loop
+tb = turnback.open(sys.argv[1], checkpoints=False, batch_window=600)
 session = tb.create_session(sys.argv[2])
 turn = session.turn("fill the disk")
 turn.record({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "durable"})

@@ -128,8 +128,13 @@ def test_undo_is_refused_once_new_turns_were_made(
     session.revert(1)
     with session.turn("new work"):
         (workspace / "new.py").write_text("new\n")
-    with pytest.raises(NothingToRevert, match="made after"):
+    with pytest.raises(NothingToRevert) as refused:
         session.undo_revert()
+    # says which turn stands in the way, by its number and prompt, not the revert's row id
+    assert str(refused.value).startswith(
+        "the last revert can no longer be undone: turn 2 ('new work') began after it"
+    ), refused.value
+    assert (refused.value.remedy, refused.value.turn) == ("turns", 2)
     assert (workspace / "new.py").exists()
 
 
@@ -154,6 +159,12 @@ def test_files_only_and_conversation_only(session: turnback.Session, workspace: 
     session.revert(1, files=False)
     assert files(workspace) == state["before"]
     assert session.record.head == session.turns()[0].token
+    session.undo_revert()
+    undone = [a.message for a in session.activities() if a.code == "turn.revert.undone"]
+    assert undone == [
+        "undid revert 1: the files are back",
+        "undid revert 2: 2 turn(s) are back in the conversation",
+    ]
 
 
 def test_keep_user_edits_undoes_only_the_agents_changes(
@@ -178,8 +189,11 @@ def test_a_conflict_writes_nothing_and_changes_nothing(
         session.revert(1, keep_user_edits=True)
     assert raised.value.paths == ("a.py",)
     assert files(workspace) == before and session.record.head == head
-    assert session.reverts()[-1].state == "rolled_back"
-    assert "checkpoint.revert.failed" in [a.code for a in session.activities()]
+    [refused] = session.reverts()
+    assert refused.state == "rolled_back" and refused.refused
+    [activity] = [a for a in session.activities() if a.code.startswith("checkpoint.revert")]
+    assert (activity.code, activity.level) == ("checkpoint.revert.refused", "warning")
+    assert "changed nothing" in activity.message and "rolled back" not in activity.message
 
 
 def test_revert_is_refused_while_a_turn_runs_on_the_workspace(

@@ -22,6 +22,9 @@ import turnback
 WORKER = Path(__file__).with_name("worker.py")
 LEASE = 2.0
 
+#: what a host is told of turn 1, whose workspace checkpoints host "a" took
+AWAY = "of turn 1 are on host a, not on this one"
+
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
@@ -245,15 +248,15 @@ def test_checkpoints_are_answered_for_only_on_the_host_that_took_them(
     with turnback.open(fleet["home"], database_url=fleet["url"]) as tb:
         session = tb.session(session.id)
         assert [f.path for f in session.diff(1).files] == ["a.txt"], "the stored rows still answer"
-        with pytest.raises(turnback.CheckpointUnavailable, match="live on host a") as error:
+        with pytest.raises(turnback.CheckpointUnavailable, match=AWAY) as error:
             session.diff(1, patch=True)
         assert error.value.hosts == ("a",)
-        with pytest.raises(turnback.CheckpointUnavailable, match="live on host a"):
+        with pytest.raises(turnback.CheckpointUnavailable, match=AWAY):
             session.range_diff(0, 1)
-        with pytest.raises(turnback.CheckpointUnavailable, match="live on host a"):
+        with pytest.raises(turnback.CheckpointUnavailable, match=AWAY):
             session.revert_plan(0)
         assert session.changes_since_head() is None, "this host's workspace is not the one seen"
-        with pytest.raises(turnback.CheckpointUnavailable, match="live on host a"):
+        with pytest.raises(turnback.CheckpointUnavailable, match=AWAY):
             session.revert(0)
         assert (workspace / "a.txt").read_text() == "from host a\n"
         assert session.reverts() == []

@@ -293,14 +293,16 @@ def make_workspace(path: Path) -> None:
 # -- processes --------------------------------------------------------------------------------
 
 
-def in_own_group(command: Sequence[str]) -> list[str]:
-    """``command`` run as the leader of a new process group (and session), so that it and
-    everything it starts can be found and ended together."""
+def in_own_session(command: Sequence[str]) -> list[str]:
+    """``command`` run as the leader of a new session (and process group), so that it and
+    everything it starts -- in process groups of their own too -- can be found and ended
+    together."""
     return ["setsid", *command]
 
 
-def group_members(pgid: int) -> list[tuple[int, str]]:
-    """The live processes of process group ``pgid``: (pid, command line)."""
+def session_members(sid: int) -> list[tuple[int, str]]:
+    """The live processes of the session ``sid`` leads (:func:`in_own_session`), whatever process
+    group each is in: (pid, command line)."""
     members = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -308,13 +310,29 @@ def group_members(pgid: int) -> list[tuple[int, str]]:
         try:
             stat = (entry / "stat").read_text()
             fields = stat[stat.rindex(")") + 2 :].split()
-            if fields[0] == "Z" or int(fields[2]) != pgid:
+            if fields[0] == "Z" or int(fields[3]) != sid:
                 continue
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
         except (OSError, ValueError):
             continue
         members.append((int(entry.name), cmdline))
     return members
+
+
+def descendants(pid: int) -> list[int]:
+    """The live processes ``pid`` started, and theirs, whatever group they are in."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            parent = parent_of(int(entry.name))
+            if parent is not None:
+                children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def parent_of(pid: int) -> int | None:
@@ -326,10 +344,10 @@ def parent_of(pid: int) -> int | None:
     return int(stat[stat.rindex(")") + 2 :].split()[1])
 
 
-def end_group(pgid: int) -> list[tuple[int, str]]:
-    """Kill what is left of process group ``pgid``; returns what was left."""
-    left = group_members(pgid)
-    if left:
+def end_session(sid: int) -> list[tuple[int, str]]:
+    """Kill what is left of the session ``sid`` leads; returns what was left."""
+    left = session_members(sid)
+    for pid, _ in left:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
     return left

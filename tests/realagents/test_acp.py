@@ -14,8 +14,10 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,22 +95,30 @@ class Turn:
     left: list[tuple[int, str]] = field(default_factory=list)
 
 
-async def one_turn(
-    command: list[str],
-    world: World,
-    meanwhile: Callable[[int], Awaitable[None]] | None = None,
-) -> Turn:
-    """Initialize, open a session in the workspace, send the prompt (and run ``meanwhile``
-    with the process's id while it runs), and close the connection as an editor does (the SDK
-    closes the agent's stdin, then terminates it after 2 s); what is left of the agent's
-    processes after that is recorded, and killed."""
+@dataclass
+class Opened:
+    """An editor's connection, through ``command``, with one session open in the workspace."""
+
+    conn: acp.ClientSideConnection
+    pid: int  # the process the editor started
+    editor: Editor
+    initialize: dict[str, Any]
+    session_id: str
+
+
+@asynccontextmanager
+async def opened(
+    command: list[str], world: World, left: list[tuple[int, str]]
+) -> AsyncIterator[Opened]:
+    """Initialize, open a session in the workspace; on leaving, close the connection as an
+    editor does (the SDK closes the agent's stdin, then terminates it after 2 s). What is left
+    of the processes after that is added to ``left``, and killed."""
     editor = Editor()
-    seen = Turn()
     group = None
     try:
         async with acp.spawn_agent_process(
             editor,  # type: ignore[arg-type]
-            *agents.in_own_group(command),
+            *agents.in_own_session(command),
             env=world.env(),
             cwd=world.workspace,
             transport_kwargs={"stderr": None},
@@ -117,22 +127,33 @@ async def one_turn(
             init = await conn.initialize(
                 protocol_version=acp.PROTOCOL_VERSION, client_capabilities=CAPABILITIES
             )
-            seen.initialize = dump(init)
             new = await conn.new_session(cwd=str(world.workspace), mcp_servers=[])
-            seen.session_id = new.session_id
-            prompt = conn.prompt(session_id=new.session_id, prompt=[acp.text_block(PROMPT)])
-            if meanwhile is None:
-                done = await prompt
-            else:
-                done, _ = await asyncio.gather(prompt, meanwhile(process.pid))
-            seen.stop_reason = str(done.stop_reason)
-            # updates sent just before the answer may still be in the SDK's tasks
-            await asyncio.sleep(0.2)
+            yield Opened(conn, process.pid, editor, dump(init), new.session_id)
     finally:
         if group is not None:
-            seen.left = agents.end_group(group)
-    seen.updates = [u for s, u in editor.updates if s == seen.session_id]
-    seen.permissions = editor.permissions
+            left += agents.end_session(group)
+
+
+async def one_turn(
+    command: list[str],
+    world: World,
+    meanwhile: Callable[[int], Awaitable[None]] | None = None,
+) -> Turn:
+    """One session sent the prompt (and ``meanwhile`` run with the process's id while it
+    runs), through :func:`opened`."""
+    seen = Turn()
+    async with opened(command, world, seen.left) as session:
+        seen.initialize, seen.session_id = session.initialize, session.session_id
+        prompt = session.conn.prompt(session_id=session.session_id, prompt=[acp.text_block(PROMPT)])
+        if meanwhile is None:
+            done = await prompt
+        else:
+            done, _ = await asyncio.gather(prompt, meanwhile(session.pid))
+        seen.stop_reason = str(done.stop_reason)
+        # updates sent just before the answer may still be in the SDK's tasks
+        await asyncio.sleep(0.2)
+    seen.updates = [u for s, u in session.editor.updates if s == seen.session_id]
+    seen.permissions = session.editor.permissions
     return seen
 
 
@@ -266,7 +287,7 @@ class Crash:
 
 def agent_pids(proxy: int) -> list[int]:
     """The processes the proxy started: its agent."""
-    return [pid for pid, _ in agents.group_members(proxy) if agents.parent_of(pid) == proxy]
+    return [pid for pid, _ in agents.session_members(proxy) if agents.parent_of(pid) == proxy]
 
 
 @pytest.fixture(scope="module")
@@ -298,6 +319,10 @@ def crash(tmp_path_factory: pytest.TempPathFactory) -> Crash:
 
         turn = asyncio.run(asyncio.wait_for(one_turn(command, world, kill_when_stalled), 240))
     return Crash(world, home, model, turn)
+
+
+def turnback_cli(home: Path) -> list[str]:
+    return [sys.executable, "-m", "turnback", "--home", str(home)]
 
 
 def continuation(crash: Crash) -> str:
@@ -332,32 +357,34 @@ def test_an_agent_killed_mid_stream_continues_its_turn_through_turnback(crash: C
         assert {c.path: c.kind for c in stored.diff(1).files} == {"NOTES": ChangeKind.ADDED}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: a tool call's title folds to empty text in a continuation (issue 28, 1)",
-)
 def test_the_continuation_names_the_tool_calls_that_ran(crash: Crash) -> None:
+    """codex-acp's edit comes as a tool call whose content is a list (a diff): the agent,
+    started again, is told its title, status and result, and so is whoever reads the turn."""
+    notes = crash.world.workspace / "NOTES"
     prompt = continuation(crash)
-    assert "Tool call:  (completed)" not in prompt, prompt
-    assert f"Edit {crash.world.workspace / 'NOTES'}" in prompt, prompt
+    assert f"Tool call: Edit {notes} (completed)\n  changed {notes}\n" in prompt, prompt
+    assert "Success. Updated the following files:" in prompt, prompt
+    shown = subprocess.run(
+        [*turnback_cli(crash.home), "show", "--json", crash.turn.session_id, "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    messages = json.loads(shown.stdout)["messages"]
+    [tool] = [m for m in messages if m["kind"] == "tool_call"]
+    assert (tool["text"], tool["data"]["status"]) == (f"Edit {notes}", "completed")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: the continuation reports turnback's 'resumed' note as the agent's (issue 28, 5)",
-)
 def test_the_continuation_reports_only_what_the_agent_did(crash: Crash) -> None:
-    assert "Note: The agent stopped unexpectedly" not in continuation(crash)
+    prompt = continuation(crash)
+    assert "stopped unexpectedly" not in prompt and "Note:" not in prompt, prompt
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="turnback stops only the process it started: codex-acp's npm shim dies and leaves "
-    "the binary it runs (the agent should be a process group, signalled whole)",
-)
 def test_turnback_leaves_nothing_of_an_agent_started_through_a_shim(
     make_world: MakeWorld, tmp_path: Path
 ) -> None:
+    """codex-acp's npm shim runs the binary with ``spawnSync``, so a signal to the shim leaves
+    the binary running: turnback stops the agent's whole process group."""
     with Model() as model:
         world = make_world(model.url)
         model.script = turn.codex(world)
@@ -367,3 +394,166 @@ def test_turnback_leaves_nothing_of_an_agent_started_through_a_shim(
         seen = asyncio.run(asyncio.wait_for(one_turn([*command, shim], world), 240))
     assert seen.stop_reason == "end_turn"
     assert seen.left == []
+
+
+# -- a conversation through turnback: rewinds, and what a fresh agent session is told ---------
+
+
+@dataclass
+class Said:
+    """What the editor was told in answer to each prompt of a conversation through turnback,
+    and the agent's processes counted after each."""
+
+    session_id: str = ""
+    stops: list[str] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)
+    processes: list[int] = field(default_factory=list)
+    left: list[tuple[int, str]] = field(default_factory=list)
+
+
+def proxied(home: Path, agent: AcpAgent) -> list[str]:
+    return [*turnback_cli(home), "acp", "--", *agent.command()]
+
+
+async def converse(
+    command: list[str],
+    world: World,
+    prompts: list[str | Callable[[int], None]],
+    cancel_stalled: Model | None = None,
+) -> Said:
+    """One session through ``command`` (:func:`opened`), sent ``prompts`` one after another
+    (a function among them is called in its place, with the process's id); the editor cancels
+    each once ``cancel_stalled``'s reply stalls."""
+    said = Said()
+    async with opened(command, world, said.left) as session:
+        conn, editor, said.session_id = session.conn, session.editor, session.session_id
+        for text in prompts:
+            if not isinstance(text, str):
+                text(session.pid)
+                continue
+            before = len(editor.updates)
+            answer = asyncio.ensure_future(
+                conn.prompt(session_id=said.session_id, prompt=[acp.text_block(text)])
+            )
+            if cancel_stalled is not None:
+                await asyncio.to_thread(cancel_stalled.wait_stalled, 120)
+                await conn.cancel(session_id=said.session_id)
+            said.stops.append(str((await answer).stop_reason))
+            await asyncio.sleep(0.2)  # updates sent just before the answer
+            said.answers.append(
+                "".join(
+                    u["content"].get("text", "")
+                    for s, u in editor.updates[before:]
+                    if s == said.session_id and u["sessionUpdate"] == "agent_message_chunk"
+                )
+            )
+            said.processes.append(len(agents.descendants(session.pid)))
+    return said
+
+
+REWIND = "/rewind 1 conversation confirm"
+
+
+def test_after_a_rewind_the_agent_gets_the_transcript_apart_from_the_prompt(
+    make_world: MakeWorld, tmp_path: Path
+) -> None:
+    """gemini-cli writes a resource block into its prompt text as "@uri" and the resource's
+    text after the prompt: the user's words after a rewind start a line of their own. And the
+    rewind cannot be undone once a turn was made after it, which the user is told plainly."""
+    agent = AGENTS["gemini"]
+    with Model() as model:
+        world = make_world(model.url)
+        model.script = [Reply(Text(word)) for word in ("one", "two", "three")]
+        world.configure()
+        prompts = ["first", "second", REWIND, "third", "/undo-rewind"]
+        said = asyncio.run(
+            asyncio.wait_for(converse(proxied(tmp_path / "tb", agent), world, prompts), 240)
+        )
+    assert said.left == []
+    sent = model.steps()[-1].user_texts()[-1]
+    assert "third" in sent.splitlines(), sent
+    assert "User: first\nAgent: one\n" in sent and "second" not in sent, sent
+    undo = said.answers[-1]
+    assert "can no longer be undone: turn 2 ('third') began after it" in undo, undo
+
+
+def test_a_cancel_from_the_editor_is_recorded_as_the_editors(
+    make_world: MakeWorld, tmp_path: Path
+) -> None:
+    agent = AGENTS["codex-acp"]
+    home = tmp_path / "tb"
+    with Model() as model:
+        world = make_world(model.url)
+        model.script = [Reply(Text("Working on it, slowly."), stall=True)]
+        world.configure(codex_approval=agent.codex_approval)
+        said = asyncio.run(
+            asyncio.wait_for(converse(proxied(home, agent), world, ["go"], model), 240)
+        )
+    assert said.stops == ["cancelled"] and said.left == []
+    with turnback.open(home=home) as tb:
+        [held] = tb.session(said.session_id).turns()
+    assert held.status is TurnStatus.CANCELLED
+    assert held.detail == "cancelled by the editor (session/cancel)"
+
+
+def test_rewinds_and_their_undos_leave_no_agent_session_behind(
+    make_world: MakeWorld, tmp_path: Path
+) -> None:
+    """Each rewind and each undo opens a fresh claude-agent-acp session (it cannot roll its
+    conversation back), and each session runs a Claude Code process: the one replaced is
+    closed (``session/close``), so over ten rewinds and ten undos the agent's processes stay
+    as many as before them (without the close, one more each time)."""
+    agent = AGENTS["claude-agent-acp"]
+    with Model() as model:
+        world = make_world(model.url)
+        model.script = [Reply(Text(word)) for word in ("one", "two")]
+        world.configure()
+        prompts = ["first", "second"] + [REWIND, "/undo-rewind"] * 10
+        said = asyncio.run(
+            asyncio.wait_for(converse(proxied(tmp_path / "tb", agent), world, prompts), 300)
+        )
+    assert said.left == []
+    undone = said.answers[-1]
+    assert "Undid the last rewind" in undone, undone
+    after_prompts = said.processes[1]
+    assert said.processes[2:] and max(said.processes[2:]) <= after_prompts + 1, said.processes
+
+
+def test_a_session_whose_claude_code_died_is_opened_again(
+    make_world: MakeWorld, tmp_path: Path
+) -> None:
+    """claude-agent-acp runs a Claude Code process per session; killed between turns, the
+    adapter lives on and answers every later prompt "Session not found". turnback opens the
+    session again (session/load, from Claude Code's own transcript) and the turn goes on."""
+    agent = AGENTS["claude-agent-acp"]
+    home = tmp_path / "tb"
+    killed: list[str] = []
+
+    def kill_claude_code(proxy: int) -> None:
+        adapter = agent_pids(proxy)
+        for pid in agents.descendants(proxy):
+            if agents.parent_of(pid) in adapter:  # the adapter's children: Claude Code
+                killed.append(Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " "))
+                os.kill(pid, signal.SIGKILL)
+
+    with Model() as model:
+        world = make_world(model.url)
+        model.script = [Reply(Text("one")), Reply(Text("two"))]
+        world.configure()
+        said = asyncio.run(
+            asyncio.wait_for(
+                converse(proxied(home, agent), world, ["first", kill_claude_code, "second"]),
+                240,
+            )
+        )
+    assert killed and said.left == []
+    assert said.stops == ["end_turn", "end_turn"], said.answers
+    assert "two" in said.answers[-1], said.answers
+    # the model was asked the second prompt with the first exchange before it
+    texts = [t.splitlines()[-1] for t in model.steps()[-1].user_texts()]
+    assert texts == ["first", "second"], texts
+    with turnback.open(home=home) as tb:
+        stored = tb.session(said.session_id)
+        assert [t.status for t in stored.turns()] == [TurnStatus.COMPLETED] * 2
+        codes = [a.code for a in stored.activities()]
+        assert "agent.session.lost" in codes, codes

@@ -88,7 +88,7 @@ def run(
     """Run ``argv`` in the workspace as its own process group, and end the group after;
     ``env`` adds to the world's environment."""
     process = subprocess.Popen(
-        agents.in_own_group(argv),
+        agents.in_own_session(argv),
         cwd=world.workspace,
         env={**world.env(), **(env or {})},
         stdin=subprocess.DEVNULL,
@@ -99,7 +99,7 @@ def run(
     try:
         out, err = process.communicate(timeout=timeout)
     finally:
-        agents.end_group(process.pid)
+        agents.end_session(process.pid)
         if process.poll() is None:
             process.kill()
             process.wait()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -201,3 +204,53 @@ def test_an_agent_that_closes_its_output_is_not_said_to_have_exited(
     said = " ".join([turn.detail or "", *(a.message for a in session.activities())])
     assert "closed its output" in said, said
     assert "still running" not in said and "exited" not in said, said
+
+
+LAUNCHER = """
+    import os, subprocess, sys
+    from pathlib import Path
+
+    # what an agent may start and never stop: a helper that outlives it, on no pipe of ours
+    helper = subprocess.Popen(
+        ["sleep", "600"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+    )
+    Path(os.environ["HELPER_PID"]).write_text(str(helper.pid))
+    # the agent itself, run the way an npm shim runs a binary: wait for it, then exit
+    sys.exit(subprocess.run([sys.executable, "-m", "turnback.agents.scripted"]).returncode)
+"""
+
+
+def test_an_agent_is_stopped_with_everything_it_started(
+    tb: turnback.Turnback,
+    session: turnback.Session,
+    write_agent: Callable[[str, str], tuple[str, ...]],
+    tmp_path: Path,
+) -> None:
+    command = write_agent("launcher", LAUNCHER)
+    pid_file = tmp_path / "helper.pid"
+
+    async def scenario() -> turnback.Turn:
+        env = {"HELPER_PID": str(pid_file)}
+        async with await AgentRuntime.start(tb, session, command, env=env) as rt:
+            return await rt.prompt("say hi")
+
+    assert run(scenario()).status is TurnStatus.COMPLETED
+    helper = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(helper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert not _alive(helper), "the agent's helper process outlived it"
+    finally:
+        if _alive(helper):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(helper, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended and not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"

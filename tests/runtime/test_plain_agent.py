@@ -23,7 +23,10 @@ PLAIN_AGENT = """
     import asyncio, json, os, signal, sys, uuid
     from pathlib import Path
     import acp
-    from acp.schema import InitializeResponse, NewSessionResponse, PromptResponse
+    from acp.schema import (
+        AgentCapabilities, CloseSessionResponse, InitializeResponse, NewSessionResponse,
+        PromptResponse, SessionCapabilities, SessionCloseCapabilities,
+    )
 
     LOG = Path(os.environ["PLAIN_LOG"])
 
@@ -36,7 +39,17 @@ PLAIN_AGENT = """
             self.conn = conn
 
         async def initialize(self, protocol_version, **_):
-            return InitializeResponse(protocol_version=protocol_version)
+            if not os.environ.get("PLAIN_CLOSE"):
+                return InitializeResponse(protocol_version=protocol_version)
+            sessions = SessionCapabilities(close=SessionCloseCapabilities())
+            capabilities = AgentCapabilities(session_capabilities=sessions)
+            return InitializeResponse(
+                protocol_version=protocol_version, agent_capabilities=capabilities
+            )
+
+        async def close_session(self, session_id, **_):
+            log(event="close", session=session_id)
+            return CloseSessionResponse()
 
         async def new_session(self, cwd, **meta):
             self.cwd = Path(cwd)
@@ -44,15 +57,32 @@ PLAIN_AGENT = """
             log(event="new", session=session_id, meta=meta.get("turnback"))
             return NewSessionResponse(session_id=session_id)
 
+        lost = set()  # sessions it no longer has, as claude-agent-acp once Claude Code died
+
         async def prompt(self, prompt, session_id, **meta):
             texts = [getattr(block, "text", None) for block in prompt]
             log(event="prompt", session=session_id, texts=texts, meta=meta.get("turnback"))
+            if session_id in self.lost:
+                raise acp.RequestError(-32603, "Internal error", {"details": "Session not found"})
             for line in texts[-1].splitlines():
                 verb, _, rest = line.partition(" ")
                 if verb == "say":
                     await self.conn.session_update(
                         session_id=session_id, update=acp.update_agent_message_text(rest + "\\n")
                     )
+                elif verb == "tool":  # a finished tool call whose result is a content list
+                    title, _, result = rest.partition(": ")
+                    await self.conn.session_update(
+                        session_id=session_id,
+                        update=acp.start_tool_call(
+                            title, title, status="completed",
+                            content=[acp.tool_content(acp.text_block(result))],
+                        ),
+                    )
+                elif verb == "fail":  # as codex-acp fails: the reason only in data.message
+                    raise acp.RequestError(-32603, "Internal error", {"message": rest})
+                elif verb == "lose-session":
+                    self.lost.add(session_id)
                 elif verb == "crash-once":
                     marker = self.cwd / f".crashed-{rest}"
                     if not marker.exists():
@@ -63,12 +93,14 @@ PLAIN_AGENT = """
 
     async def main():
         reader, writer = await acp.stdio_streams()
-        await acp.run_agent(Plain(), writer, reader)
+        # session/close is among the SDK's unstable methods
+        await acp.run_agent(Plain(), writer, reader, use_unstable_protocol=True)
 
     asyncio.run(main())
 """
 
 FAST = ResumePolicy(backoff=0.01)
+REQUEST = "say hi\ntool Read app.py: 3 lines\ncrash-once a\nsay bye"
 
 
 @pytest.fixture
@@ -94,7 +126,7 @@ def test_without_checkpoints_a_crash_is_continued_in_a_new_session_told_what_hap
 
     async def scenario() -> tuple[turnback.Turn, Any]:
         async with await AgentRuntime.start(tb, session, command, env=env, policy=FAST) as rt:
-            return await rt.prompt("say hi\ncrash-once a\nsay bye"), rt.features
+            return await rt.prompt(REQUEST), rt.features
 
     turn, features = run(scenario())
     assert not (features.checkpoints or features.rollback or features.load_session)
@@ -102,15 +134,62 @@ def test_without_checkpoints_a_crash_is_continued_in_a_new_session_told_what_hap
     # what the first attempt reported stays; the continued attempt (this agent simply runs the
     # request again) adds its own
     assert text_of(session.turn_messages(turn.number)) == "hi\nhi\nbye\n"
+    tools = [m for m in session.turn_messages(turn.number) if m.kind == "tool_call"]
+    assert [(m.text, m.data["status"], m.result) for m in tools] == [
+        ("Read app.py", "completed", "3 lines")
+    ]  # run twice under one id: one message
     assert opened(session) == ["new", "new"]  # no session/load: a new session
     prompts = [e for e in entries(log) if e["event"] == "prompt"]
     assert len(prompts) == 2 and prompts[0]["session"] != prompts[1]["session"]
     assert prompts[1]["meta"] == {"resume": {"step": None, "attempt": 1}}
     note, request = prompts[1]["texts"]
-    assert request == "say hi\ncrash-once a\nsay bye"
+    assert request == REQUEST
     assert "was interrupted" in note and "Agent: hi" in note and "workspace is as it" in note
+    # which tools ran, with their title, status and result; and nothing of turnback's own
+    assert "Tool call: Read app.py (completed)\n  3 lines\n" in note, note
+    assert "Note:" not in note and "stopped unexpectedly" not in note, note
     codes = [a.code for a in session.activities()]
     assert codes.count("agent.crashed") == 1 and codes.count("turn.resuming") == 1
+
+
+def test_a_failed_prompt_keeps_what_the_agent_said_went_wrong(
+    tb: turnback.Turnback, session: turnback.Session, plain: Any
+) -> None:
+    command, env, _ = plain
+
+    async def scenario() -> turnback.Turn:
+        async with await AgentRuntime.start(tb, session, command, env=env, policy=FAST) as rt:
+            return await rt.prompt("say hi\nfail stream disconnected before completion")
+
+    turn = run(scenario())
+    assert turn.status is TurnStatus.FAILED
+    assert turn.detail == (
+        "the agent failed the prompt: Internal error (stream disconnected before completion)"
+    )
+
+
+def test_a_session_the_agent_lost_is_opened_again_and_the_turn_goes_on(
+    tb: turnback.Turnback, session: turnback.Session, plain: Any
+) -> None:
+    command, env, log = plain
+
+    async def scenario() -> tuple[turnback.Turn, int | None, int | None]:
+        async with await AgentRuntime.start(tb, session, command, env=env, policy=FAST) as rt:
+            await rt.prompt("say one\nlose-session")
+            pid = rt.agent_pid
+            return await rt.prompt("say two"), pid, rt.agent_pid
+
+    turn, before, after = run(scenario())
+    assert turn.status is TurnStatus.COMPLETED, turn.detail
+    assert before == after  # the agent ran on: only its session was opened again
+    assert text_of(session.messages()) == "one\ntwo\n"
+    codes = [a.code for a in session.activities()]
+    assert "agent.session.lost" in codes and "agent.crashed" not in codes
+    assert opened(session) == ["new", "new", "continued"]  # no session/load: a new one
+    prompts = [e for e in entries(log) if e["event"] == "prompt"]
+    assert prompts[-2]["session"] == prompts[0]["session"] != prompts[-1]["session"]
+    context, _, request = prompts[-1]["texts"]
+    assert "User: say one" in context and "Agent: one" in context and request == "say two"
 
 
 def test_on_crash_stop_ends_the_turn_interrupted_and_resume_continues_it(
@@ -209,6 +288,28 @@ def test_undoing_a_revert_gives_a_fresh_session_the_whole_conversation(
     context, prompt = [e for e in entries(log) if e["event"] == "prompt"][-1]["texts"]
     assert "User: say one" in context and "User: say two" in context and prompt == "say three"
     assert text_of(session.messages()) == "one\ntwo\nthree\n"
+
+
+def test_a_fresh_session_closes_the_one_it_replaces_where_the_agent_can(
+    tb: turnback.Turnback, session: turnback.Session, plain: Any
+) -> None:
+    command, env, log = plain
+
+    async def scenario() -> None:
+        async with await AgentRuntime.start(
+            tb, session, command, env={**env, "PLAIN_CLOSE": "1"}
+        ) as rt:
+            await rt.prompt("say one")
+            await rt.prompt("say two")
+            await rt.revert(1)
+            await rt.undo_revert()
+            await rt.prompt("say three")
+
+    run(scenario())
+    opened = [e["session"] for e in entries(log) if e["event"] == "new"]
+    closed = [e["session"] for e in entries(log) if e["event"] == "close"]
+    assert len(opened) == 3  # the first, the rollback's, the undo's
+    assert closed == opened[:2]  # each replaced one, once replaced; the one in use stays
 
 
 def test_rollback_is_refused_before_anything_moves_when_it_cannot_be_done(

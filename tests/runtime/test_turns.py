@@ -82,8 +82,10 @@ def test_stop_reasons_end_the_turn_and_the_next_prompt_loads_the_same_agent_sess
     failed, cancelled, denied, limited, done = run(scenario())
     assert failed.status is TurnStatus.FAILED and "boom" in (failed.detail or "")
     assert cancelled.status is TurnStatus.CANCELLED
+    assert cancelled.detail == "cancelled by the caller"  # who asked, not the agent answering
     assert text_of(session.turn_messages(cancelled.number)) == "going\n"
     assert denied.status is TurnStatus.CANCELLED
+    assert denied.detail == "cancelled by the agent"  # it stopped of its own accord
     assert limited.status is TurnStatus.COMPLETED  # the agent answered, up to its limit
     assert limited.detail == "the agent stopped early (max_tokens); what it did is kept"
     assert text_of(session.turn_messages(limited.number)) == "so far\n"

@@ -256,6 +256,24 @@ def test_bad_ids_in_the_address_get_a_clear_error(
         assert words in error["message"] and error["hint"]
 
 
+def test_a_pruned_checkpoint_is_a_conflict_that_says_why_not_a_server_error(
+    client: TestClient, tb: turnback.Turnback, reviewed: Reviewed
+) -> None:
+    tb.gc(keep=1, older_than=0)
+    sid = reviewed.session
+    shown = client.get(f"/api/sessions/{sid}/turns/1/diff")  # the stored files, and so
+    assert shown.status_code == 200 and shown.json()["available"] is False
+    for path in (
+        f"/api/sessions/{sid}/turns/1/patch?path=app.py",
+        f"/api/sessions/{sid}/range?from=0&to=1",
+        f"/api/sessions/{sid}/revert-plan?to_turn=1",
+    ):
+        answer = client.get(path)
+        assert answer.status_code == 409, (path, answer.text)
+        error = answer.json()["error"]
+        assert error["type"] == "CheckpointUnavailable" and "activities" in error["hint"], error
+
+
 # -- actions --------------------------------------------------------------------------------
 
 

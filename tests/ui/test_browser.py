@@ -177,6 +177,11 @@ def test_a_revert_is_previewed_confirmed_and_undone(
     workspace = reviewed.workspace
     open_page(page, start_server, reviewed.home, f"/sessions/{reviewed.session}")
 
+    page.locator("li.node").nth(1).get_by_role("button", name="Revert to here…").click()
+    expect(page.get_by_role("dialog")).to_contain_text(
+        "Turn 3 leaves the conversation and is kept as reverted history"
+    )
+    page.get_by_role("dialog").get_by_role("button", name="Cancel").click()
     page.locator("li.node").nth(0).get_by_role("button", name="Revert to here…").click()
     dialog = page.get_by_role("dialog")
     expect(dialog).to_contain_text("Revert to turn 1?")
@@ -215,18 +220,31 @@ def test_a_revert_that_would_fail_is_shown_so_and_a_refused_one_says_what_to_do(
     page: Page, reviewed: Reviewed, start_server: StartServer
 ) -> None:
     (reviewed.workspace / "app.py").write_text("my own edit\n")
+    with turnback.open(reviewed.home) as tb, tb.session(reviewed.session).turn("build"):
+        (reviewed.workspace / ".gitignore").write_text("*.o\n")  # and 300 ignored objects
+        for n in range(300):
+            (reviewed.workspace / f"part{n}.o").write_text("object\n")
     open_page(page, start_server, reviewed.home, f"/sessions/{reviewed.session}")
 
     page.locator("li.node").nth(0).get_by_role("button", name="Revert to here…").click()
     dialog = page.get_by_role("dialog")
-    confirm = dialog.get_by_role("button", name="Revert to turn 1")
-    expect(dialog.locator(".plan-conflict")).to_contain_text("the revert overwrites it")
+    expect(dialog).to_contain_text("Turns 2–4 leave the conversation")
+    # the hand edit in the way comes first, and the confirm button says what it overwrites
+    groups = dialog.locator(".plan .plan-group")
+    expect(groups.first).to_have_class(re.compile(r"\bplan-conflict\b"))
+    expect(groups.first).to_contain_text("app.py")
+    expect(groups.first).to_contain_text("the revert overwrites it")
+    expect(dialog.locator(".plan-ignored")).to_contain_text("300 ignored paths")
+    expect(dialog.locator(".plan")).not_to_contain_text("part7.o")
+    confirm = dialog.get_by_role("button", name="Revert and overwrite your edit")
     expect(confirm).to_be_enabled()
     dialog.get_by_label("Keep my edits").check()
     expect(dialog.locator(".plan-conflict")).to_contain_text("clashes")
+    confirm = dialog.get_by_role("button", name="Revert to turn 1")
     expect(confirm).to_be_disabled()  # it would be refused: no pointless click
     shot(page, "revert-conflict")
     dialog.get_by_label("Keep my edits").uncheck()
+    confirm = dialog.get_by_role("button", name="Revert and overwrite your edit")
     expect(confirm).to_be_enabled()
 
     with turnback.open(reviewed.home) as tb:  # a turn begins while the dialog is open
@@ -235,7 +253,7 @@ def test_a_revert_that_would_fail_is_shown_so_and_a_refused_one_says_what_to_do(
         alert = dialog.get_by_role("alert")
         expect(alert).to_contain_text("What happened")
         expect(alert).to_contain_text("is running")
-        expect(alert).to_contain_text("Wait until turn 4 ends (this page shows it live)")
+        expect(alert).to_contain_text("Wait until turn 5 ends (this page shows it live)")
         shot(page, "revert-refused")
         running.cancel("done with the test")
     assert (reviewed.workspace / "app.py").read_text() == "my own edit\n"

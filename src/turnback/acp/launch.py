@@ -344,7 +344,10 @@ def _line(frame: dict[str, Any]) -> bytes:
 def started(command: Sequence[str]) -> Launched:
     """The agent command started, with pipes for stdin and stdout."""
     try:
-        process = subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        # a process group of its own, stopped whole (see turnback.runtime.sidecar)
+        process = subprocess.Popen(
+            list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, process_group=0
+        )
     except OSError:
         return Launched(None)  # the proxy answers initialize with why it cannot start it
     return Launched(process)

@@ -202,7 +202,7 @@ class Proxy:
         editor = self.sessions.get(params.get("sessionId"))
         if method == "session/cancel":
             if editor is not None and editor.runtime is not None:
-                await editor.runtime.cancel()
+                await editor.runtime.cancel("the editor (session/cancel)")
             return
         if editor is not None and editor.runtime is not None:
             await editor.runtime.notify(method, self.sessions.to_agent(editor, params))

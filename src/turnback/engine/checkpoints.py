@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from turnback.model import (
     GcReport,
     Revert,
     RevertState,
+    Turn,
     TurnStatus,
     WorkspaceCheckpoint,
     conversation,
@@ -275,35 +276,57 @@ def collect_garbage(
     *,
     keep: int | None = None,
     older_than: float | None = None,
+    dry_run: bool = False,
 ) -> GcReport:
     """Release old turns' checkpoints (``keep``) and those of reverts that can no longer be
-    undone, then prune what no row names.
+    undone, then prune what no row names; with ``dry_run``, count what that would release and
+    remove and change nothing (the release is rolled back).
 
     Rows stop naming a checkpoint (one transaction) before its ref is deleted: the reverse of
-    invariant 4's order, so no row ever names a pruned checkpoint."""
+    invariant 4's order, so no row ever names a pruned checkpoint. Each session whose turns'
+    checkpoints go gets an activity that says so (what a missing diff's message points to)."""
     released: list[str] = []
-    with store.atomic() as tx:
-        sessions = tx.list_sessions()
-        if keep is not None:
-            for session in sessions:
-                turns = tx.session_turns(session.id)
-                kept = {t.token for t in conversation(turns)[-keep:]} if keep > 0 else set()
-                released += [
-                    t.token
-                    for t in turns
-                    if t.token not in kept
-                    and t.status is not TurnStatus.RUNNING
-                    and (t.begin_checkpoint or t.end_checkpoint)
-                ]
-            tx.release_checkpoints(released)
-        spent = [r.id for s in sessions for r in _spent_reverts(tx, s.id)]
-        tx.release_revert_checkpoints(spent)
-        named = tx.checkpoint_commits()
-        deleted = {
-            str(a.data.get("workspace"))
-            for a in tx.activities(None, limit=1_000_000)
-            if a.code == DELETED and a.session_id is None
-        }
+    try:
+        with store.atomic() as tx:
+            sessions = tx.list_sessions()
+            if keep is not None:
+                now = time.time()
+                for session in sessions:
+                    turns = tx.session_turns(session.id)
+                    kept = {t.token for t in conversation(turns)[-keep:]} if keep > 0 else set()
+                    going = [
+                        t
+                        for t in turns
+                        if t.token not in kept
+                        and t.status is not TurnStatus.RUNNING
+                        and (t.begin_checkpoint or t.end_checkpoint)
+                    ]
+                    released += [t.token for t in going]
+                    if going:
+                        tx.insert_activity(
+                            session.id,
+                            None,
+                            ActivityLevel.INFO,
+                            "checkpoint.gc",
+                            f"gc released the workspace checkpoints of {_turns(going)} (it kept "
+                            f"the last {keep}): their diffs, and reverts of the files to them, "
+                            "are no longer available",
+                            {"turns": [t.token for t in going], "keep": keep},
+                            now,
+                        )
+                tx.release_checkpoints(released)
+            spent = [r.id for s in sessions for r in _spent_reverts(tx, s.id)]
+            tx.release_revert_checkpoints(spent)
+            named = tx.checkpoint_commits()
+            deleted = {
+                str(a.data.get("workspace"))
+                for a in tx.activities(None, limit=1_000_000)
+                if a.code == DELETED and a.session_id is None
+            }
+            if dry_run:
+                raise _Counted()
+    except _Counted:
+        pass  # the transaction rolled back: nothing was released
     deleted = {w for w in deleted if Path(w).is_dir()}  # nothing to prune where it is gone
     refs = freed = 0
     problems: list[str] = []
@@ -312,7 +335,7 @@ def collect_garbage(
         try:
             grace = REF_GRACE if older_than is None else older_than
             removed, bytes_freed = checkpoints.snapshots.gc(
-                Path(workspace), keep=named, older_than=grace, object_grace=grace
+                Path(workspace), keep=named, older_than=grace, object_grace=grace, dry_run=dry_run
             )
         except TurnbackError as error:
             problems.append(f"{workspace}: {error}")
@@ -321,7 +344,20 @@ def collect_garbage(
         freed += bytes_freed
         if checkpoints.progress is not None:
             checkpoints.progress("gc", done, len(workspaces))
-    return GcReport(len(released) + len(spent), refs, freed, tuple(problems))
+    return GcReport(len(released) + len(spent), refs, freed, tuple(problems), dry_run)
+
+
+class _Counted(Exception):
+    """Ends a dry run's transaction, rolling back what it released."""
+
+
+def _turns(turns: Sequence[Turn]) -> str:
+    numbers = sorted(t.number for t in turns)
+    if len(numbers) == 1:
+        return f"turn {numbers[0]}"
+    if numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"turns {numbers[0]} to {numbers[-1]}"
+    return f"turns {', '.join(map(str, numbers[:-1]))} and {numbers[-1]}"
 
 
 def _spent_reverts(tx: Tx, session_id: str) -> list[Revert]:

@@ -202,16 +202,23 @@ class Turnback:
         with self.store.read() as tx:
             return tx.activities(None, limit)
 
-    def gc(self, keep: int | None = None, older_than: float | None = None) -> GcReport:
+    def gc(
+        self, keep: int | None = None, older_than: float | None = None, *, dry_run: bool = False
+    ) -> GcReport:
         """Prune workspace checkpoints: refs no row names (older than ``older_than`` seconds,
         default an hour), and with ``keep`` the checkpoints of all but each session's last
         ``keep`` turns, and give back the space the database no longer needs. Reports the bytes
-        freed in the home."""
+        freed in the home. ``dry_run`` counts what it would release and remove, and changes
+        nothing."""
         report = (
-            GcReport()
+            GcReport(dry_run=dry_run)
             if self.checkpoints is None
-            else collect_garbage(self.store, self.checkpoints, keep=keep, older_than=older_than)
+            else collect_garbage(
+                self.store, self.checkpoints, keep=keep, older_than=older_than, dry_run=dry_run
+            )
         )
+        if dry_run:
+            return report
         self.journal.flush()
         freed = self.store.compact()  # the database's log, left at full size by a killed process
         return dataclasses.replace(report, bytes_freed=report.bytes_freed + freed)

@@ -52,11 +52,13 @@ from turnback.engine.owners import current_owner, is_alive, require_here
 from turnback.engine.turns import UNFINISHED_REVERTS, require_no_revert
 from turnback.errors import (
     RECOVER,
+    TURNS,
     CheckpointUnavailable,
     InvalidOption,
     NothingToRevert,
     OwnershipLost,
     RestoreIncomplete,
+    RevertConflict,
     SessionNotFound,
     TurnbackError,
     TurnInProgress,
@@ -64,6 +66,7 @@ from turnback.errors import (
     WorkspaceError,
 )
 from turnback.model import (
+    REFUSED,
     ActivityLevel,
     Message,
     Revert,
@@ -291,6 +294,21 @@ def start_revert(
             f"{error}; the revert was rolled back: files and conversation are as before it",
             error.paths,
         ) from error
+    except RevertConflict as error:  # it wrote nothing: there is nothing to roll back
+        with store.atomic() as tx:
+            tx.lock_sessions([record.session_id])
+            now = time.time()
+            tx.set_revert_state(record.id, RevertState.ROLLED_BACK, now, f"{REFUSED}{error}")
+            tx.insert_activity(
+                record.session_id,
+                None,
+                ActivityLevel.WARNING,
+                "checkpoint.revert.refused",
+                f"revert {record.id} was refused and changed nothing: {error}",
+                {"revert": record.id, "paths": list(error.paths)},
+                now,
+            )
+        raise
     except (TurnbackError, OSError) as error:
         _roll_back(store, checkpoints, record, workspace, f"the revert failed: {error}")
         raise
@@ -478,10 +496,14 @@ def undo_revert(store: Store, checkpoints: WorkspaceCheckpoints | None, session_
             if t.started_at > record.created_at
         ]
         if newer:
+            first = newer[0]
+            prompt = " ".join(first.prompt_text.split())
+            prompt = prompt if len(prompt) <= 40 else prompt[:39] + "…"
             raise NothingToRevert(
-                f"turn {newer[0].number} was made after revert {record.id}; undoing it would "
-                "drop that work. Revert to an earlier turn instead"
-            )
+                f"the last revert can no longer be undone: turn {first.number} ({prompt!r}) "
+                "began after it, and undoing the revert would drop the work done since; to go "
+                "further back, revert to an earlier turn"
+            ).settled_by(TURNS, session=session_id, turn=first.number)
         if record.files and checkpoints is None:
             raise CheckpointUnavailable(
                 "workspace checkpoints are turned off; cannot undo a files revert"
@@ -520,7 +542,14 @@ def _finish_undo(
             None,
             ActivityLevel.INFO,
             "turn.revert.undone",
-            f"undid revert {record.id}: {len(tokens)} turn(s) and their files are back",
+            f"undid revert {record.id}: "
+            + (
+                f"{len(tokens)} turn(s) and their files are back"
+                if record.files and record.conversation
+                else f"{len(tokens)} turn(s) are back in the conversation"
+                if record.conversation
+                else "the files are back"
+            ),
             {"revert": record.id, "turns": tokens},
             now,
         )

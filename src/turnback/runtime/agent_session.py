@@ -35,6 +35,27 @@ from turnback.runtime.rpc import RequestError
 from turnback.runtime.wire import Frame, Rejected
 from turnback.service import SetAgentState
 
+
+class SessionLost(AgentError):
+    """The agent, still running, answered that it no longer has the session this one uses
+    (claude-agent-acp, once the Claude Code process behind a session has died): like a crash,
+    the session is opened again and the turn goes on."""
+
+
+#: How agents say a session named in a request is gone from their side. Only in words:
+#: claude-agent-acp answers "Internal error" with ``data.details`` "Session not found" (and,
+#: the first time, "...process exited unexpectedly. Please start a new session."); gemini-cli
+#: likewise; ACP's own code for it is "Resource not found".
+_LOST_SAID = ("session not found", "start a new session")
+RESOURCE_NOT_FOUND = -32002
+
+
+def lost_session(error: RequestError) -> bool:
+    """Whether ``error``, the answer to a request naming the session, says it is gone."""
+    said = error.described.lower()
+    return error.code == RESOURCE_NOT_FOUND or any(words in said for words in _LOST_SAID)
+
+
 #: Requests that change how the agent's session behaves from then on: the latest of each (of
 #: each config option) is sent again to an agent process started after the one that took it.
 SETTINGS = frozenset({"session/set_mode", "session/set_config_option"})
@@ -112,6 +133,12 @@ class AgentSession:
                     "started it again",
                 )
             await self._open_in(generation)
+
+    def forget(self) -> None:
+        """The agent answered that it no longer has this session (:class:`SessionLost`): it is
+        opened again, by the next :meth:`ensure`, in the agent process that runs now."""
+        self._parts.agent.detach(self.id, self)
+        self._opened_in = 0
 
     async def lost(self) -> None:
         """The process the session was opened in died: have the connection close it (unless
@@ -212,6 +239,7 @@ class AgentSession:
         }
         if transcript or context is not None:
             params["_meta"] = {"turnback": {"transcript": transcript_json(transcript)}}
+        replaced = self.id if self.open else None  # a session this agent process still holds
         response = await self._parts.agent.request("session/new", params)
         response = response if isinstance(response, dict) else {}
         session_id = response.get("sessionId")
@@ -224,7 +252,29 @@ class AgentSession:
         self._attach(session_id)
         self._context = list(context) if context is not None else None
         await self._remember("new", context_pending=bool(transcript))
+        if replaced is not None:
+            await self._close(replaced)
         return session_id
+
+    async def _close(self, replaced: str) -> None:
+        """Have the agent let go of a session this one no longer uses (a rollback's or an
+        undo's fresh session replaced it), where it advertises ``session/close``: else each
+        would hold its memory (claude-agent-acp: a Claude Code process) until the agent exits."""
+        if not self._parts.agent.features.close_session:
+            return
+        try:
+            await self._parts.agent.request("session/close", {"sessionId": replaced})
+        except (RequestError, AgentDied) as error:  # dead: the next prompt starts it again
+            self._parts.reactor.post(
+                Notice(
+                    ActivityLevel.WARNING,
+                    "agent.session.close.failed",
+                    f"the agent did not close its replaced session {replaced} ("
+                    f"{error.described if isinstance(error, RequestError) else error}); it may "
+                    "hold on to it until the agent exits",
+                    {"agentSessionId": replaced},
+                )
+            )
 
     def _attach(self, agent_session: str) -> None:
         self._parts.recorder.agent_session = agent_session
@@ -332,20 +382,23 @@ class AgentSession:
         if not messages:
             return blocks
         text = render_transcript(messages)
-        context: dict[str, Any]
+        context: list[dict[str, Any]]
         if self._parts.agent.features.embedded_context:
             resource = {
                 "uri": f"turnback://session/{self._parts.session.id}/transcript",
                 "text": text,
                 "mimeType": "text/plain",
             }
-            context = {"type": "resource", "resource": resource}
+            # An agent that writes a resource into its prompt's text as a mention (gemini-cli:
+            # "@uri") would glue the user's first word to it: a line break of its own follows.
+            context = [{"type": "resource", "resource": resource}, text_block("\n")]
         else:
-            context = text_block(text)
+            context = [text_block(text)]  # the transcript's text ends its own last line
         # Marked, so an agent that reads its prompt as instructions (the scripted agent) can
         # tell turnback's context from what the user asked.
-        context["_meta"] = {"turnback": {"context": "transcript"}}
-        return [context, *blocks]
+        for block in context:
+            block["_meta"] = {"turnback": {"context": "transcript"}}
+        return [*context, *blocks]
 
     async def prompt_answered(self) -> None:
         """The agent answered a prompt: the conversation it was given is its own now."""
@@ -394,13 +447,25 @@ def render_transcript(messages: Sequence[Message]) -> str:
         elif message.kind is MessageKind.AGENT:
             lines.append(f"Agent: {message.text}")
         elif message.kind is MessageKind.TOOL_CALL:
-            status = message.data.get("status", "")
-            lines.append(f"Tool call: {message.text} ({status})")
+            status = message.data.get("status") or "no status"
+            lines.append(f"Tool call: {message.text or '(untitled)'} ({status})")
+            lines += (f"  {line}" for line in _clipped(message.result).splitlines())
         elif message.kind is MessageKind.PLAN:
             lines.append("Plan: " + "; ".join(_plan_entries(message.data)))
         elif message.kind in (MessageKind.ERROR, MessageKind.NOTICE):
             lines.append(f"Note: {message.text}")
     return "\n".join(lines).rstrip() + "\n"
+
+
+#: The most of a tool call's result a transcript repeats: a command's whole output is the
+#: workspace's to show, not the conversation's.
+RESULT_CHARS = 2000
+
+
+def _clipped(text: str) -> str:
+    if len(text) <= RESULT_CHARS:
+        return text
+    return f"{text[:RESULT_CHARS]}\n[… {len(text) - RESULT_CHARS} more characters]"
 
 
 def transcript_json(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -414,4 +479,12 @@ def _plan_entries(data: dict[str, Any]) -> list[str]:
     return [str(e.get("content", "")) for e in entries if isinstance(e, dict)]
 
 
-__all__ = ["SETTINGS", "AgentSession", "render_transcript", "text_block", "transcript_json"]
+__all__ = [
+    "SETTINGS",
+    "AgentSession",
+    "SessionLost",
+    "lost_session",
+    "render_transcript",
+    "text_block",
+    "transcript_json",
+]

@@ -33,7 +33,12 @@ from turnback.model import (
     StepCheckpoint,
     TurnStatus,
 )
-from turnback.runtime.agent_session import AgentSession, render_transcript, text_block
+from turnback.runtime.agent_session import (
+    AgentSession,
+    SessionLost,
+    render_transcript,
+    text_block,
+)
 from turnback.runtime.parts import SessionParts
 from turnback.runtime.policy import OnCrash
 from turnback.runtime.reactor import Notice, ResumeRequested
@@ -73,9 +78,16 @@ class CrashResume:
         returncode = self._parts.agent.returncode
         if isinstance(error, AgentDied):
             await self._agent_session.lost()
+        elif isinstance(error, SessionLost):
+            self._agent_session.forget()  # the agent runs on: only its session is opened again
         self._parts.requests.clear()
-        level = ActivityLevel.WARNING if isinstance(error, AgentDied) else ActivityLevel.ERROR
-        code = "agent.crashed" if isinstance(error, AgentDied) else "agent.restart.failed"
+        level, code = (
+            (ActivityLevel.WARNING, "agent.crashed")
+            if isinstance(error, AgentDied)
+            else (ActivityLevel.WARNING, "agent.session.lost")
+            if isinstance(error, SessionLost)
+            else (ActivityLevel.ERROR, "agent.restart.failed")
+        )
         command = list(self._parts.command)
         await self._notice(
             level,
@@ -113,13 +125,15 @@ class CrashResume:
         else:
             await self._parts.service.acall(turn.rewind, checkpoint)
         where = f"from step {checkpoint.step}" if checkpoint else "where it had got to"
+        lost = isinstance(error, SessionLost)
+        stopped = "lost its session" if lost else "stopped unexpectedly"
         # In the turn, after the rewind: the conversation says where the turn went on from (a
         # session/load shows this line; the editor was told live by the activity below).
         self._parts.recorder.record(
             turn,
             {
                 "sessionUpdate": EventKind.NOTICE.value,
-                "text": f"The agent stopped unexpectedly; the turn resumed {where}.",
+                "text": f"The agent {stopped}; the turn resumed {where}.",
                 "step": checkpoint.step if checkpoint else None,
                 "attempt": attempt + 1,
             },
@@ -127,7 +141,8 @@ class CrashResume:
         await self._notice(
             ActivityLevel.INFO,
             "turn.resuming",
-            f"restarting the agent to {'resume' if checkpoint else 'continue'} turn "
+            f"{'reopening the agent session' if lost else 'restarting the agent'} "
+            f"to {'resume' if checkpoint else 'continue'} turn "
             f"{turn.number} {where} (attempt {attempt + 1} of {self._parts.policy.attempts})",
             {
                 "attempt": attempt + 1,
@@ -235,14 +250,19 @@ def resume_prompt(
     return {"resume": {"step": None, "attempt": attempt}}
 
 
+_NOT_THE_AGENTS = frozenset({MessageKind.USER, MessageKind.NOTICE, MessageKind.ERROR})
+
+
 def _continuation(reported: Sequence[Message]) -> Any:
     """The block that tells an agent restarted mid-turn (with no step checkpoint to resume
     from) what happened: ahead of the user's prompt, marked as turnback's."""
     lines = [
         "[turnback] Your previous attempt at the request below was interrupted: the agent "
-        "process stopped before it finished, and was started again."
+        "process (or its session) stopped before it finished, and was started again."
     ]
-    said = [m for m in reported if m.kind is not MessageKind.USER]
+    # the agent's own messages: the user's prompt follows, and turnback's notes (the turn
+    # resumed, an error) are not what the agent did
+    said = [m for m in reported if m.kind not in _NOT_THE_AGENTS]
     if said:
         lines += ["", "What you had already reported in this attempt:"]
         lines += render_transcript(said).splitlines()[2:]

@@ -141,11 +141,14 @@ class RequestError(Exception):
 
     @property
     def described(self) -> str:
-        """The message, with the ``details`` its data gives, if any."""
+        """The message, with what its data says: a text, or an object's ``details`` and
+        ``message`` (an agent's "Internal error" often says what went wrong only there)."""
         data = self.data
-        if isinstance(data, dict) and data.get("details"):
-            return f"{self.message} ({data['details']})"
-        return self.message
+        said = [data] if isinstance(data, str) else []
+        if isinstance(data, dict):
+            said = [data[key] for key in ("details", "message") if isinstance(data.get(key), str)]
+        said = [text for text in dict.fromkeys(said) if text.strip() and text != self.message]
+        return f"{self.message} ({'; '.join(said)})" if said else self.message
 
 
 class Transport(Protocol):

@@ -42,7 +42,7 @@ from turnback.model import (
     Turn,
     TurnStatus,
 )
-from turnback.runtime.agent_session import AgentSession
+from turnback.runtime.agent_session import AgentSession, SessionLost, lost_session
 from turnback.runtime.connection import AgentConnection
 from turnback.runtime.parts import SessionParts
 from turnback.runtime.policy import AgentState, OnCrash, ResumePolicy
@@ -135,6 +135,7 @@ class AgentRuntime:
         self._stopping: asyncio.Task[None] | None = None  # the cancel after OwnershipLost
         self._current: RunningTurn | None = None  # the turn being driven (also while restarting)
         self._cancelling = False
+        self._cancelled_by = ""  # who asked the running turn to stop, for its detail
         self._prompt_meta: dict[str, Any] = {}
         #: how the agent answered the last prompt sent to it: its response, or its error
         self.last_response: dict[str, Any] | RequestError | None = None
@@ -268,11 +269,12 @@ class AgentRuntime:
         self._prompt_meta = dict(meta or {})
         return await self._drive(turn, prompt, None, set())
 
-    async def cancel(self) -> None:
-        """Ask the agent to stop the running turn (``session/cancel``); it ends cancelled."""
+    async def cancel(self, by: str = "the caller") -> None:
+        """Ask the agent to stop the running turn (``session/cancel``); it ends cancelled, its
+        detail saying it was cancelled ``by`` whom (the editor, the user)."""
         if self._current is None:
             return
-        self._cancelling = True
+        self._cancelling, self._cancelled_by = True, by
         # One that is dying anyway fails this; the drive loop then ends the turn cancelled.
         await self._agent_session.cancel()
 
@@ -280,7 +282,9 @@ class AgentRuntime:
         """Another process took ``turn`` over: nothing more of it is written here. Stop the
         agent now rather than at its own end, whose OwnershipLost then tells the caller."""
         if self._current is turn and not self._cancelling and self._stopping is None:
-            self._stopping = asyncio.ensure_future(self.cancel())
+            self._stopping = asyncio.ensure_future(
+                self.cancel("turnback: another process took it over")
+            )
             self._stopping.add_done_callback(lambda _: setattr(self, "_stopping", None))
 
     async def resume(self) -> Turn:
@@ -348,7 +352,7 @@ class AgentRuntime:
                     if attempt:
                         await self._ensure_agent()
                     stop = await self._send(turn, prompt, resume, reported, attempt)
-                except (AgentDied, AgentUnavailable) as error:
+                except (AgentDied, AgentUnavailable, SessionLost) as error:
                     then = await self._crash.after_crash(
                         turn, error, attempt, cancelling=self._cancelling
                     )
@@ -362,7 +366,9 @@ class AgentRuntime:
                         return await self._end(turn, TurnStatus.INTERRUPTED, detail)
                     attempt += 1
                     if self._cancelling:
-                        return await self._end(turn, TurnStatus.CANCELLED, "cancelled")
+                        return await self._end(
+                            turn, TurnStatus.CANCELLED, f"cancelled by {self._cancelled_by}"
+                        )
                     if then == "continue":
                         resume = None
                         reported = await self._service.acall(turn.messages_so_far)
@@ -379,7 +385,9 @@ class AgentRuntime:
                 if stop == "end_turn":
                     return await self._end(turn, TurnStatus.COMPLETED, None)
                 if stop == "cancelled":
-                    return await self._end(turn, TurnStatus.CANCELLED, "cancelled by the agent")
+                    # the answer to our session/cancel, or the agent stopping of its own accord
+                    by = self._cancelled_by if self._cancelling else "the agent"
+                    return await self._end(turn, TurnStatus.CANCELLED, f"cancelled by {by}")
                 # max_tokens, max_turn_requests, refusal: the agent answered, and said why it
                 # stopped where it did; what it did is the turn's, as with end_turn.
                 detail = f"the agent stopped early ({stop}); what it did is kept"
@@ -436,6 +444,13 @@ class AgentRuntime:
                         f"agent {self._agent.described!r} {ended_text(returncode)}", returncode
                     ) from None
             response = request.result()
+        except RequestError as error:
+            if lost_session(error):
+                raise SessionLost(
+                    f"agent {self._agent.described!r} no longer has session {agent_session} "
+                    f"({error.described})"
+                ) from error
+            raise
         except BaseException:
             request.cancel()
             raise

@@ -20,6 +20,11 @@ Some facts about the connection that the runtime depends on:
 * The agent starts with a trimmed environment (:data:`INHERITED_ENV`, as the ACP SDKs start
   theirs) plus what the caller passes; its shutdown closes its stdin, then terminates it after a
   second, then kills it.
+* The agent is the leader of a process group of its own, and is stopped as a group: an agent
+  started through a launcher (an npm shim runs the real binary with ``spawnSync``; Node agents
+  run a CLI as a child) would otherwise leave what it started running once the launcher dies.
+  What is left of the group after its leader has gone is terminated, then killed, too. A Ctrl-C
+  at a terminal reaches turnback, not the agent: turnback's shutdown stops it.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +58,7 @@ class AgentFeatures:
     name: str | None = None
     load_session: bool = False  # session/load
     resume_session: bool = False  # session/resume
+    close_session: bool = False  # session/close
     checkpoints: bool = False  # _meta.turnback.checkpoints: sends _turnback/checkpoint
     rollback: bool = False  # _meta.turnback.rollback: answers _turnback/rollback
     embedded_context: bool = False  # accepts resource blocks in prompts
@@ -71,6 +77,7 @@ class AgentFeatures:
             name=name if isinstance(name, str) else None,
             load_session=capabilities.get("loadSession") is True,
             resume_session=sessions.get("resume") is not None,
+            close_session=sessions.get("close") is not None,
             checkpoints=extension.get("checkpoints") is True,
             rollback=extension.get("rollback") is True,
             embedded_context=prompts.get("embeddedContext") is True,
@@ -89,6 +96,45 @@ class Started:
     initialize_id: Any = None
     answer: dict[str, Any] | None = None
     sent_at: float | None = None  # time.monotonic() when it was sent: its timeout runs from then
+
+
+def signal_agent(pid: int, signum: int) -> None:
+    """Send ``signum`` to a running (not yet reaped) agent's process group -- or to the process
+    alone when it leads none (started by someone else)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signum)
+        else:
+            os.kill(pid, signum)
+
+
+def _signal_group(pgid: int, signum: int) -> bool:
+    """Send ``signum`` to process group ``pgid``; whether it still has a member. (Its leader's
+    pid is not reused while the group lives.)"""
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+async def stop_agent(pid: int, exited: Callable[[float], Awaitable[bool]]) -> None:
+    """Stop an agent whose stdin was just closed: give it a second to leave, then terminate,
+    then kill its process group; then whatever is left of the group (a child outliving its
+    launcher) gets the same. ``exited(wait)`` says whether the agent process has ended (and
+    was reaped), waiting up to ``wait`` seconds for it."""
+    for signum in (None, signal.SIGTERM, signal.SIGKILL):
+        if signum is not None and not await exited(0):
+            signal_agent(pid, signum)
+        if await exited(1.0):
+            break
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        if not _signal_group(pid, signum):
+            return
+        for _ in range(20):  # a second for the rest of the group to go
+            await asyncio.sleep(0.05)
+            if not _signal_group(pid, 0):
+                return
 
 
 def ended_text(returncode: int | None) -> str:
@@ -214,6 +260,7 @@ class Sidecar:
                 env=env,
                 cwd=self._cwd,
                 limit=MAX_FRAME,
+                process_group=0,
             )
         except OSError as error:
             raise AgentUnavailable(
@@ -221,17 +268,16 @@ class Sidecar:
                 "command and that it is installed"
             ) from error
 
+        async def exited(wait: float) -> bool:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(process.wait()), wait)
+            return process.returncode is not None
+
         async def stop() -> None:
             assert process.stdin is not None
             with contextlib.suppress(OSError, RuntimeError):
                 process.stdin.close()
-            for signal_it in (None, process.terminate, process.kill):
-                if signal_it is not None and process.returncode is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        signal_it()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(process.wait()), 1.0)
-                    return
+            await stop_agent(process.pid, exited)
 
         self._stack.push_async_callback(stop)
         return process
@@ -263,15 +309,14 @@ class Sidecar:
         )
         writer = asyncio.StreamWriter(transport, protocol, None, loop)
 
+        async def exited(wait: float) -> bool:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                await asyncio.to_thread(process.wait, wait)
+            return process.returncode is not None
+
         async def stop() -> None:
             writer.close()
-            for signal_it in (None, process.terminate, process.kill):
-                if signal_it is not None and process.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        signal_it()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    await asyncio.to_thread(process.wait, 1.0)
-                    return
+            await stop_agent(process.pid, exited)
 
         self._stack.push_async_callback(stop)
         return reader, writer, source
@@ -379,7 +424,6 @@ class Sidecar:
                 self.exited.cancel()
 
     def kill(self) -> None:
-        """SIGKILL the agent (tests and hung agents)."""
+        """SIGKILL the agent, its process group with it (tests and hung agents)."""
         if self._process is not None and self._process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self._process.kill()
+            signal_agent(self._process.pid, signal.SIGKILL)

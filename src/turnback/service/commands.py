@@ -278,6 +278,7 @@ class Sweep(Command[SweepReport]):
 class CollectGarbage(Command[GcReport]):
     keep: int | None = None
     older_than: float | None = None
+    dry_run: bool = False
 
     def apply(self, tb: Turnback) -> GcReport:
-        return tb.gc(keep=self.keep, older_than=self.older_than)
+        return tb.gc(keep=self.keep, older_than=self.older_than, dry_run=self.dry_run)

@@ -161,6 +161,7 @@ _STATUS: dict[type[TurnbackError], int] = {
     AmbiguousId: 400,
     SessionNotFound: 404,
     TurnNotFound: 404,
+    CheckpointUnavailable: 409,  # pruned, never taken, or on another host: the state, not a fault
 }
 
 

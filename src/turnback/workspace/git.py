@@ -134,8 +134,10 @@ class Git:
         pass_fds: Sequence[int] = (),
         config: Sequence[str] = (),
         stdin: bool = True,
+        output: bool = True,
     ) -> subprocess.Popen[bytes]:
-        """Start ``git <overrides> <args>`` with pipes for stdout and stderr (and stdin)."""
+        """Start ``git <overrides> <args>`` with pipes for stdout and stderr (and stdin);
+        without ``output`` both go nowhere (a process nobody waits to read)."""
         command = [self.executable]
         for setting in (*OVERRIDES, *config):
             command += ["-c", setting]
@@ -144,8 +146,8 @@ class Git:
             return subprocess.Popen(
                 command,
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                stdout=subprocess.PIPE if output else subprocess.DEVNULL,
+                stderr=subprocess.PIPE if output else subprocess.DEVNULL,
                 env=self.environment(env),
                 cwd=cwd if cwd is not None else "/",
                 pass_fds=tuple(pass_fds),

@@ -42,13 +42,15 @@ class Housekeeping:
         keep: Collection[str] | None = None,
         older_than: float | None = None,
         object_grace: float = OBJECT_GRACE,
+        dry_run: bool = False,
     ) -> tuple[int, int]:
         """Prune refs and the objects only they kept (see :meth:`Snapshots.gc`); returns (refs
         removed, bytes freed)."""
         if not shadow.created:
             return 0, 0
         deadline = operation_deadline()
-        self.check(shadow)
+        if not dry_run:
+            self.check(shadow)
         with shadow.locked(deadline):
             removed: list[str] = []
             if keep is not None:
@@ -60,7 +62,10 @@ class Housekeeping:
                     if older_than is not None and now - when < older_than:
                         continue
                     removed.append(ref)
-                shadow.update_refs(((ref, None) for ref in removed), deadline)
+                if not dry_run:
+                    shadow.update_refs(((ref, None) for ref in removed), deadline)
+            if dry_run:
+                return len(removed), 0
             self.progress("gc", 1, 3)
             before = shadow.size()
             expiry = "now" if object_grace <= 0 else f"{int(object_grace)}.seconds.ago"

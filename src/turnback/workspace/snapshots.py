@@ -261,9 +261,10 @@ class Snapshots:
         keep: Collection[str] | None = None,
         older_than: float | None = None,
         object_grace: float = OBJECT_GRACE,
+        dry_run: bool = False,
     ) -> tuple[int, int]:
         """Prune checkpoint refs and the objects only they kept; returns (refs removed, bytes
-        freed).
+        freed). With ``dry_run``, (refs it would remove, 0), and nothing is changed.
 
         With ``keep`` (ref names or commit ids still named by the store), every other ref whose
         checkpoint is older than ``older_than`` seconds (any age if ``None``) is deleted. Without
@@ -271,7 +272,11 @@ class Snapshots:
         younger than ``object_grace`` seconds are kept (they may belong to a capture in flight).
         """
         return self._housekeeping.gc(
-            self._shadow(workspace), keep=keep, older_than=older_than, object_grace=object_grace
+            self._shadow(workspace),
+            keep=keep,
+            older_than=older_than,
+            object_grace=object_grace,
+            dry_run=dry_run,
         )
 
     def check(self, workspace: Path) -> list[str]:

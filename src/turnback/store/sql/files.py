@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from turnback.jsontext import file_name
 from turnback.model import FileChange
 from turnback.store.sql.base import Queries
 from turnback.store.sql.rows import FILE_CHANGE, SCOPED_FILE_CHANGE
@@ -40,12 +41,12 @@ class FileQueries(Queries, FilesTx):
                 (
                     token,
                     scope,
-                    c.path,
+                    file_name(c.path),
                     c.kind.value,
                     c.additions,
                     c.deletions,
                     int(c.binary),
-                    c.old_path,
+                    None if c.old_path is None else file_name(c.old_path),
                 )
                 for c in changes
             ],

@@ -10,6 +10,7 @@ booleans) are converted here too, and both backends read through the same code.
 
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 import json
@@ -70,6 +71,22 @@ def readable(value: str | None) -> str | None:
 
 def marks(values: Sequence[object]) -> str:
     return ", ".join("?" for _ in values)
+
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def member(kind: type[E]) -> Callable[[Any], E]:
+    """``kind(value)`` for a column read into an enum: a dict lookup first (calling an enum
+    class costs a microsecond, a row of a long session's timeline holds two or three), the
+    call itself for a value it does not know, so a bad one raises the same ``ValueError``."""
+    members = {m.value: m for m in kind}
+
+    def read(value: Any) -> E:
+        found = members.get(value)
+        return found if found is not None else kind(value)
+
+    return read
 
 
 class Columns(Generic[R]):
@@ -179,7 +196,7 @@ TURN = Columns(
     "reverted_by",
     "fence",
     "host",
-    convert={"status": TurnStatus, "prompt": loads},
+    convert={"status": member(TurnStatus), "prompt": loads},
 )
 REVERT = Columns(
     Revert,
@@ -197,7 +214,12 @@ REVERT = Columns(
     "detail",
     "ended_at",
     "owner_id",
-    convert={"files": bool, "conversation": bool, "keep_user_edits": bool, "state": RevertState},
+    convert={
+        "files": bool,
+        "conversation": bool,
+        "keep_user_edits": bool,
+        "state": member(RevertState),
+    },
 )
 OWNER = Columns(Owner, "id", "host", "boot_id", "pid", "start_time", "created_at", "lease_expires")
 #: An event's columns (from ``turns t JOIN events e ON OF_TURN``).
@@ -259,14 +281,29 @@ ACTIVITY = Columns(
     "message",
     "data",
     "at",
-    convert={"level": ActivityLevel, "data": loads},
+    convert={"level": member(ActivityLevel), "data": loads},
 )
 _FILE_CHANGE = ("path", "kind", "additions", "deletions", "old_path")
-_FILE_CONVERT: dict[str, Callable[[Any], Any]] = {"kind": ChangeKind, "binary": bool}
+_FILE_CONVERT: dict[str, Callable[[Any], Any]] = {"kind": member(ChangeKind), "binary": bool}
 FILE_CHANGE = Columns(FileChange, *_FILE_CHANGE, convert=_FILE_CONVERT, binary='"binary"')
+
+
 #: A file change with the turn and scope it belongs to, as ``((turn, scope), change)``.
+def _scoped_change(
+    turn: str,
+    scope: str,
+    path: str,
+    kind: ChangeKind,
+    additions: int,
+    deletions: int,
+    old_path: str | None,
+    binary: bool,
+) -> tuple[tuple[str, str], FileChange]:
+    return (turn, scope), FileChange(path, kind, additions, deletions, binary, old_path)
+
+
 SCOPED_FILE_CHANGE = Columns(
-    lambda turn, scope, **change: ((turn, scope), FileChange(**change)),
+    _scoped_change,
     "turn",
     "scope",
     *_FILE_CHANGE,

@@ -430,6 +430,7 @@ async function timelinePage(sessionId) {
   function revertMark(r, byToken) {
     const scope = r.files && r.conversation ? "files and conversation" : r.files ? "files only" : "conversation only";
     const words = { committed: "", undone: " · undone", rolled_back: " · rolled back", started: " · in progress", undoing: " · being undone", files_restored: " · in progress" };
+    if (r.state === "rolled_back" && (r.detail || "").startsWith("refused")) words.rolled_back = " · refused, nothing changed";
     return el("li", { class: `mark revert r-${r.state}` },
       el("span", { class: "dot", "aria-hidden": "true" }),
       el("div", {}, el("strong", { text: `Reverted to turn ${turnNumber(r.to_turn, byToken)}` }),
@@ -496,7 +497,7 @@ async function timelinePage(sessionId) {
     const go = el("button", { type: "button", class: "danger", disabled: true, text: `Revert to turn ${number}` });
     const dialog = el("div", { class: "dialog", role: "dialog", "aria-label": `Revert to turn ${number}` },
       el("h2", { text: `Revert to turn ${number}?` }),
-      el("p", {}, `Turns ${number + 1}–${head()} leave the conversation and are kept as reverted history. You can undo this revert.`),
+      el("p", {}, `${number + 1 === head() ? `Turn ${head()} leaves` : `Turns ${number + 1}–${head()} leave`} the conversation and ${number + 1 === head() ? "is" : "are"} kept as reverted history. You can undo this revert.`),
       el("fieldset", {}, el("legend", { text: "What to rewind" }),
         scope("both", "Files and conversation", true), scope("files", "Files only", false), scope("conversation", "Conversation only", false),
         el("label", { class: "choice" }, keep, "Keep my edits: undo only the agent's changes")),
@@ -517,6 +518,8 @@ async function timelinePage(sessionId) {
         plan.replaceChildren(...planView(found, options));
         const refused = options.keep_user_edits && found.conflicts.length;
         go.disabled = Boolean(refused);
+        const overwritten = options.scope !== "conversation" && !options.keep_user_edits ? found.conflicts.length : 0;
+        go.textContent = overwritten ? `Revert and overwrite ${overwritten === 1 ? "your edit" : `${overwritten} of your edits`}` : `Revert to turn ${number}`;
         if (refused) result.replaceChildren(el("p", { class: "problem", text: "Your edits clash with the agent's changes in the files above, so this revert would be refused and change nothing. Revert without “keep my edits” to overwrite them, or move your edits aside first." }));
       } catch (error) {
         if (ask !== asked) return;
@@ -547,12 +550,17 @@ async function timelinePage(sessionId) {
         el("ul", { class: "plan-files mono small" }, items.slice(0, 200).map((f) => el("li", {}, el("span", { class: "path", text: f.path }), " ", extra(f)))),
         items.length > 200 ? el("p", { class: "muted", text: `… and ${items.length - 200} more` }) : null)
       : null);
-    const clash = options.keep_user_edits ? "your edit clashes with the agent's change" : "your edit: the revert overwrites it";
+    const clash = options.keep_user_edits ? "your edit clashes with the agent's change: the revert refuses it" : "your edit: the revert overwrites it, and “Undo” brings it back";
+    // the hand edits in the way come first; ignored paths, which a revert never touches, are a count
+    const ignored = found.keep.filter((f) => f.reason === "ignored");
+    const folded = ignored.length > 3;
+    const kept = folded ? found.keep.filter((f) => f.reason !== "ignored") : found.keep;
     const parts = [
+      group("Your edits in the way", found.conflicts, "conflict", () => el("span", { class: "warn", text: `(${clash})` })),
       group("Restored", found.restore, "restore", counted),
       group("Deleted", found.delete, "delete", counted),
-      group("Kept as they are", found.keep, "keep", (f) => el("span", { class: "muted", text: `(${f.reason})` })),
-      group("Your edits in the way", found.conflicts, "conflict", () => el("span", { class: "warn", text: `(${clash})` })),
+      group("Kept as they are", kept, "keep", (f) => el("span", { class: "muted", text: `(${f.reason})` })),
+      folded ? el("p", { class: "muted plan-ignored", text: `${ignored.length} ignored paths are kept as they are (a revert never touches them).` }) : null,
     ].filter(Boolean);
     if (options.scope === "conversation") return [el("p", { class: "muted", text: "Only the conversation moves: no file is touched." })];
     return parts.length ? parts : [el("p", { class: "muted", text: "No file changes: the files are already as they were after this turn." })];
