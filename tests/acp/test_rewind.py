@@ -5,7 +5,7 @@ as an editor's "restore checkpoint" on a message would drive it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,15 @@ import pytest
 from acp.core import ClientSideConnection
 
 import turnback
-from tests.acp.harness import SCRIPTED, Editor, connect, proxy_command, run, wait_for
+from tests.acp.harness import (
+    SCRIPTED,
+    DiskEditor,
+    connect,
+    proxy_command,
+    run,
+    ts_agent,
+    wait_for,
+)
 
 TURNS = (
     "write a.txt one\nwrite keep.txt k\nsay first",
@@ -22,10 +30,13 @@ TURNS = (
     "write c.txt sea\nsay third",
 )
 
+FS = {"clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}}}
 
-class Recording(Editor):
-    """An editor that also keeps every ``session/update`` as it came on the wire, kinds the SDK
-    does not know yet (``history_truncated``) included."""
+
+class Recording(DiskEditor):
+    """An editor (writing the files it is asked to write to disk) that also keeps every
+    ``session/update`` as it came on the wire, kinds the SDK does not know yet
+    (``history_truncated``) included."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -53,7 +64,7 @@ async def request(conn: ClientSideConnection, method: str, params: dict[str, Any
 
 async def opened(conn: ClientSideConnection, editor: Recording, cwd: Path) -> tuple[dict, str]:
     editor.listen(conn)
-    init = await request(conn, "initialize", {"protocolVersion": acp.PROTOCOL_VERSION})
+    init = await request(conn, "initialize", {"protocolVersion": acp.PROTOCOL_VERSION, **FS})
     session = await request(conn, "session/new", {"cwd": str(cwd), "mcpServers": []})
     return init, session["sessionId"]
 
@@ -80,10 +91,12 @@ def files(workspace: Path) -> dict[str, str]:
     }
 
 
-async def loaded(home: Path, workspace: Path, session_id: str) -> list[dict[str, Any]]:
-    """The conversation a fresh editor is shown by session/load."""
+async def loaded(
+    home: Path, workspace: Path, session_id: str, agent: Sequence[str] = SCRIPTED
+) -> list[dict[str, Any]]:
+    """The conversation a fresh editor is shown by session/load, through another proxy."""
     again = Recording()
-    async with connect(again, proxy_command(home, SCRIPTED), workspace) as (conn, _):
+    async with connect(again, proxy_command(home, agent), workspace) as (conn, _):
         again.listen(conn)
         await request(conn, "initialize", {"protocolVersion": acp.PROTOCOL_VERSION})
         await request(
@@ -104,14 +117,15 @@ Body = Callable[[ClientSideConnection, Recording, str, dict[str, Any]], Awaitabl
 
 
 def drive(
-    home: Path, workspace: Path, turns: int, body: Body
+    home: Path, workspace: Path, turns: int, body: Body, agent: Sequence[str] = SCRIPTED
 ) -> tuple[Recording, str, dict[str, Any]]:
-    """Open a session through the proxy, run the first ``turns`` of ``TURNS``, then ``body``."""
+    """Open a session through the proxy (on ``agent``), run the first ``turns`` of ``TURNS``,
+    then ``body``."""
     editor = Recording()
     seen: dict[str, Any] = {}
 
     async def scenario() -> str:
-        async with connect(editor, proxy_command(home, SCRIPTED), workspace) as (conn, _):
+        async with connect(editor, proxy_command(home, agent), workspace) as (conn, _):
             seen["init"], session_id = await opened(conn, editor, workspace)
             seen["answers"] = [await prompted(conn, session_id, t) for t in TURNS[:turns]]
             await body(conn, editor, session_id, seen)
@@ -120,9 +134,14 @@ def drive(
     return editor, run(scenario()), seen
 
 
+@pytest.mark.parametrize("agent", ["scripted", "typescript"])
 def test_restoring_a_prompt_rewinds_files_and_conversation_keeps_hand_edits_and_undoes(
-    home: Path, workspace: Path
+    home: Path, workspace: Path, agent: str
 ) -> None:
+    """What an editor's "restore checkpoint" on the second prompt does, for the scripted agent
+    (which writes files itself) and one on the TypeScript SDK (which asks the editor to)."""
+    command = SCRIPTED if agent == "scripted" else ts_agent()
+
     async def body(
         conn: ClientSideConnection, editor: Recording, session_id: str, seen: dict[str, Any]
     ) -> None:
@@ -135,7 +154,7 @@ def test_restoring_a_prompt_rewinds_files_and_conversation_keeps_hand_edits_and_
         )
         seen["after"] = files(workspace)
         seen["truncated"] = editor.kind("history_truncated")
-        seen["loaded"] = await loaded(home, workspace, session_id)
+        seen["loaded"] = await loaded(home, workspace, session_id, command)
         seen["gone"] = await refused(
             conn, "session/rewind", {"sessionId": session_id, "toMessageId": second}
         )
@@ -144,7 +163,7 @@ def test_restoring_a_prompt_rewinds_files_and_conversation_keeps_hand_edits_and_
         seen["undo"] = editor.text(session_id)
         seen["undone"] = files(workspace)
 
-    _, session_id, seen = drive(home, workspace, 3, body)
+    _, session_id, seen = drive(home, workspace, 3, body, command)
     capabilities = seen["init"]["agentCapabilities"]
     assert capabilities["session"]["rewind"] == {}
     ids = [answer["userMessageId"] for answer in seen["answers"]]
