@@ -313,3 +313,27 @@ def test_edit_prompt_rewinds_to_before_the_prompt_and_runs_the_new_one(
     with turnback.open(home) as tb:
         conversation = tb.session(session_id).conversation()
         assert [t.prompt_text for t in conversation] == [TURNS[0], edited]
+
+
+def test_restoring_the_first_prompt_empties_the_conversation(home: Path, workspace: Path) -> None:
+    async def body(
+        conn: ClientSideConnection, editor: Recording, session_id: str, seen: dict[str, Any]
+    ) -> None:
+        first = seen["answers"][0]["userMessageId"]
+        seen["rewound"] = await request(
+            conn, "session/rewind", {"sessionId": session_id, "toMessageId": first}
+        )
+        seen["truncated"] = editor.kind("history_truncated")
+        seen["again"] = await prompted(conn, session_id, "write d.txt dee\nsay again")
+
+    _, session_id, seen = drive(home, workspace, 1, body)
+    assert seen["rewound"]["remainingMessageCount"] == 0
+    assert seen["rewound"]["lastMessageId"] is None
+    assert seen["rewound"]["_meta"]["turnback"]["toTurn"] == 0
+    assert [t["lastMessageId"] for t in seen["truncated"]] == [None]
+    # the next prompt starts the conversation afresh
+    assert seen["again"]["stopReason"] == "end_turn"
+    assert files(workspace) == {"d.txt": "dee\n"}
+    with turnback.open(home) as tb:
+        conversation = tb.session(session_id).conversation()
+        assert [t.prompt_text for t in conversation] == ["write d.txt dee\nsay again"]
