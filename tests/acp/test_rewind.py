@@ -300,7 +300,8 @@ def test_edit_prompt_rewinds_to_before_the_prompt_and_runs_the_new_one(
     assert "only a user message can be edited" in str(seen["not a prompt"].data)
     assert seen["no content"].code == -32602
     assert seen["edited"]["stopReason"] == "end_turn"
-    assert seen["edited"]["userMessageId"] != seen["answers"][1]["userMessageId"]
+    # the edited prompt keeps the id the editor knows it by
+    assert seen["edited"]["userMessageId"] == seen["answers"][1]["userMessageId"]
     assert "edited" in seen["said"]
     assert [t["remainingMessageCount"] for t in seen["truncated"]] == [2]
     # turn 2 undone (a.txt back to one), the edited prompt run instead; the hand edit kept
@@ -337,3 +338,23 @@ def test_restoring_the_first_prompt_empties_the_conversation(home: Path, workspa
     with turnback.open(home) as tb:
         conversation = tb.session(session_id).conversation()
         assert [t.prompt_text for t in conversation] == ["write d.txt dee\nsay again"]
+
+
+def test_a_prompt_the_editor_named_is_rewound_by_its_own_id(home: Path, workspace: Path) -> None:
+    async def body(
+        conn: ClientSideConnection, editor: Recording, session_id: str, seen: dict[str, Any]
+    ) -> None:
+        blocks = [{"type": "text", "text": "write e.txt eee"}]
+        seen["named"] = await request(
+            conn,
+            "session/prompt",
+            {"sessionId": session_id, "prompt": blocks, "messageId": "editor-msg-7"},
+        )
+        seen["rewound"] = await request(
+            conn, "session/rewind", {"sessionId": session_id, "toMessageId": "editor-msg-7"}
+        )
+
+    _, _, seen = drive(home, workspace, 1, body)
+    assert seen["named"]["userMessageId"] == "editor-msg-7"
+    assert seen["rewound"]["_meta"]["turnback"]["toTurn"] == 1
+    assert files(workspace) == {"a.txt": "one\n", "keep.txt": "k\n"}

@@ -119,6 +119,9 @@ class EditorSession:
     runtime: AgentRuntime | None = None
     prompting: asyncio.Task[Any] | None = None
     agent_commands: list[Any] = field(default_factory=list)
+    #: the ids the editor gave its prompts (ACP's draft ``messageId`` of ``session/prompt``),
+    #: to the ones turnback keeps them under, while the session is open here
+    prompt_ids: dict[str, str] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -464,9 +467,15 @@ class Sessions:
         answer = runtime.last_response
         if isinstance(answer, RequestError):
             raise answer
-        # The prompt's id as turnback keeps it, the one session/rewind and session/load know
-        # (the draft's userMessageId), in place of any the agent gave its own copy.
-        user = {"userMessageId": transcript.assigned_id(turn.token, 0)}
+        # The prompt's id (the draft's userMessageId), in place of any the agent gave its own
+        # copy: the editor's own where it named the prompt, which session/rewind then takes
+        # while the session is open here; else the one turnback keeps it under, which
+        # session/load shows.
+        kept = transcript.assigned_id(turn.token, 0)
+        named = params.get("messageId")
+        if isinstance(named, str) and named:
+            editor.prompt_ids[named] = kept
+        user = {"userMessageId": named if isinstance(named, str) and named else kept}
         if isinstance(answer, dict) and turn.status is not TurnStatus.CANCELLED:
             return {**answer, **user}
         if turn.status is TurnStatus.CANCELLED:
@@ -489,16 +498,18 @@ class Sessions:
         in the way."""
         editor = self.running(params)
         given, files, conversation, dry = rewind.read(params, extension=extension)
+        given = editor.prompt_ids.get(given, given)
         return await self._rewind(editor, given, files, conversation, dry=dry, extension=extension)
 
     async def edit_prompt(self, params: dict[str, Any]) -> Any:
         """session/edit_prompt: back to before the turn of a user message (files and
         conversation, keeping the user's edits), then that turn again with the new content,
-        answered as session/prompt is."""
+        answered as session/prompt is; the edited prompt keeps the id the editor gave."""
         editor = self.running(params)
         given = params.get("messageId")
         if not isinstance(given, str) or not given:
             raise rewind.refuse("messageId is required: the id of a prompt of this session")
+        given = editor.prompt_ids.get(given, given)
         content = params.get("content", params.get("newContent"))
         if not isinstance(content, list):
             raise rewind.refuse("content must be a list of content blocks: the new prompt")
