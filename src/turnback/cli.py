@@ -29,6 +29,7 @@ from turnback.acp import launch
 if TYPE_CHECKING:
     from turnback import Session, Turnback, views
     from turnback.errors import TurnbackError
+    from turnback.hooks.install import Installed
     from turnback.model import FileChange, Revert, RevertPlan
     from turnback.service import Command
 
@@ -1054,6 +1055,187 @@ def demo(keep: bool, workspace: str | None, as_json: bool) -> None:
     summary = run(keep=keep, workspace=workspace, echo=(lambda _: None) if as_json else click.echo)
     if as_json:
         _emit_json(summary)
+
+
+@cli.command()
+@click.argument("session")
+@click.argument("paths", nargs=-1, metavar="[PATH]...")
+@click.option(
+    "--turn",
+    "turn",
+    default=None,
+    help="The turn whose checkpoints to use (number or token prefix; default: the running "
+    "turn, else the last).",
+)
+@click.option(
+    "--before-tool",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Bring the files back as they were just before the turn's K-th shell or write tool "
+    "(0: when the turn began).",
+)
+@click.option(
+    "--force", is_flag=True, help="Overwrite paths changed since the turn ended (hand edits)."
+)
+@click.option("--undo", is_flag=True, help="Put the paths of the last rescue back as before it.")
+@json_option
+@pass_state
+def rescue(
+    state: Context,
+    session: str,
+    paths: tuple[str, ...],
+    turn: str | None,
+    before_tool: int,
+    force: bool,
+    undo: bool,
+    as_json: bool,
+) -> None:
+    """Bring files back as they were before a tool of a turn: an agent's `rm`, `git reset
+    --hard` or overwrite undone, untracked files included.
+
+    Without PATH, lists the turn's points: its begin (0) and a checkpoint before each shell
+    or write tool, with the repository's refs, stash and reflog kept before a destructive git
+    command. With PATHs (files or directories, relative to the current directory), writes
+    those paths as they were and nothing else. A path changed since the turn ended is a
+    conflict (exit code 3), unless --force; `--undo` puts the last rescue's paths back."""
+    from turnback import views
+    from turnback.service import RescueFiles, UndoRescue
+
+    handle = state.tb.session(session)
+    if undo:
+        if paths or turn is not None or before_tool:
+            raise click.UsageError("`rescue --undo SESSION` takes no PATH, --turn or --before-tool")
+        done = state.run(UndoRescue(handle.id))
+        if as_json:
+            _emit_json(views.RescueView.of(done))
+        else:
+            click.echo(
+                f"undid rescue {done.id}: {', '.join(map(_quote, done.written))} as before it"
+            )
+        return
+    if not paths:
+        points = views.rescue_points(handle, turn)
+        if as_json:
+            _emit_json(points)
+            return
+        number = points.turn.number
+        click.echo(
+            f"turn {number} ({_status(points.turn.status)}): {_short(str(points.turn.prompt))}"
+        )
+        click.echo("  0  the turn's begin")
+        for point in points.tools:
+            kept = "  (refs, stash and reflog kept)" if point.git_state else ""
+            missing = "  (no checkpoint: see activities)" if point.checkpoint is None else ""
+            click.echo(
+                f"  {point.number}  before {point.tool}: {_short(point.summary)}{kept}{missing}"
+            )
+            if isinstance(point.git_state, dict):  # what `git branch NAME SHA` brings back
+                kept_git = point.git_state
+                click.echo(f"       HEAD was {str(kept_git.get('head') or '-')[:12]}")
+                for line in [*kept_git.get("stash", ()), *kept_git.get("refs", ())][:20]:
+                    click.echo(f"       {_short(str(line), 70)}")
+        click.echo(
+            f"`turnback rescue {handle.id[:12]} --turn {number} --before-tool K PATH…` brings "
+            "PATHs back as they were"
+        )
+        return
+    command = RescueFiles(handle.id, paths, turn, before_tool, force)
+    done = _conflicts_as_json(as_json, state.run, command)
+    if as_json:
+        _emit_json(views.RescueView.of(done))
+        return
+    when = f"before tool {before_tool}" if before_tool else "when it began"
+    click.echo(
+        f"brought back {', '.join(map(_quote, done.written))} as they were {when} "
+        f"(rescue {done.id}); `turnback rescue {handle.id[:12]} --undo` puts them back"
+    )
+
+
+@cli.command()
+@click.argument("agent", type=click.Choice(("claude", "codex", "gemini")))
+@click.argument("event")
+@pass_state
+def hook(state: Context, agent: str, event: str) -> None:
+    """Run as an agent's hook: the EVENT's JSON on stdin (Claude Code, Codex, Gemini CLI).
+
+    `turnback hooks install AGENT` configures the agent to run it. A prompt begins a turn, a
+    shell or write tool is checkpointed first, the end of the agent's turn ends it. It always
+    exits 0 and prints nothing on standard output; what went wrong goes to standard error and
+    the session's activities."""
+    from turnback.hooks import client
+
+    problem = client.run(agent, event, sys.stdin.read(), home=state.home)
+    if problem:
+        click.echo(f"turnback hook {agent} {event}: {problem}", err=True)
+
+
+@cli.group()
+def hooks() -> None:
+    """Install or remove turnback's hooks in Claude Code, Codex or Gemini CLI."""
+
+
+def _hooks_scope(command: Callable[..., Any]) -> Callable[..., Any]:
+    command = click.option(
+        "--project",
+        "scope",
+        flag_value="project",
+        help="The project's configuration (in the current directory).",
+    )(command)
+    command = click.option(
+        "--user",
+        "scope",
+        flag_value="user",
+        default=True,
+        help="The user's configuration (the default).",
+    )(command)
+    command = click.argument("agent", type=click.Choice(("claude", "codex", "gemini")))(command)
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(command)
+
+
+@hooks.command("install")
+@_hooks_scope
+@pass_state
+def hooks_install(state: Context, agent: str, scope: str, as_json: bool) -> None:
+    """Configure AGENT to run `turnback hook` on its session, prompt, tool and stop events;
+    the user's own hooks stay as they are. Run again, it replaces turnback's hooks. A home
+    given here (`--home`, `TURNBACK_HOME`) is the one the hooks write to."""
+    from turnback.hooks import install
+
+    with _errors_to_exit_codes():
+        done = install.install(
+            agent,
+            project=Path.cwd() if scope == "project" else None,
+            turnback_home=state.home,
+        )
+    _installed(done, "installed", as_json)
+
+
+@hooks.command("uninstall")
+@_hooks_scope
+def hooks_uninstall(agent: str, scope: str, as_json: bool) -> None:
+    """Remove turnback's hooks from AGENT's configuration, and nothing else."""
+    from turnback.hooks import install
+
+    with _errors_to_exit_codes():
+        done = install.uninstall(agent, project=Path.cwd() if scope == "project" else None)
+    _installed(done, "removed", as_json)
+
+
+def _installed(done: Installed, what: str, as_json: bool) -> None:
+    if as_json:
+        from turnback import views
+
+        _emit_json(views.HooksView.of(done))
+        return
+    if not done.events:
+        click.echo(f"no turnback hooks of {done.agent} to remove")
+        return
+    click.echo(f"{what} turnback's {done.agent} hooks ({', '.join(done.events)}) in:")
+    for path in done.files:
+        click.echo(f"  {path}")
+    for note in done.notes:
+        click.echo(f"note: {note}")
 
 
 # -- entry point -------------------------------------------------------------------------------

@@ -300,6 +300,41 @@ class StepCheckpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCheckpoint:
+    """The workspace as it was just before a tool of a turn ran (a shell command, a write):
+    the ``number``-th such checkpoint of the turn. ``commit`` is None when the capture failed;
+    ``git_state`` is the repository's refs, stash and reflog, kept before a destructive git
+    command."""
+
+    turn: str
+    number: int
+    tool: str
+    call_id: str | None
+    summary: str
+    commit: str | None
+    git_state: Any = None
+    at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Rescue:
+    """Files brought back as they were before a tool of a turn: ``paths``, from checkpoint
+    ``source``; ``undo_checkpoint`` is the workspace captured just before, which ``undo`` puts
+    those paths back from."""
+
+    id: int
+    session_id: str
+    turn: str
+    before_tool: int  # 0: the turn's begin
+    paths: tuple[str, ...]
+    source: str
+    undo_checkpoint: str
+    written: tuple[str, ...]
+    at: float
+    undone_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Activity:
     id: int
     session_id: str | None

@@ -30,12 +30,14 @@ from turnback.model import (
     Message,
     MessageKind,
     RecoveryReport,
+    Rescue,
     Revert,
     RevertPlan,
     RevertState,
     RunEvent,
     SessionRecord,
     SweepReport,
+    ToolCheckpoint,
     Turn,
     TurnDiff,
     TurnStatus,
@@ -44,6 +46,7 @@ from turnback.model import (
 
 if TYPE_CHECKING:
     from turnback.engine.handle import Session, Turnback
+    from turnback.hooks.install import Installed
 
 
 class View:
@@ -537,6 +540,93 @@ class GcView(View):
 
 
 @dataclass(frozen=True, slots=True)
+class ToolPointView(View):
+    """``number``: its place among the turn's tool checkpoints (``--before-tool``); ``summary``:
+    the command or the path; ``checkpoint``: the workspace commit, null when the capture
+    failed; ``git_state``: the repository's ``head``, ``refs``, ``stash`` and ``reflog`` before
+    a destructive git command, else null."""
+
+    number: int
+    tool: str
+    call_id: str | None
+    summary: str
+    checkpoint: str | None
+    git_state: Any
+    at: float
+
+    @classmethod
+    def of(cls, point: ToolCheckpoint) -> ToolPointView:
+        return cls(
+            point.number,
+            point.tool,
+            point.call_id,
+            point.summary,
+            point.commit,
+            point.git_state,
+            point.at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RescuePointsView(View):
+    """The points a turn's files can be brought back from: its begin (``--before-tool 0``) and
+    a checkpoint before each of its shell and write tools."""
+
+    session: str
+    turn: TurnView
+    tools: tuple[ToolPointView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RescueView(View):
+    """``before_tool``: 0 for the turn's begin; ``written``: the paths written or deleted;
+    ``source``: the checkpoint they came from; ``undo_checkpoint``: the workspace just before,
+    which ``--undo`` puts those paths back from; ``undone_at`` is null until it is undone."""
+
+    id: int
+    session: str
+    turn: str
+    before_tool: int
+    paths: tuple[str, ...]
+    written: tuple[str, ...]
+    source: str
+    undo_checkpoint: str
+    at: float
+    undone_at: float | None
+
+    @classmethod
+    def of(cls, rescue: Rescue) -> RescueView:
+        return cls(
+            rescue.id,
+            rescue.session_id,
+            rescue.turn,
+            rescue.before_tool,
+            rescue.paths,
+            rescue.written,
+            rescue.source,
+            rescue.undo_checkpoint,
+            rescue.at,
+            rescue.undone_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HooksView(View):
+    """``files``: the configuration files written; ``events``: the agent's events turnback's
+    hooks were installed for (or removed from); ``notes``: what else to do (Codex: trust
+    them)."""
+
+    agent: str
+    files: tuple[str, ...]
+    events: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    @classmethod
+    def of(cls, done: Installed) -> HooksView:
+        return cls(done.agent, done.files, done.events, done.notes)
+
+
+@dataclass(frozen=True, slots=True)
 class RecoverView(View):
     """``recovered``: applied as interrupted by this run; ``set_aside``: every set-aside turn,
     new or old; ``live``: running turns whose process is alive, only read; ``reverts``: reverts
@@ -732,3 +822,13 @@ def diff(handle: Session, turn: int | str, *, patch: bool = True) -> DiffView:
     except CheckpointUnavailable:
         found = handle.diff(turn)  # "available": false says so
     return DiffView.of(found)
+
+
+def rescue_points(handle: Session, turn: int | str | None) -> RescuePointsView:
+    """What ``rescue SESSION`` lists: the turn's points to bring files back from."""
+    found = handle.rescue_turn(turn)
+    return RescuePointsView(
+        handle.id,
+        TurnView.of(found),
+        tuple(ToolPointView.of(p) for p in handle.tool_checkpoints(found.token)),
+    )

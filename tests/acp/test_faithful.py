@@ -55,6 +55,7 @@ def test_initialize_is_the_agents_answer_plus_turnbacks_additions(
                 **direct["agentCapabilities"].get("sessionCapabilities", {}),
                 **{name: {} for name in ("list", "resume", "close", "delete", "fork")},
             },
+            "session": {"rewind": {}},  # the draft session/rewind
         },
         "_meta": {"turnback": proxied["_meta"]["turnback"]},
     }

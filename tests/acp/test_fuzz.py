@@ -254,7 +254,7 @@ def test_random_and_mutated_frames_never_wedge_the_proxy(home: Path, tmp_path: P
 
         from_the_editor()
         from_the_agent()
-        assert prompt("say bye")["result"] == {"stopReason": "end_turn"}
+        assert prompt("say bye")["result"]["stopReason"] == "end_turn"
     finally:
         assert proxy.process.stdin is not None
         proxy.process.stdin.close()

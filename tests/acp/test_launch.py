@@ -479,7 +479,15 @@ def test_initialize_is_answered_while_the_proxy_is_still_loading(
 
 def test_the_start_imports_only_what_starting_a_process_needs() -> None:
     """Everything ``turnback`` imports before the agent starts costs the editor its time."""
-    code = "import sys, turnback.launcher; print(' '.join(sorted(sys.modules)))"
+    # the launcher itself imports nothing: a terminal agent's hook takes another way
+    alone = "import sys, turnback.launcher; print(' '.join(sorted(sys.modules)))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", alone], capture_output=True, check=True, text=True
+    ).stdout.split()
+    assert [m for m in loaded if m.startswith("turnback")] == ["turnback", "turnback.launcher"]
+    code = (
+        "import sys, turnback.launcher, turnback.acp.launch; print(' '.join(sorted(sys.modules)))"
+    )
     loaded = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, check=True, text=True
     ).stdout.split()

@@ -79,12 +79,18 @@ TERMINALS = {t.name: t for t in (CLAUDE, CODEX, GEMINI)}
 PER_MODEL_CALL = {"BeforeModel", "AfterModel", "BeforeToolSelection", "PreCompress"}
 
 
-def run(world: World, argv: list[str], timeout: float = 150) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` in the workspace as its own process group, and end the group after."""
+def run(
+    world: World,
+    argv: list[str],
+    timeout: float = 150,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` in the workspace as its own process group, and end the group after;
+    ``env`` adds to the world's environment."""
     process = subprocess.Popen(
         agents.in_own_session(argv),
         cwd=world.workspace,
-        env=world.env(),
+        env={**world.env(), **(env or {})},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

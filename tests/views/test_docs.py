@@ -50,6 +50,9 @@ COMMANDS: list[tuple[str, object]] = [
     ("`gc`", views.GcView),
     ("`activities`", list[views.ActivityView]),
     ("`doctor`", list[views.CheckView]),
+    ("`rescue SESSION`", views.RescuePointsView),
+    ("`rescue SESSION PATH…` (and `rescue --undo`)", views.RescueView),
+    ("`hooks install` (and `hooks uninstall`)", views.HooksView),
     ("`demo`", views.DemoView),
 ]
 #: The review page's own answers, each checked in the README's row of its route.

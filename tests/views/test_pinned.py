@@ -68,6 +68,7 @@ def test_every_command(scenario: Scenario, tmp_path: Path) -> None:
     cli("diff", quiet, "1")
     cli("diff", full, "1", "--stat")
     cli("activities", full)
+    cli("rescue", full, "--turn", "5")
     cli("unrecovered", full)
     (scenario.workspace / "CHANGES.md").write_text("# Changes, by hand\n")
     cli("revert", full, "5", "--dry-run")

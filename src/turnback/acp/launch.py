@@ -204,8 +204,9 @@ def initialized(agent: dict[str, Any]) -> dict[str, Any]:
     """The editor's ``initialize`` answer: the agent's, as it wrote it, plus only turnback's
     documented additions -- the session methods it serves from its store (``loadSession`` and
     ``sessionCapabilities`` ``list``, ``resume``, ``close``, ``delete`` and the unstable
-    ``fork``) and its ``_meta.turnback`` key. The agent's own ``_meta.turnback`` (its
-    checkpoint and rollback extensions) is turnback's to use, not the editor's."""
+    ``fork``), the draft ``session.rewind``, and its ``_meta.turnback`` key. The agent's own
+    ``_meta.turnback`` (its checkpoint and rollback extensions) is turnback's to use, not the
+    editor's."""
     import copy
 
     import turnback
@@ -222,6 +223,11 @@ def initialized(agent: dict[str, Any]) -> dict[str, Any]:
     for feature in ("list", "resume", "close", "delete", "fork"):
         if not isinstance(sessions.get(feature), dict):
             sessions[feature] = {}
+    # The draft session/rewind (RFD "Session Rewind"), served for every agent.
+    session = capabilities.get("session")
+    if not isinstance(session, dict):
+        session = capabilities["session"] = {}
+    session["rewind"] = {}
     for holder in (capabilities, response):
         meta = holder.get("_meta")
         if isinstance(meta, dict) and "turnback" in meta:

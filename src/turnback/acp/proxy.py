@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import turnback
-from turnback.acp import commands
+from turnback.acp import commands, rewind
 from turnback.acp.editor import Editor, cancel_notice
 from turnback.acp.launch import DEFAULT_MAX_FRAME, INITIALIZE_ID, Launched, initialized
 from turnback.acp.sessions import SessionRelay, Sessions, internal_error
@@ -170,6 +170,10 @@ class Proxy:
             return await sessions.open(method, params)
         if method == "session/prompt":
             return await sessions.prompt(params)
+        if method in rewind.METHODS:
+            return await sessions.rewind(params, extension=method.startswith("_"))
+        if method == rewind.EDIT_PROMPT:
+            return await sessions.edit_prompt(params)
         if method == "session/close":
             await sessions.close(params.get("sessionId"), params)
             return {}

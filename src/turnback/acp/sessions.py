@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from turnback.acp import commands, offered, transcript
+from turnback.acp import commands, offered, rewind, transcript
 from turnback.acp.editor import Editor
 from turnback.engine.handle import Session, Turnback
 from turnback.engine.turns import validate_prompt
@@ -119,6 +119,9 @@ class EditorSession:
     runtime: AgentRuntime | None = None
     prompting: asyncio.Task[Any] | None = None
     agent_commands: list[Any] = field(default_factory=list)
+    #: the ids the editor gave its prompts (ACP's draft ``messageId`` of ``session/prompt``),
+    #: to the ones turnback keeps them under, while the session is open here
+    prompt_ids: dict[str, str] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -464,16 +467,95 @@ class Sessions:
         answer = runtime.last_response
         if isinstance(answer, RequestError):
             raise answer
+        # The prompt's id (the draft's userMessageId), in place of any the agent gave its own
+        # copy: the editor's own where it named the prompt, which session/rewind then takes
+        # while the session is open here; else the one turnback keeps it under, which
+        # session/load shows.
+        kept = transcript.assigned_id(turn.token, 0)
+        named = params.get("messageId")
+        if isinstance(named, str) and named:
+            editor.prompt_ids[named] = kept
+        user = {"userMessageId": named if isinstance(named, str) and named else kept}
         if isinstance(answer, dict) and turn.status is not TurnStatus.CANCELLED:
-            return answer
+            return {**answer, **user}
         if turn.status is TurnStatus.CANCELLED:
-            return {"stopReason": "cancelled"}
+            return {"stopReason": "cancelled", **user}
         if turn.status is TurnStatus.INTERRUPTED:
             # --on-agent-crash stop: the editor was told; the turn ended, resumable later.
-            return {"stopReason": "end_turn", "_meta": {"turnback": {"interrupted": True}}}
+            meta = {"turnback": {"interrupted": True}}
+            return {"stopReason": "end_turn", "_meta": meta, **user}
         message = f"turn {turn.number} failed: {turn.detail}"
         self._editor.update(editor.id, transcript.notice_chunk(message, "error"))
         raise internal_error(message, turn=turn.token)
+
+    # -- rewinding ---------------------------------------------------------------------------
+
+    async def rewind(self, params: dict[str, Any], *, extension: bool) -> dict[str, Any]:
+        """session/rewind (``extension``: ``_session/rewind``, with ``mode`` and ``dryRun``):
+        back to before the turn of a user message, or to the end of the turn of another
+        message, as :mod:`turnback.acp.rewind` says. Refused, with nothing changed, while a
+        turn runs, for an id the conversation does not hold, and when the user's own edits are
+        in the way."""
+        editor = self.running(params)
+        given, files, conversation, dry = rewind.read(params, extension=extension)
+        given = editor.prompt_ids.get(given, given)
+        return await self._rewind(editor, given, files, conversation, dry=dry, extension=extension)
+
+    async def edit_prompt(self, params: dict[str, Any]) -> Any:
+        """session/edit_prompt: back to before the turn of a user message (files and
+        conversation, keeping the user's edits), then that turn again with the new content,
+        answered as session/prompt is; the edited prompt keeps the id the editor gave."""
+        editor = self.running(params)
+        given = params.get("messageId")
+        if not isinstance(given, str) or not given:
+            raise rewind.refuse("messageId is required: the id of a prompt of this session")
+        given = editor.prompt_ids.get(given, given)
+        content = params.get("content", params.get("newContent"))
+        if not isinstance(content, list):
+            raise rewind.refuse("content must be a list of content blocks: the new prompt")
+        validate_prompt(content)  # before anything is rewound: InvalidEvent names the field
+        await self._rewind(editor, given, True, True, dry=False, extension=False, prompt=True)
+        return await self.prompt({**params, "prompt": content})
+
+    async def _rewind(
+        self,
+        editor: EditorSession,
+        given: str,
+        files: bool,
+        conversation: bool,
+        *,
+        dry: bool,
+        extension: bool,
+        prompt: bool = False,
+    ) -> dict[str, Any]:
+        """Rewind ``editor``'s session to where message ``given`` says (``prompt``: it must be
+        a user message); the answer of session/rewind."""
+        runtime = editor.runtime
+        assert runtime is not None
+        session = editor.session
+
+        def look() -> tuple[rewind.Target, Any]:
+            refusal = rewind.running(session.running(), editor.prompting is not None)
+            if refusal is not None:
+                raise refusal
+            aim = rewind.target(session, given, files, conversation, prompt=prompt)
+            return aim, rewind.plan(session, aim)
+
+        aim, plan = await self.service.acall(look)
+        result = rewind.answer(aim, plan, dry=dry, extension=extension)
+        refusal = rewind.conflicts(aim, plan)
+        if refusal is not None:
+            raise refusal
+        if dry or aim.later == 0:
+            return result
+        done = await runtime.revert(aim.request)
+        if done.refused:  # a hand edit made since the plan was read
+            raise rewind.refuse(
+                f"the rewind was refused and nothing was changed: {done.detail}", rewind.REFUSED
+            )
+        if conversation:
+            self._editor.update(editor.id, rewind.truncated(result, aim.request.to_turn))
+        return result
 
     # -- the agent's commands, with turnback's ------------------------------------------------
 

@@ -1,7 +1,8 @@
 """A session's stored conversation as ACP ``session/update`` payloads, for ``session/load``.
 
 The conversation turnback keeps is the folded form of each turn's events (chunks joined, tool
-call updates merged, the last plan, each message's ``messageId``). Replaying it gives the editor
+call updates merged, the last plan, each message's ``messageId``; turnback assigns one where the
+agent gave none, the user's prompt included: see :func:`message_id`). Replaying it gives the editor
 the same conversation in fewer notifications; turnback's own notices -- an interrupted turn's
 recovery, a turn resumed after the agent stopped, an error, and between turns a rewind or a
 slash command's answer -- become agent text marked ``_meta.turnback.notice``, where they
@@ -13,6 +14,7 @@ transaction.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -23,6 +25,26 @@ _CHUNKS = {
     MessageKind.AGENT: EventKind.AGENT_MESSAGE_CHUNK.value,
     MessageKind.THOUGHT: EventKind.AGENT_THOUGHT_CHUNK.value,
 }
+
+
+#: The namespace of the message ids turnback assigns (UUIDs, as ACP's message ids are).
+_IDS = uuid.UUID("6f1d2a3e-0b7c-5e4f-9a8d-2c1b0e9f7a65")
+
+
+def assigned_id(turn: str, index: int) -> str:
+    """The id turnback gives the message at ``index`` of the turn whose token is ``turn`` when
+    the agent gave it none: the same every time it is asked, so a ``session/load`` shows the
+    ids a ``session/prompt`` answered with."""
+    return str(uuid.uuid5(_IDS, f"{turn}/{index}"))
+
+
+def message_id(message: Message) -> str | None:
+    """A user, agent or thought message's ``messageId``: the agent's own, else turnback's
+    (:func:`assigned_id`); None for what is not such a message (a tool call, a plan)."""
+    if message.kind not in _CHUNKS:
+        return None
+    own = message.data.get("messageId")
+    return str(own) if own is not None else assigned_id(message.turn, message.index)
 
 
 #: Activities a session/load shows again where they happened, as the proxy words them.
@@ -94,12 +116,8 @@ def _events(message: Message) -> Iterator[dict[str, Any]]:
     chunk = _CHUNKS.get(message.kind)
     if chunk is not None:
         content = data.get("content")
-        message_id = data.get("messageId")
         for block in content if isinstance(content, list) else []:
-            update = {"sessionUpdate": chunk, "content": block}
-            if message_id is not None:
-                update["messageId"] = message_id
-            yield update
+            yield {"sessionUpdate": chunk, "content": block, "messageId": message_id(message)}
     elif message.kind is MessageKind.TOOL_CALL:
         yield {"sessionUpdate": EventKind.TOOL_CALL.value, **data}
     elif message.kind is MessageKind.PLAN:

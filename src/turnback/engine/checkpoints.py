@@ -223,8 +223,8 @@ class WorkspaceCheckpoints:
         self, workspace: str, old: str | None, new: str | None
     ) -> tuple[list[FileChange], list[Note]]:
         """The file changes between two commits; a note when they cannot be computed."""
-        if not old or not new:
-            return [], []
+        if not old or not new or old == new:
+            return [], []  # nothing to compare, or nothing changed: no git to run
         key = (workspace, old, new)
         if key in self._changes:  # commits never change, so neither does their diff
             return list(self._changes[key]), []

@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Unpack
 
-from turnback.engine import diffs, owners, recovery, revert, sessions
+from turnback.engine import diffs, owners, recovery, rescue, revert, sessions
 from turnback.engine.checkpoints import WorkspaceCheckpoints, collect_garbage
 from turnback.engine.journal import Journal
-from turnback.engine.owners import Lease, is_alive
+from turnback.engine.owners import Lease, is_alive, require_here
 from turnback.engine.sessions import normalise_id
 from turnback.engine.turns import (
     UNFINISHED_REVERTS,
@@ -30,6 +30,7 @@ from turnback.engine.turns import (
 )
 from turnback.errors import (
     AmbiguousId,
+    CheckpointUnavailable,
     InvalidOption,
     RevertInProgress,
     SessionNotFound,
@@ -48,6 +49,7 @@ from turnback.model import (
     Message,
     RangeDiff,
     RecoveryReport,
+    Rescue,
     Revert,
     RevertOptions,
     RevertPlan,
@@ -56,6 +58,7 @@ from turnback.model import (
     SessionRecord,
     StepCheckpoint,
     SweepReport,
+    ToolCheckpoint,
     Turn,
     TurnDiff,
     TurnStatus,
@@ -112,7 +115,10 @@ class Turnback:
         checkpoints: bool = True,
         progress: Callable[[str, int, int], None] | None = None,
         lease_seconds: float | None = None,
+        owner_pid: int | None = None,
     ) -> None:
+        """``owner_pid``: the process of this host that owns the turns this handle begins, when
+        not this one -- an agent whose hooks, each a short-lived process, write its turns."""
         try:
             mode = Durability(durability)
         except ValueError:
@@ -133,6 +139,7 @@ class Turnback:
             lambda: open_store(url, busy_timeout=busy_timeout),
             lease,
             on_lost=self.journal.lose_all,
+            process=owner_pid,
         )
         #: workspace checkpoints of turns; None when turned off (``checkpoints=False``)
         self.checkpoints = (
@@ -154,8 +161,12 @@ class Turnback:
         workspace: str | os.PathLike[str] = ".",
         title: str | None = None,
         agent: str | None = None,
+        *,
+        session_id: str | None = None,
     ) -> Session:
-        return Session(self, sessions.create(self.store, workspace, title, agent))
+        """A new session; ``session_id`` (32 hexadecimal digits) names it, when a front-end
+        derives it from the agent's own session id."""
+        return Session(self, sessions.create(self.store, workspace, title, agent, session_id))
 
     def session(self, ref: str) -> Session:
         """The session whose id is ``ref`` or starts with it."""
@@ -351,6 +362,25 @@ class Session:
             store, self._tb.journal, turn, workspace=workspace, checkpoints=self._tb.checkpoints
         )
 
+    def continue_turn(self) -> RunningTurn | None:
+        """The session's running turn, to record in and end from this process, if this handle's
+        owner runs it (a hook process continuing its agent's turn); None when no turn runs or
+        another owner runs it. It records under the turn's own fencing token."""
+        workspace = self.record.workspace
+        with self._tb.store.read() as tx:
+            turn = tx.running_turn(self.id)
+            if turn is None or turn.owner_id != self._tb.lease.owner().id:
+                return None
+            _, last = tx.journal_size(turn.token)
+        return RunningTurn(
+            self._tb.store,
+            self._tb.journal,
+            turn,
+            workspace=workspace,
+            checkpoints=self._tb.checkpoints,
+            next_seq=last + 1,
+        )
+
     def reopen(self, ref: int | str) -> RunningTurn:
         """Continue the interrupted turn ``ref`` (the session's head) from its last step
         checkpoint: it is running again, under this process, and ends like any other turn. What
@@ -542,6 +572,50 @@ class Session:
     def reverts(self) -> list[Revert]:
         with self._tb.store.read() as tx:
             return tx.reverts(self.id)
+
+    def tool_checkpoints(self, ref: int | str) -> list[ToolCheckpoint]:
+        """The workspace checkpoints taken before the turn's tools, in order."""
+        token = self.get_turn(ref).token
+        with self._tb.store.read() as tx:
+            return tx.tool_checkpoints(token)
+
+    def rescue(
+        self,
+        paths: Sequence[str],
+        ref: int | str | None = None,
+        *,
+        before_tool: int = 0,
+        force: bool = False,
+    ) -> Rescue:
+        """Bring ``paths`` back as they were before tool ``before_tool`` of turn ``ref`` (0: at
+        its begin; no turn: the running or last turn), keeping hand edits made since the turn
+        ended unless ``force`` (see ``turnback.engine.rescue``); undone by :meth:`undo_rescue`."""
+        checkpoints = self._tb.checkpoints
+        if checkpoints is None:
+            raise CheckpointUnavailable("workspace checkpoints are turned off for this handle")
+        self._tb.journal.flush()
+        turn = self.rescue_turn(ref)
+        require_here([turn], "a rescue")
+        relative = rescue.relative_paths(self.record.workspace, paths)
+        return rescue.rescue(
+            self._tb.store, checkpoints, self.id, turn, before_tool, relative, force=force
+        )
+
+    def rescue_turn(self, ref: int | str | None = None) -> Turn:
+        """The turn ``ref``, else the one a rescue is about when none is named: the running
+        turn, else the last one."""
+        return rescue.running_or_head(self.turns()) if ref is None else self.get_turn(ref)
+
+    def undo_rescue(self) -> Rescue:
+        """Put the paths of the last rescue back as they were just before it."""
+        checkpoints = self._tb.checkpoints
+        if checkpoints is None:
+            raise CheckpointUnavailable("workspace checkpoints are turned off for this handle")
+        return rescue.undo(self._tb.store, checkpoints, self.id)
+
+    def rescues(self) -> list[Rescue]:
+        with self._tb.store.read() as tx:
+            return tx.rescues(self.id)
 
     def step_checkpoints(self, ref: int | str) -> list[StepCheckpoint]:
         """The step checkpoints a running or interrupted turn can resume from, oldest first."""

@@ -120,27 +120,30 @@ _current: Owner | None = None
 _generation = 0  # how many times this process lost its lease
 
 
+def owner_of(pid: int, generation: int = 0) -> Owner:
+    """Process ``pid`` of this host as an owner: the same process always gets the same id."""
+    host, boot_id = host_identity()
+    state = process_state(pid)
+    start_time = state[1] if state else 0
+    who = f"{host}\0{boot_id}\0{pid}\0{start_time}" + (f"\0{generation}" if generation else "")
+    digest = hashlib.sha256(who.encode()).hexdigest()
+    return Owner(
+        id=digest[:24],
+        host=host,
+        boot_id=boot_id,
+        pid=pid,
+        start_time=start_time,
+        created_at=time.time(),
+    )
+
+
 def current_owner() -> Owner:
     """This process as an owner; recomputed after a fork, a change of ``TURNBACK_HOST`` or a
     lost lease."""
     global _current
     pid = os.getpid()
-    host, boot_id = host_identity()
-    if _current is None or _current.pid != pid or _current.host != host:
-        state = process_state(pid)
-        start_time = state[1] if state else 0
-        who = f"{host}\0{boot_id}\0{pid}\0{start_time}" + (
-            f"\0{_generation}" if _generation else ""
-        )
-        digest = hashlib.sha256(who.encode()).hexdigest()
-        _current = Owner(
-            id=digest[:24],
-            host=host,
-            boot_id=boot_id,
-            pid=pid,
-            start_time=start_time,
-            created_at=time.time(),
-        )
+    if _current is None or _current.pid != pid or _current.host != host_identity()[0]:
+        _current = owner_of(pid, _generation)
     return _current
 
 
@@ -209,8 +212,12 @@ class Lease:
         connect: Callable[[], Store],
         seconds: float | None = None,
         on_lost: Callable[[str], None] | None = None,
+        process: int | None = None,
     ) -> None:
         self.connect = connect
+        #: the process whose turns these are, when not this one (an agent whose hooks write its
+        #: turns): it is judged by its pid on this host, so no heartbeat runs for it
+        self.process = process
         self._store: Store | None = None
         self.seconds = lease_seconds(seconds)
         self.on_lost = on_lost
@@ -219,6 +226,10 @@ class Lease:
         self._owner: Owner | None = None
 
     def claim(self, tx: Tx) -> Owner:
+        if self.process is not None:
+            owner = owner_of(self.process)
+            tx.upsert_owner(owner)
+            return owner
         owner = current_owner()
         tx.upsert_owner(dataclasses.replace(owner, lease_expires=tx.now() + self.seconds))
         self._owner = owner
@@ -228,6 +239,10 @@ class Lease:
             )
             self._thread.start()
         return owner
+
+    def owner(self) -> Owner:
+        """The owner this lease claims turns for."""
+        return owner_of(self.process) if self.process is not None else current_owner()
 
     def renew(self) -> None:
         """One heartbeat: renew the lease, or find its owner's row gone. A renewal that fails

@@ -39,9 +39,11 @@ def normalise_id(text: str, what: str) -> str:
     return value
 
 
-def _record(workspace: str, title: str | None, agent: str | None, now: float) -> SessionRecord:
+def _record(
+    workspace: str, title: str | None, agent: str | None, now: float, session_id: str | None = None
+) -> SessionRecord:
     return SessionRecord(
-        id=uuid.uuid4().hex,
+        id=session_id or uuid.uuid4().hex,
         workspace=workspace,
         title=title,
         agent=agent,
@@ -58,10 +60,17 @@ def _place(workspace: str | os.PathLike[str]) -> str:
 
 
 def create(
-    store: Store, workspace: str | os.PathLike[str], title: str | None, agent: str | None
+    store: Store,
+    workspace: str | os.PathLike[str],
+    title: str | None,
+    agent: str | None,
+    session_id: str | None = None,
 ) -> str:
-    """A new session in ``workspace``; returns its id."""
-    record = _record(_place(workspace), title, agent, time.time())
+    """A new session in ``workspace``; returns its id (``session_id`` when given: 32
+    hexadecimal digits)."""
+    if session_id is not None and not re.fullmatch("[0-9a-f]{32}", session_id):
+        raise InvalidId(f"{session_id!r} is not a session id: 32 hexadecimal digits")
+    record = _record(_place(workspace), title, agent, time.time(), session_id)
     with store.atomic() as tx:
         tx.insert_session(record)
     return record.id

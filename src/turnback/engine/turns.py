@@ -31,6 +31,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -51,12 +52,14 @@ from turnback.engine.owners import is_alive
 from turnback.errors import (
     RECOVER,
     TURNS,
+    CheckpointUnavailable,
     InvalidEvent,
     OwnershipLost,
     ResumeUnavailable,
     RevertInProgress,
     SessionNotFound,
     StoreError,
+    TurnbackError,
     TurnInProgress,
     TurnNotFound,
     TurnNotRunning,
@@ -71,6 +74,7 @@ from turnback.model import (
     RevertState,
     RunEvent,
     StepCheckpoint,
+    ToolCheckpoint,
     Turn,
     TurnStatus,
 )
@@ -838,6 +842,52 @@ class RunningTurn:
 
             return remove
         return None
+
+    def checkpoint_tool(
+        self, tool: str, call_id: str | None, summary: str, *, git_state: bool = False
+    ) -> ToolCheckpoint:
+        """Capture the workspace just before a tool of this turn runs (a shell command, a
+        write), so that any file can be brought back as it was then; with ``git_state``, keep
+        the repository's refs, stash and reflog too (before a destructive git command).
+
+        Invariant 4: the capture's objects and ref are written before the row naming it
+        commits, in a transaction that checks this turn still runs under its fencing token. A
+        capture that fails never stops the tool: the row says so (no commit) and an activity
+        says why."""
+        self._require_running()
+        if self._checkpoints is None or self._workspace is None:
+            raise CheckpointUnavailable("workspace checkpoints are turned off for this handle")
+        with self._store.read() as tx:
+            number = len(tx.tool_checkpoints(self.turn.token)) + 1
+        ref = f"{self.turn.session_id}/{self.turn.token}/tool-{number}"
+        captured, notes = self._checkpoints.capture(self._workspace, ref)
+        state = None
+        if git_state:
+            try:
+                state = self._checkpoints.snapshots.repository_state(Path(self._workspace))
+            except (TurnbackError, OSError) as error:
+                state = {"error": str(error)}
+        checkpoint = ToolCheckpoint(
+            turn=self.turn.token,
+            number=number,
+            tool=tool,
+            call_id=call_id,
+            summary=summary,
+            commit=captured.commit if captured else None,
+            git_state=state,
+            at=time.time(),
+        )
+        with self._store.atomic() as tx:
+            if tx.lock_turns([self.turn.token]).get(self.turn.token) != (
+                TurnStatus.RUNNING,
+                self.turn.fence,
+            ):
+                self._journal.lose_turn(self.turn.token, "another process recovered it")
+                self._journal.check(self.turn.token)
+            tx.insert_tool_checkpoint(checkpoint)
+            for note in notes:
+                note.record(tx, self.turn.session_id, self.turn.token)
+        return checkpoint
 
     def complete(self, detail: str | None = None) -> Turn:
         """End the turn completed; ``detail`` says how, where there is more to say than that

@@ -35,10 +35,12 @@ from turnback.service.commands import (
     PlanRevert,
     Recover,
     ReopenTurn,
+    RescueFiles,
     RevertSession,
     SetAgentState,
     Sweep,
     SyncTurn,
+    UndoRescue,
     UndoRevert,
 )
 from turnback.service.service import Service
@@ -58,10 +60,12 @@ __all__ = [
     "PlanRevert",
     "Recover",
     "ReopenTurn",
+    "RescueFiles",
     "RevertSession",
     "Service",
     "SetAgentState",
     "Sweep",
     "SyncTurn",
+    "UndoRescue",
     "UndoRevert",
 ]

@@ -18,6 +18,7 @@ from turnback.model import (
     GcReport,
     Message,
     RecoveryReport,
+    Rescue,
     Revert,
     RevertPlan,
     RevertRequest,
@@ -61,12 +62,16 @@ class Command(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class CreateSession(Command["Session"]):
+    """A new session; ``session_id`` names it when the front-end derives it (a terminal
+    agent's hooks, from the agent's own session id)."""
+
     workspace: str
     title: str | None = None
     agent: str | None = None
+    session_id: str | None = None
 
     def apply(self, tb: Turnback) -> Session:
-        return tb.create_session(self.workspace, self.title, self.agent)
+        return tb.create_session(self.workspace, self.title, self.agent, session_id=self.session_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +231,32 @@ class UndoRevert(Command[Revert]):
 
     def apply(self, tb: Turnback) -> Revert:
         return tb.session(self.session).undo_revert()
+
+
+@dataclass(frozen=True, slots=True)
+class RescueFiles(Command[Rescue]):
+    """Bring ``paths`` back as they were before tool ``before_tool`` of ``turn`` (0: its
+    begin; no turn: the running or last one); hand edits since the turn are kept unless
+    ``force``."""
+
+    session: str
+    paths: tuple[str, ...]
+    turn: int | str | None = None
+    before_tool: int = 0
+    force: bool = False
+
+    def apply(self, tb: Turnback) -> Rescue:
+        return tb.session(self.session).rescue(
+            self.paths, self.turn, before_tool=self.before_tool, force=self.force
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UndoRescue(Command[Rescue]):
+    session: str
+
+    def apply(self, tb: Turnback) -> Rescue:
+        return tb.session(self.session).undo_rescue()
 
 
 # -- the whole home ------------------------------------------------------------------------------

@@ -270,6 +270,34 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 8: a session's pending requests one row each (see ``_PENDING_REQUESTS``).
     _PENDING_REQUESTS,
+    # 9: a workspace checkpoint before each shell or write tool of a turn (an agent's hooks
+    # take them), and the rescues made from them, each naming the capture it can be undone to.
+    """
+    CREATE TABLE tool_checkpoints (
+        turn      TEXT NOT NULL REFERENCES turns(token) ON DELETE CASCADE,
+        number    INTEGER NOT NULL,
+        tool      TEXT NOT NULL,
+        call_id   TEXT,
+        summary   TEXT NOT NULL,
+        checkpoint TEXT,
+        git_state TEXT,
+        at        REAL NOT NULL,
+        PRIMARY KEY (turn, number)
+    );
+    CREATE TABLE rescues (
+        id              INTEGER PRIMARY KEY,
+        session_id      TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        turn            TEXT NOT NULL REFERENCES turns(token) ON DELETE CASCADE,
+        before_tool     INTEGER NOT NULL,
+        paths           TEXT NOT NULL,
+        source          TEXT NOT NULL,
+        undo_checkpoint TEXT NOT NULL,
+        written         TEXT NOT NULL,
+        at              REAL NOT NULL,
+        undone_at       REAL
+    );
+    CREATE INDEX rescues_session ON rescues(session_id, id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

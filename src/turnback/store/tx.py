@@ -22,11 +22,13 @@ from turnback.model import (
     JournalEntry,
     Message,
     Owner,
+    Rescue,
     Revert,
     RevertState,
     RunEvent,
     SessionRecord,
     StepCheckpoint,
+    ToolCheckpoint,
     Turn,
     TurnStatus,
 )
@@ -266,6 +268,16 @@ class RevertsTx(Protocol):
         ...
 
 
+class ToolsTx(Protocol):
+    """Workspace checkpoints taken before a turn's tools, and the rescues made from them."""
+
+    def insert_tool_checkpoint(self, checkpoint: ToolCheckpoint) -> None: ...
+    def tool_checkpoints(self, token: str) -> list[ToolCheckpoint]: ...
+    def insert_rescue(self, rescue: Rescue) -> int: ...
+    def rescues(self, session_id: str) -> list[Rescue]: ...
+    def set_rescue_undone(self, rescue_id: int, at: float) -> None: ...
+
+
 class HealthTx(Protocol):
     def integrity_problems(self) -> list[str]: ...
 
@@ -282,6 +294,7 @@ class Tx(
     ActivitiesTx,
     FilesTx,
     RevertsTx,
+    ToolsTx,
     HealthTx,
     Protocol,
 ):

@@ -10,7 +10,7 @@ crash is safe: it recomputes the plan from a fresh capture and writes what still
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from turnback.errors import RestoreIncomplete, RevertConflict
 from turnback.faults import point
@@ -23,9 +23,17 @@ from turnback.workspace.writer import Refused, WorkspaceWriter
 BATCH = 1000
 
 
-def restore(shadow: ShadowRepo, target: str, *, current: str, keep: str | None = None) -> list[str]:
+def restore(
+    shadow: ShadowRepo,
+    target: str,
+    *,
+    current: str,
+    keep: str | None = None,
+    paths: Collection[str] | None = None,
+) -> list[str]:
     """Make the workspace equal to ``target``, writing only what differs from ``current``
-    (see :meth:`Snapshots.restore`)."""
+    (see :meth:`Snapshots.restore`); with ``paths``, only those paths and what lies under
+    them."""
     deadline = operation_deadline()
     with shadow.locked(deadline):
         now, goal, *rest = shadow.resolve_all(
@@ -33,6 +41,13 @@ def restore(shadow: ShadowRepo, target: str, *, current: str, keep: str | None =
         )
         before = rest[0] if rest else None
         plan, present, _kept = restore_plan(shadow, now, goal, before, deadline)
+        if paths is not None and "." not in paths:  # "." is the whole workspace
+            wanted = [p.rstrip("/") for p in paths]
+            plan = {
+                p: e
+                for p, e in plan.items()
+                if any(p == w or p.startswith(w + "/") for w in wanted)
+            }
         left = leave_unreadable(plan, skipped_paths(shadow, [now], deadline)[0])
         point("restore.plan")
         done, refused = apply(shadow, plan, present, deadline)

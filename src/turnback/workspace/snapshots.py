@@ -14,6 +14,7 @@ workspace's shadow repository (:mod:`turnback.workspace.shadow`):
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
@@ -121,6 +122,29 @@ class Snapshots:
         """
         return self._capture.capture(self._shadow(workspace), ref)
 
+    def repository_state(self, workspace: Path) -> dict[str, object]:
+        """The workspace repository's refs, stash and ``HEAD`` reflog, read without writing
+        anything: what a destructive git command (``reset --hard``, ``stash drop``) may take
+        away. Each commit it names can be brought back by hand (``git branch NAME SHA``)."""
+        deadline = time.monotonic() + 10.0
+
+        def lines(*args: str) -> list[str]:
+            done = self.git.run(
+                ["-C", str(workspace), *args],
+                timeout=max(deadline - time.monotonic(), 0.001),
+                check=False,
+            )
+            text = done.stdout.decode("utf-8", "replace") if done.returncode == 0 else ""
+            return [line for line in text.splitlines() if line]
+
+        head = lines("rev-parse", "HEAD")
+        return {
+            "head": head[0] if head else None,
+            "refs": lines("for-each-ref", "--format=%(objectname) %(refname)"),
+            "stash": lines("stash", "list", "--format=%H %gd %gs"),
+            "reflog": lines("reflog", "show", "-n", "50", "--format=%H %gd %gs", "HEAD", "--"),
+        }
+
     def watch(self, workspace: Path, *, limit: int = LIMIT) -> bool:
         """Watch the workspace's files until :meth:`unwatch`, so that captures look only at the
         paths that changed instead of scanning the workspace. The first capture after this scans
@@ -156,7 +180,13 @@ class Snapshots:
     # -- restoring files ------------------------------------------------------------------
 
     def restore(
-        self, workspace: Path, target: str, *, current: str, keep: str | None = None
+        self,
+        workspace: Path,
+        target: str,
+        *,
+        current: str,
+        keep: str | None = None,
+        paths: Collection[str] | None = None,
     ) -> list[str]:
         """Make the workspace's files equal to checkpoint ``target``; returns the paths written
         or deleted.
@@ -169,9 +199,12 @@ class Snapshots:
         it is set back to its content in ``keep``. Nested repositories and submodules are left
         alone, and so is any path the writer refuses (below a symbolic link, inside a nested
         repository, or on disk while absent from ``current``); each refusal is reported through
-        ``problems``.
+        ``problems``. With ``paths``, only those paths (and what lies under them) are written
+        or deleted.
         """
-        return restore.restore(self._shadow(workspace), target, current=current, keep=keep)
+        return restore.restore(
+            self._shadow(workspace), target, current=current, keep=keep, paths=paths
+        )
 
     def revert_plan(
         self,

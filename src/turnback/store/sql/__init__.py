@@ -46,6 +46,7 @@ from turnback.store.sql.reverts import RevertQueries
 from turnback.store.sql.rows import SPAN
 from turnback.store.sql.sessions import SessionQueries
 from turnback.store.sql.steps import StepQueries
+from turnback.store.sql.tools import ToolQueries
 from turnback.store.sql.turns import TurnQueries
 from turnback.store.tx import HealthTx
 
@@ -62,6 +63,7 @@ class SQLTx(
     ActivityQueries,
     FileQueries,
     RevertQueries,
+    ToolQueries,
     HealthTx,
 ):
     """The operations of a transaction, every concern's. A backend fills in the dialect hooks

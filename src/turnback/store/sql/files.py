@@ -17,6 +17,8 @@ class FileQueries(Queries, FilesTx):
             "UPDATE turns SET begin_checkpoint = NULL, end_checkpoint = NULL WHERE token = ?",
             [(t,) for t in tokens],
         )
+        self._run_many("DELETE FROM rescues WHERE turn = ?", [(t,) for t in tokens])
+        self._run_many("DELETE FROM tool_checkpoints WHERE turn = ?", [(t,) for t in tokens])
 
     def release_revert_checkpoints(self, revert_ids: Sequence[int]) -> None:
         self._run_many(
@@ -73,6 +75,8 @@ class FileQueries(Queries, FilesTx):
     def checkpoint_commits(self) -> set[str]:
         rows = self._all(
             "SELECT begin_checkpoint FROM turns UNION SELECT end_checkpoint FROM turns "
-            "UNION SELECT target FROM reverts UNION SELECT undo_checkpoint FROM reverts"
+            "UNION SELECT target FROM reverts UNION SELECT undo_checkpoint FROM reverts "
+            "UNION SELECT checkpoint FROM tool_checkpoints "
+            "UNION SELECT undo_checkpoint FROM rescues"
         )
         return {commit for (commit,) in rows if commit}
