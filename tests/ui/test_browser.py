@@ -21,7 +21,7 @@ from playwright.sync_api import BrowserContext, Page, Playwright, expect, sync_p
 
 import turnback
 
-from .conftest import TURNBACK, Reviewed, StartServer, say
+from .conftest import TURNBACK, Reviewed, StartServer, long_session, say
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
 NARROW = {"width": 390, "height": 844}
@@ -116,8 +116,9 @@ def test_the_timeline_of_a_demo_session(
 
     nodes = page.locator("li.node")
     expect(nodes).to_have_count(3)
-    expect(nodes.nth(0)).to_contain_text("#1")
-    expect(nodes.nth(0)).to_contain_text("greet.py")
+    expect(nodes.nth(0)).to_contain_text("#3")  # newest first: it opens at the head
+    expect(nodes.nth(2)).to_contain_text("#1")
+    expect(nodes.nth(2)).to_contain_text("greet.py")
     expect(page.locator("li.mark.revert")).to_contain_text("Reverted to turn 1")
     expect(page.locator("li.mark.revert")).to_contain_text("undone")
     shot(page, "timeline")
@@ -132,6 +133,48 @@ def test_the_timeline_of_a_demo_session(
     ready(page)
     shot(page, "timeline-narrow")
     assert page.evaluate("document.documentElement.scrollWidth") <= NARROW["width"]
+
+
+def test_a_long_session_opens_at_its_head_a_page_at_a_time_with_a_jump_and_a_file_filter(
+    page: Page, tmp_path: Path, start_server: StartServer
+) -> None:
+    """520 turns opened at turn 1 on a 76,000 px page (the bug): now the newest turns first, a
+    page of them, and the rest reached by "older", a jump to a number, or a filter by path."""
+    home = tmp_path / "home"
+    session = long_session(home, tmp_path / "workspace", 520)
+    open_page(page, start_server, home, f"/sessions/{session}")
+
+    nodes = page.locator("li.node")
+    expect(nodes).to_have_count(50)
+    expect(nodes.nth(0)).to_contain_text("#520")
+    expect(nodes.nth(49)).to_contain_text("#471")
+    assert page.evaluate("document.documentElement.scrollHeight") < 20_000
+    assert page.evaluate("window.scrollY") == 0  # the head is on the first screen
+    shot(page, "long-session")
+    page.get_by_role("button", name="Show 50 older turns (470 left)").click()
+    expect(nodes).to_have_count(100)
+    expect(nodes.nth(99)).to_contain_text("#421")
+
+    page.get_by_label("Turn number").fill("300")
+    page.get_by_role("button", name="Go").click()
+    found = page.locator('li.node:has(a.number:text-is("#300"))')
+    expect(found).to_be_focused()
+    expect(found).to_be_in_viewport()
+    expect(nodes).to_have_count(250)  # the pages down to turn 300 are drawn, no further
+    page.get_by_label("Turn number").fill("999")
+    page.get_by_role("button", name="Go").click()
+    expect(page.locator("#toast")).to_contain_text(
+        "There is no turn 999: this session has turns 1 to 520"
+    )
+
+    page.get_by_label("Only turns that changed a file whose path contains").fill("docs/step_7")
+    expect(nodes).to_have_count(11)  # 79 … 70 and 7
+    expect(nodes.nth(0)).to_contain_text("#79")
+    expect(nodes.nth(10)).to_contain_text("#7")
+    expect(page.locator(".finder").get_by_role("status")).to_contain_text("11 of 520 turns")
+    shot(page, "long-session-filtered")
+    page.get_by_label("Only turns that changed a file whose path contains").fill("")
+    expect(nodes).to_have_count(50)
 
 
 def test_a_turn_shows_its_conversation_beside_its_diff(
@@ -177,12 +220,12 @@ def test_a_revert_is_previewed_confirmed_and_undone(
     workspace = reviewed.workspace
     open_page(page, start_server, reviewed.home, f"/sessions/{reviewed.session}")
 
-    page.locator("li.node").nth(1).get_by_role("button", name="Revert to here…").click()
+    page.locator("li.node", has_text="#2").get_by_role("button", name="Revert to here…").click()
     expect(page.get_by_role("dialog")).to_contain_text(
         "Turn 3 leaves the conversation and is kept as reverted history"
     )
     page.get_by_role("dialog").get_by_role("button", name="Cancel").click()
-    page.locator("li.node").nth(0).get_by_role("button", name="Revert to here…").click()
+    page.locator("li.node", has_text="#1").get_by_role("button", name="Revert to here…").click()
     dialog = page.get_by_role("dialog")
     expect(dialog).to_contain_text("Revert to turn 1?")
     plan = dialog.locator(".plan")
@@ -226,7 +269,7 @@ def test_a_revert_that_would_fail_is_shown_so_and_a_refused_one_says_what_to_do(
             (reviewed.workspace / f"part{n}.o").write_text("object\n")
     open_page(page, start_server, reviewed.home, f"/sessions/{reviewed.session}")
 
-    page.locator("li.node").nth(0).get_by_role("button", name="Revert to here…").click()
+    page.locator("li.node", has_text="#1").get_by_role("button", name="Revert to here…").click()
     dialog = page.get_by_role("dialog")
     expect(dialog).to_contain_text("Turns 2–4 leave the conversation")
     # the hand edit in the way comes first, and the confirm button says what it overwrites
@@ -292,7 +335,8 @@ def test_a_running_turn_grows_live(
     page.goto(f"{page.url.rsplit('/turns/', 1)[0]}")
     ready(page)
     expect(page.locator("li.node.st-running")).to_have_count(0)
-    expect(page.locator("li.node").nth(3)).to_contain_text("completed")
+    expect(page.locator("li.node").nth(0)).to_contain_text("#4")
+    expect(page.locator("li.node").nth(0)).to_contain_text("completed")
 
 
 def test_since_i_last_looked_shows_what_came_after_the_review_mark(
@@ -305,7 +349,7 @@ def test_since_i_last_looked_shows_what_came_after_the_review_mark(
     with turnback.open(reviewed.home) as tb, tb.session(reviewed.session).turn("add a license"):
         (reviewed.workspace / "LICENSE").write_text("MIT\n")
 
-    expect(page.locator("li.node").nth(3)).to_contain_text("new since review")
+    expect(page.locator("li.node").nth(0)).to_contain_text("new since review")
     page.get_by_role("link", name="Since I last looked (turn 4)").click()
     ready(page)
 

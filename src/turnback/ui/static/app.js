@@ -10,6 +10,8 @@ const crumbs = document.getElementById("crumbs");
 // Files past this many diff lines start collapsed; a file shows this many lines before "more".
 const COLLAPSE_OVER = 400;
 const CHUNK = 300;
+// The session page draws this many turns at a time, newest first.
+const PAGE = 50;
 
 // -- small DOM and formatting helpers -------------------------------------------------------
 
@@ -310,6 +312,35 @@ async function sessionsPage() {
 async function timelinePage(sessionId) {
   let state = null;
   let liveBox = null;
+  let shown = PAGE;  // how many turns are drawn, newest first
+  const filter = el("input", { type: "search", "data-key": "filter", placeholder: "e.g. src/app.py", "aria-label": "Only turns that changed a file whose path contains", oninput: () => { shown = PAGE; draw(); } });
+  const jump = el("input", { type: "text", inputmode: "numeric", "data-key": "jump", size: "6", placeholder: "N", "aria-label": "Turn number" });
+  const filterNote = el("span", { class: "muted small", role: "status" });
+  const finder = el("div", { class: "finder" },
+    el("label", { class: "field" }, el("span", { class: "muted", text: "Files" }), filter),
+    el("form", { class: "field", onsubmit: (e) => { e.preventDefault(); goTo(jump.value); } },
+      el("label", { class: "field" }, el("span", { class: "muted", text: "Jump to turn" }), jump), el("button", { type: "submit", text: "Go" })),
+    filterNote);
+
+  // Draws turn ``value`` (clearing the filter, showing as many older turns as it takes) and
+  // moves to it.
+  function goTo(value) {
+    const number = Number(String(value).trim().replace(/^#/, ""));
+    const turns = state.log.turns;
+    const turn = turns.find((t) => t.number === number && t.status !== "set_aside");
+    if (!Number.isInteger(number) || !turn) {
+      const last = turns.length ? Math.max(...turns.map((t) => t.number)) : 0;
+      toast(`There is no turn ${String(value).trim() || "(empty)"}: this session has turns 1 to ${last}.`, "bad");
+      return;
+    }
+    filter.value = "";
+    const at = turns.length - 1 - turns.indexOf(turn);
+    shown = Math.max(shown, Math.ceil((at + 1) / PAGE) * PAGE);
+    draw();
+    const node = document.querySelector(`li.node[data-key="${turn.token}"]`);
+    node.scrollIntoView({ block: "center" });
+    node.focus();
+  }
 
   async function load() {
     const [log, extra] = await Promise.all([
@@ -340,14 +371,25 @@ async function timelinePage(sessionId) {
       if (!revertsAfter.has(key)) revertsAfter.set(key, []);
       revertsAfter.get(key).push(r);
     }
+    // Newest first, a page of turns at a time: a long session opens at its head and draws
+    // only what is on screen; "Show older turns", the jump and the filter reach the rest.
+    const wanted = filter.value.trim().toLowerCase();
+    const matches = (turn) => !wanted || turn.files.some((f) => f.path.toLowerCase().includes(wanted) || (f.old_path || "").toLowerCase().includes(wanted));
+    const picked = log.turns.filter(matches).reverse();
+    const drawn = picked.slice(0, shown);
     const items = [];
-    for (const r of revertsAfter.get("") || []) items.push(revertMark(r, byToken));
-    for (const turn of log.turns) {
-      if (turn.outside.length) items.push(outsideMark(turn));
+    if (!wanted && log.since_head && log.since_head.length) items.push(sinceMark(log.since_head, top));
+    for (const turn of drawn) {
+      if (!wanted) for (const r of (revertsAfter.get(turn.token) || []).slice().reverse()) items.push(revertMark(r, byToken));
       items.push(turnNode(turn, mark));
-      for (const r of revertsAfter.get(turn.token) || []) items.push(revertMark(r, byToken));
+      if (!wanted && turn.outside.length) items.push(outsideMark(turn));
     }
-    if (log.since_head && log.since_head.length) items.push(sinceMark(log.since_head, top));
+    if (!wanted && drawn.length === picked.length) for (const r of (revertsAfter.get("") || []).slice().reverse()) items.push(revertMark(r, byToken));
+    const left = picked.length - drawn.length;
+    const older = left > 0
+      ? el("button", { type: "button", class: "older", onclick: () => { shown += PAGE; draw(); }, text: `Show ${Math.min(PAGE, left)} older turn${Math.min(PAGE, left) === 1 ? "" : "s"} (${left} left)` })
+      : null;
+    filterNote.textContent = wanted ? `${picked.length} of ${log.turns.length} turns changed a path with “${filter.value.trim()}”` : "";
     const lastRevert = log.reverts.length ? log.reverts[log.reverts.length - 1] : null;
     const canUndo = lastRevert && lastRevert.state === "committed";
     const actions = el("div", { class: "actions" },
@@ -371,7 +413,9 @@ async function timelinePage(sessionId) {
           el("dt", { text: "session" }), el("dd", { class: "mono", text: session.id })),
         actions),
       extra.unrecovered.length ? setAsideBox(extra.unrecovered) : null,
-      log.turns.length ? el("ol", { class: "timeline", "aria-label": "Turns, oldest first" }, items) : el("p", { class: "empty", text: "No turns yet: this page shows them as they begin." })));
+      log.turns.length > 1 ? finder : null,
+      log.turns.length ? el("ol", { class: "timeline", "aria-label": "Turns, newest first" }, items) : el("p", { class: "empty", text: "No turns yet: this page shows them as they begin." }),
+      older));
     const again = focused && document.querySelector(`[data-key="${focused}"]`);
     if (again) again.focus();
   }
@@ -567,6 +611,7 @@ async function timelinePage(sessionId) {
   }
 
   await load();
+  requestAnimationFrame(() => performance.mark("turnback:first-screen"));
   listen(sessionId, {
     log: () => load().catch((e) => toast(e.message, "bad")),
     running: (data) => {
@@ -574,8 +619,10 @@ async function timelinePage(sessionId) {
     },
   });
   bindKeys([
-    [["j", "ArrowDown"], "next turn", () => moveFocus("li.node", 1)],
-    [["k", "ArrowUp"], "previous turn", () => moveFocus("li.node", -1)],
+    [["j", "ArrowDown"], "next turn down (older)", () => moveFocus("li.node", 1)],
+    [["k", "ArrowUp"], "next turn up (newer)", () => moveFocus("li.node", -1)],
+    [["/"], "filter the turns by file", () => filter.focus()],
+    [["g"], "jump to a turn", () => jump.focus()],
     [["o"], "open the focused turn", () => { const n = document.activeElement.closest("li.node"); if (n) location.href = n.dataset.href; }],
     [["u"], "back to the sessions", () => { location.href = "/"; }],
   ]);
