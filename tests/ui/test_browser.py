@@ -339,6 +339,45 @@ def test_a_running_turn_grows_live(
     expect(page.locator("li.node").nth(0)).to_contain_text("completed")
 
 
+def test_a_running_turns_diff_follows_the_workspace_without_capturing_it_too_often(
+    page: Page, reviewed: Reviewed, start_server: StartServer
+) -> None:
+    """A running turn's diff was frozen at page load while it said "against the workspace as
+    it is now" (the bug): it is asked for again while the turn runs, at most every 2 s."""
+    with turnback.open(reviewed.home, durability="strict") as tb:
+        turn = tb.session(reviewed.session).turn("write the docs")
+        (reviewed.workspace / "index.md").write_text("# Docs\n")
+        asked: list[float] = []
+        page.on(
+            "request",
+            lambda r: asked.append(time.monotonic())
+            if re.search(r"/turns/\w+/diff", r.url)
+            else None,
+        )
+        open_page(page, start_server, reviewed.home, f"/sessions/{reviewed.session}/turns/4")
+        note = page.locator(".running-note")
+        expect(note).to_contain_text("against the workspace as it was when last refreshed")
+        first = note.locator("time").get_attribute("datetime")
+        expect(page.locator("section.file")).to_have_count(1)
+
+        (reviewed.workspace / "guide.md").write_text("# Guide\nRead me.\n")
+        (reviewed.workspace / "index.md").write_text("# Docs\nSee the guide.\n")
+
+        guide = page.locator("section.file", has_text="guide.md")
+        expect(guide.locator("tr.add").last).to_contain_text("Read me.")  # no reload
+        index = page.locator("section.file", has_text="index.md")
+        expect(index.locator("tr.add").last).to_contain_text("See the guide.")
+        assert note.locator("time").get_attribute("datetime") != first
+        shot(page, "running-turn-live")
+        watched = time.monotonic()
+        page.wait_for_timeout(6000)
+        during = [t for t in asked if t >= watched]
+        assert 2 <= len(during) <= 4, during  # every 2 s: never a capture per event
+        turn.complete()
+    expect(page.locator(".turn-head")).to_contain_text("completed")  # reloaded as it ended
+    expect(page.locator("section.file", has_text="guide.md")).to_have_count(1)
+
+
 def test_since_i_last_looked_shows_what_came_after_the_review_mark(
     page: Page, reviewed: Reviewed, start_server: StartServer
 ) -> None:

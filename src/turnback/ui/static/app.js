@@ -12,6 +12,8 @@ const COLLAPSE_OVER = 400;
 const CHUNK = 300;
 // The session page draws this many turns at a time, newest first.
 const PAGE = 50;
+// A running turn's diff is asked for again this often (each time a capture of the workspace).
+const REFRESH = 2000;
 
 // -- small DOM and formatting helpers -------------------------------------------------------
 
@@ -1010,8 +1012,13 @@ async function turnPage(sessionId, ref) {
     api(`/api/sessions/${sessionId}/turns/${ref}`),
     api(`/api/sessions/${sessionId}`),
   ]);
-  const pending = api(`/api/sessions/${sessionId}/turns/${ref}/diff?stat=1`).catch((error) => error);
+  const stat = api(`/api/sessions/${sessionId}/turns/${ref}/diff?stat=1`).catch((error) => error);
   const [shown, summary] = await asked;
+  // A running turn's whole patch comes in one answer (the server answers both from one capture
+  // of the workspace), not its files' pieces one request and capture at a time.
+  const pending = shown.turn.status === "running"
+    ? stat.then(() => api(`/api/sessions/${sessionId}/turns/${ref}/diff`)).catch((error) => error)
+    : stat;
   const turn = shown.turn;
   const session = summary.session;
   document.title = `turnback · turn ${turn.number} · ${session.title || session.id.slice(0, 12)}`;
@@ -1035,21 +1042,54 @@ async function turnPage(sessionId, ref) {
     el("div", { class: "columns" },
       el("aside", { class: "talk-pane", "aria-label": "Conversation" }, el("h2", { text: "Conversation" }), talk),
       el("div", { class: "diff-col", "aria-label": "Diff" }, el("h2", { text: "Changes" }), diffPane))));
-  {
-    try {
-      const diff = await pending;
-      if (diff instanceof Error) throw diff;
-      const running = turn.status === "running" ? el("p", { class: "note" }, el("strong", { text: "The turn is still running: " }), "this is its diff so far, against the workspace as it is now.") : null;
-      const outside = diff.outside.length ? el("p", { class: "note" }, el("strong", { text: `${diff.outside.length} file${diff.outside.length === 1 ? "" : "s"} changed outside any turn` }), ` before this turn (not the agent's): ${diff.outside.slice(0, 5).map((f) => f.path).join(", ")}${diff.outside.length > 5 ? ", …" : ""}`) : null;
-      const note = running || outside ? el("div", {}, running, outside) : null;
-      if (!diff.available && !running) diffPane.replaceChildren(el("p", { class: "problem" }, "This turn has no workspace checkpoint at its beginning or end (the capture failed, was skipped or pruned), so its diff is unavailable. The session's activities say why."));
-      else if (!diff.files.length) diffPane.replaceChildren(note || "", el("p", { class: "muted", text: running ? "No file has changed yet." : "This turn changed no files." }));
-      else {
-        const load = (paths) => api(`/api/sessions/${sessionId}/turns/${turn.token}/patch?${paths.map((p) => `path=${encodeURIComponent(p)}`).join("&")}`).then((r) => r.patch);
-        const onFirstRows = () => requestAnimationFrame(() => performance.mark("turnback:first-screen"));
-        diffPane.replaceChildren(diffView(diff.files, { load }, { note, onFirstRows }));
+  // A running turn's diff is the workspace now against the turn's beginning: it is asked for
+  // again every REFRESH ms while the page is in view (each answer is a capture of the
+  // workspace, so no more often than that), and redrawn when it changed.
+  const running = turn.status === "running";
+  const refreshed = el("time", {});
+  let lastPatch = null;
+  const showDiff = (diff) => {
+    const note = el("div", {},
+      running ? el("p", { class: "note running-note" }, el("strong", { text: "The turn is still running: " }), "this is its diff so far, against the workspace as it was when last refreshed (", refreshed, ", every 2 s).") : null,
+      diff.outside.length ? el("p", { class: "note" }, el("strong", { text: `${diff.outside.length} file${diff.outside.length === 1 ? "" : "s"} changed outside any turn` }), ` before this turn (not the agent's): ${diff.outside.slice(0, 5).map((f) => f.path).join(", ")}${diff.outside.length > 5 ? ", …" : ""}`) : null);
+    if (!diff.available && !running) diffPane.replaceChildren(el("p", { class: "problem" }, "This turn has no workspace checkpoint at its beginning or end (the capture failed, was skipped or pruned), so its diff is unavailable. The session's activities say why."));
+    else if (!diff.files.length) diffPane.replaceChildren(note, el("p", { class: "muted", text: running ? "No file has changed yet." : "This turn changed no files." }));
+    else {
+      const load = (paths) => api(`/api/sessions/${sessionId}/turns/${turn.token}/patch?${paths.map((p) => `path=${encodeURIComponent(p)}`).join("&")}`).then((r) => r.patch);
+      const onFirstRows = () => requestAnimationFrame(() => performance.mark("turnback:first-screen"));
+      diffPane.replaceChildren(diffView(diff.files, running ? { patch: diff.patch } : { load }, { note, onFirstRows }));
+    }
+  };
+  const stamp = () => {
+    const now = new Date();
+    refreshed.dateTime = now.toISOString();
+    refreshed.textContent = now.toLocaleTimeString();
+  };
+  try {
+    const diff = await pending;
+    if (diff instanceof Error) throw diff;
+    lastPatch = diff.patch;
+    stamp();
+    showDiff(diff);
+  } catch (error) { diffPane.replaceChildren(problem(error)); }
+  if (running) {
+    const refresh = async () => {
+      if (document.visibilityState === "visible") {
+        try {
+          const diff = await api(`/api/sessions/${sessionId}/turns/${turn.token}/diff`);
+          if (diff.turn.status !== "running") return;  // it ended: the stream reloads the page
+          stamp();
+          if (diff.patch !== lastPatch) {
+            lastPatch = diff.patch;
+            const y = window.scrollY;
+            showDiff(diff);
+            window.scrollTo(0, y);
+          }
+        } catch (error) { /* the next round tries again; the page keeps what it has */ }
       }
-    } catch (error) { diffPane.replaceChildren(problem(error)); }
+      setTimeout(refresh, REFRESH);
+    };
+    setTimeout(refresh, REFRESH);
   }
   listen(sessionId, {
     running: (data) => { if (data.turn.token === turn.token) talk.replaceChildren(...conversation({ messages: data.messages, events: [] })); },
