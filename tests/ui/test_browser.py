@@ -423,6 +423,42 @@ def test_a_large_file_starts_collapsed_and_shows_a_chunk_at_a_time(
     expect(big.get_by_role("button", name=re.compile("Show more"))).to_have_count(0)
 
 
+def test_a_big_turn_lists_its_files_by_folder_and_filters_them_by_path(
+    page: Page, tmp_path: Path, start_server: StartServer
+) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    home = tmp_path / "home"
+    with turnback.open(home) as tb:
+        session = tb.create_session(workspace, title="wide")
+        with session.turn("touch three packages"):
+            for folder in ("api", "core", "docs"):
+                (workspace / folder).mkdir()
+                for n in range(40):
+                    (workspace / folder / f"part_{n}.txt").write_text(f"{folder} {n}\n")
+    open_page(page, start_server, home, f"/sessions/{session.id}/turns/1")
+
+    index = page.locator("details.file-index")
+    index.locator("summary").click()
+    folders = index.locator(".folder")
+    expect(folders).to_have_text(["api/ (40)", "core/ (40)", "docs/ (40)"])
+    box = page.get_by_label("Show only files whose path contains")
+    box.fill("core/part_1")  # part_1 and part_10 … part_19
+    shown = page.locator("section.file:not([hidden])")
+    expect(shown).to_have_count(11)
+    expect(page.locator(".diff-toolbar").get_by_role("status")).to_have_text("11 of 120 files")
+    expect(folders).to_have_text(["core/ (11)"])
+    expect(shown.first.locator("tr.add")).to_contain_text("core 1")
+    shot(page, "big-turn-filtered")
+    index.get_by_role("link", name=re.compile("part_17.txt")).click()
+    expect(page.locator("section.file", has_text="core/part_17.txt")).to_be_focused()
+    box.fill("nothing like it")
+    expect(shown).to_have_count(0)
+    expect(index).to_contain_text("No file's path contains that.")
+    box.fill("")
+    expect(shown).to_have_count(120)
+
+
 ATTACK = """<!doctype html><meta charset=utf-8><title>a dev server</title><body><script>
 const target = "TARGET", session = "SESSION", results = {};
 const revert = `${target}/api/sessions/${session}/revert`;

@@ -942,6 +942,8 @@ function diffView(files, source, options) {
   };
   // Files are built a batch at a time: the first screen is drawn before the rest exist.
   const sections = [];
+  let query = "";  // the filter by path, lower case
+  const fits = (f) => !query || f.path.toLowerCase().includes(query) || (f.old_path || "").toLowerCase().includes(query);
   let wanted = null;  // "Collapse all" or "Expand all", for the files not built yet
   const grow = (upTo) => {
     const end = Math.min(files.length, upTo);
@@ -950,6 +952,7 @@ function diffView(files, source, options) {
     while (sections.length < end) {
       const section = build(files[sections.length], sections.length);
       if (wanted !== null) section.collapse(wanted);
+      section.hidden = !fits(files[sections.length]);
       sections.push(section);
       batch.append(section);
     }
@@ -983,12 +986,40 @@ function diffView(files, source, options) {
     el("span", { class: "segmented" }, unifiedButton, splitButton),
     el("button", { type: "button", onclick: () => all(true), text: "Collapse all" }),
     el("button", { type: "button", onclick: () => all(false), text: "Expand all" }));
-  // The index of files is drawn when first opened: a long one costs nothing until wanted.
-  const entries = () => el("ol", { class: "mono small" }, files.map((f, i) => el("li", {}, el("a", { href: `#file-${i}`, onclick: (e) => { e.preventDefault(); reveal(i); } },
-    el("b", { class: `k-${f.kind}`, text: KIND_LETTERS[f.kind] }), " ", f.path), " ", f.binary ? "" : el("span", { class: "muted", text: `+${f.additions} −${f.deletions}` }))));
+  // The index of files, by folder, is drawn when first opened: a long one costs nothing until
+  // wanted. The filter narrows it and the diffs below alike.
+  const entries = () => {
+    const folders = new Map();
+    files.forEach((f, i) => {
+      if (!fits(f)) return;
+      const cut = f.path.lastIndexOf("/");
+      const folder = cut < 0 ? "" : f.path.slice(0, cut + 1);
+      if (!folders.has(folder)) folders.set(folder, []);
+      folders.get(folder).push(el("li", {}, el("a", { href: `#file-${i}`, onclick: (e) => { e.preventDefault(); reveal(i); } },
+        el("b", { class: `k-${f.kind}`, text: KIND_LETTERS[f.kind] }), " ", f.path.slice(cut + 1)), " ", f.binary ? "" : el("span", { class: "muted", text: `+${f.additions} −${f.deletions}` })));
+    });
+    if (!folders.size) return el("p", { class: "muted", text: "No file's path contains that." });
+    return el("ul", { class: "tree mono small", "aria-label": "Changed files by folder" }, [...folders].sort(([a], [b]) => a.localeCompare(b)).map(([folder, items]) =>
+      el("li", {}, el("span", { class: "folder", text: `${folder || "./"} (${items.length})` }), el("ol", { "aria-label": folder || "./" }, items))));
+  };
   const index = files.length > 1 ? el("details", { class: "file-index", open: files.length <= 30 },
     el("summary", { text: `Files (${files.length})` }), files.length <= 30 ? entries() : null) : null;
-  if (index && files.length > 30) index.addEventListener("toggle", () => { if (index.open && !index.querySelector("ol")) index.append(entries()); });
+  const redrawIndex = () => {
+    if (!index || !index.open) return;
+    const old = index.querySelector(".tree, p");
+    if (old) old.replaceWith(entries()); else index.append(entries());
+  };
+  if (index && files.length > 30) index.addEventListener("toggle", () => { if (index.open && !index.querySelector(".tree, p")) index.append(entries()); });
+  const filterCount = el("span", { class: "muted small", role: "status" });
+  const filterBox = files.length > 1 ? el("input", { type: "search", placeholder: "filter by path", "aria-label": "Show only files whose path contains", oninput: () => {
+    query = filterBox.value.trim().toLowerCase();
+    grow(files.length);  // the filter reaches the files not built yet
+    sections.forEach((s, i) => { s.hidden = !fits(files[i]); });
+    const shownCount = query ? files.filter(fits).length : files.length;
+    filterCount.textContent = query ? `${shownCount} of ${files.length} files` : "";
+    redrawIndex();
+  } }) : null;
+  if (filterBox) toolbar.insertBefore(el("span", { class: "field" }, filterBox, filterCount), toolbar.querySelector(".spacer"));
   const view = el("div", { class: "diff-view" }, toolbar, options && options.note ? options.note : null, index, list);
   view.setMode = setMode;
   view.toggleMode = () => setMode(mode === "unified" ? "split" : "unified");
@@ -997,8 +1028,8 @@ function diffView(files, source, options) {
 
 function diffKeys() {
   return [
-    [["n", "j"], "next file", () => moveFocus("section.file", 1)],
-    [["p", "k"], "previous file", () => moveFocus("section.file", -1)],
+    [["n", "j"], "next file", () => moveFocus("section.file:not([hidden])", 1)],
+    [["p", "k"], "previous file", () => moveFocus("section.file:not([hidden])", -1)],
     [["x"], "collapse or expand the focused file", () => { const s = document.activeElement.closest("section.file"); if (s) s.collapse(!s.classList.contains("collapsed")); }],
     [["s"], "unified or split", () => { const v = document.querySelector(".diff-view"); if (v) v.toggleMode(); }],
   ];
