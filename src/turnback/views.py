@@ -40,6 +40,7 @@ from turnback.model import (
     TurnDiff,
     TurnStatus,
     UnrecoveredTurn,
+    prompt_text,
 )
 
 if TYPE_CHECKING:
@@ -345,13 +346,15 @@ class UnrecoveredView(SessionTurnView):
 
 @dataclass(frozen=True, slots=True)
 class ListedSession(SessionView):
-    """``turns``: how many its conversation holds; ``set_aside``: how many wait to be applied
-    or discarded."""
+    """``turns``: how many its conversation holds (its head is turn ``turns``); ``set_aside``:
+    how many wait to be applied or discarded; ``first_prompt``: the text of its first turn's
+    prompt, what names a session without a title."""
 
     called: ClassVar[str | None] = None
 
     turns: int
     set_aside: int
+    first_prompt: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -695,9 +698,12 @@ def sessions(tb: Turnback) -> list[ListedSession]:
     records = tb.sessions()
     overview = tb.conversations() if records else {}
     aside = Counter(u.turn.session_id for u in tb.unrecovered()) if records else Counter()
-    return [
-        ListedSession(*_session(r), overview.get(r.id, (0, None))[0], aside[r.id]) for r in records
-    ]
+    listed = []
+    for r in records:
+        turns, first = overview.get(r.id, (0, None))
+        text = None if first is None else prompt_text(first)
+        listed.append(ListedSession(*_session(r), turns, aside[r.id], text))
+    return listed
 
 
 def log(handle: Session) -> LogView:

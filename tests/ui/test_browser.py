@@ -110,6 +110,7 @@ def test_the_timeline_of_a_demo_session(
     ready(page)
     assert "token" not in page.url  # the token left the address
     expect(page.locator("table.sessions tbody tr")).to_have_count(1)
+    expect(page.locator("table.sessions tbody tr td").nth(4)).to_have_text("turn 3")  # not a token
     shot(page, "sessions")
     page.get_by_role("link", name="demo").click()
     ready(page)
@@ -133,6 +134,30 @@ def test_the_timeline_of_a_demo_session(
     ready(page)
     shot(page, "timeline-narrow")
     assert page.evaluate("document.documentElement.scrollWidth") <= NARROW["width"]
+
+
+def test_an_untitled_session_is_named_by_its_first_prompt(
+    page: Page, tmp_path: Path, start_server: StartServer
+) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    home = tmp_path / "home"
+    with turnback.open(home) as tb:
+        session = tb.create_session(workspace)
+        with session.turn([{"type": "text", "text": "Add a   dark mode to the settings page"}]):
+            (workspace / "theme.css").write_text("body { color: white; }\n")
+        with session.turn("and a toggle"):
+            pass
+    open_page(page, start_server, home, "/")
+
+    link = page.get_by_role("link", name="Add a dark mode to the settings page")
+    expect(link).to_be_visible()
+    expect(page.locator("table.sessions tbody td").nth(4)).to_have_text("turn 2")
+    link.click()
+    ready(page)
+    expect(page.locator("h1")).to_have_text("“Add a dark mode to the settings page”")
+    expect(page.locator("#crumbs")).to_contain_text("Add a dark mode to the settings page")
+    assert "Add a dark mode" in page.title()
 
 
 def test_a_long_session_opens_at_its_head_a_page_at_a_time_with_a_jump_and_a_file_filter(
@@ -206,9 +231,13 @@ def test_a_turn_shows_its_conversation_beside_its_diff(
     expect(page.locator("table.diff.split").first).to_be_visible()
     shot(page, "turn-split")
     page.set_viewport_size(NARROW)
+    expect(page.locator("table.diff.split")).to_have_count(0)  # too narrow for two columns
+    expect(page.locator("table.diff.unified").first).to_be_visible()
+    expect(page.get_by_role("button", name="Split")).to_be_disabled()
     shot(page, "turn-narrow")
     assert page.evaluate("document.documentElement.scrollWidth") <= NARROW["width"]
     page.set_viewport_size(WIDE)
+    expect(page.locator("table.diff.split").first).to_be_visible()  # the choice is kept
     page.keyboard.press("]")
     ready(page)
     expect(page.locator("h1")).to_have_text("Turn 3")
@@ -251,6 +280,14 @@ def test_a_revert_is_previewed_confirmed_and_undone(
     shot(page, "reverted")
 
     page.get_by_role("button", name="Undo the revert to turn 1").click()
+    confirm = page.get_by_role("dialog", name="Undo the revert to turn 1")
+    expect(confirm).to_contain_text("go back to how they were just before that revert")
+    shot(page, "undo-confirm")
+    confirm.get_by_role("button", name="Cancel").click()  # a stray click changes nothing
+    expect(confirm).to_have_count(0)
+    assert (workspace / "app.py").read_text() == 'def main():\n    return "one"\n'
+    page.get_by_role("button", name="Undo the revert to turn 1").click()
+    confirm.get_by_role("button", name="Undo the revert").click()
 
     expect(page.locator("li.mark.revert")).to_contain_text("undone")
     assert (workspace / "app.py").read_text() == 'def main():\n    return "two"\n'

@@ -12,6 +12,8 @@ const COLLAPSE_OVER = 400;
 const CHUNK = 300;
 // The session page draws this many turns at a time, newest first.
 const PAGE = 50;
+// Narrower than this, a split diff is drawn unified.
+const NARROW = "(max-width: 760px)";
 // A running turn's diff is asked for again this often (each time a capture of the workspace).
 const REFRESH = 2000;
 
@@ -50,6 +52,11 @@ function exact(seconds) {
 function short(text, width) {
   const line = String(text || "").split(/\s+/).join(" ").trim();
   return line.length <= width ? line : line.slice(0, width - 1) + "…";
+}
+
+// What a session is called: its title, else its first prompt, else its id.
+function sessionName(session, firstPrompt) {
+  return session.title || short(promptText(firstPrompt), 60) || session.id.slice(0, 12);
 }
 
 function promptText(prompt) {
@@ -286,12 +293,12 @@ async function sessionsPage() {
     return;
   }
   const rows = sessions.map((s) => el("tr", { class: "row", tabindex: "0", "data-href": `/sessions/${s.id}` },
-    el("td", { "data-label": "session" }, el("a", { href: `/sessions/${s.id}`, class: "title", text: s.title || s.id.slice(0, 12) }),
+    el("td", { "data-label": "session" }, el("a", { href: `/sessions/${s.id}`, class: `title${s.title ? "" : " untitled"}`, title: s.title ? null : s.first_prompt, text: sessionName(s, s.first_prompt) }),
       el("div", { class: "muted mono small", text: s.id.slice(0, 12) })),
     el("td", { "data-label": "workspace", class: "workspace mono", title: s.workspace, text: s.workspace }),
     el("td", { "data-label": "agent", text: s.agent || "–" }),
     el("td", { "data-label": "turns", class: "num", text: s.turns }),
-    el("td", { "data-label": "head", class: "mono", text: s.head ? s.head.slice(0, 8) : "–" }),
+    el("td", { "data-label": "head", title: s.head ? `turn ${s.turns}, token ${s.head}` : null, text: s.head ? `turn ${s.turns}` : "–" }),
     el("td", { "data-label": "status" }, el("span", { class: `badge s-${s.status}`, text: s.status })),
     el("td", { "data-label": "pending", class: "num" }, s.pending_requests.length ? el("span", { class: "badge s-running", text: s.pending_requests.length }) : "–"),
     el("td", { "data-label": "set aside", class: "num" }, s.set_aside ? el("span", { class: "badge s-set_aside", text: s.set_aside }) : "–"),
@@ -362,8 +369,9 @@ async function timelinePage(sessionId) {
     const { log, extra } = state;
     const session = log.session;
     const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.key : null;
-    document.title = `turnback · ${session.title || session.id.slice(0, 12)}`;
-    setCrumbs(el("a", { href: "/", text: "sessions" }), el("span", { text: session.title || session.id.slice(0, 12) }));
+    const name = sessionName(session, log.turns.length ? log.turns[0].prompt : null);
+    document.title = `turnback · ${name}`;
+    setCrumbs(el("a", { href: "/", text: "sessions" }), el("span", { text: name }));
     const mark = extra.review_mark;
     const top = head();
     const byToken = new Map(log.turns.map((t) => [t.token, t]));
@@ -402,12 +410,12 @@ async function timelinePage(sessionId) {
         ? el("button", { type: "button", onclick: () => setMark(top), text: top === 1 ? "Mark turn 1 reviewed" : `Mark turns 1–${top} reviewed` })
         : null,
       !CONFIG.readOnly && canUndo
-        ? el("button", { type: "button", class: "undo", onclick: undo, text: `Undo the revert to turn ${turnNumber(lastRevert.to_turn, byToken)}` })
+        ? el("button", { type: "button", class: "undo", onclick: () => confirmUndo(turnNumber(lastRevert.to_turn, byToken)), text: `Undo the revert to turn ${turnNumber(lastRevert.to_turn, byToken)}` })
         : null,
       rangePicker(top));
     main.replaceChildren(el("section", { class: "session" },
       el("div", { class: "session-head" },
-        el("h1", { text: session.title || `session ${session.id.slice(0, 12)}` }),
+        el("h1", { class: session.title ? null : "untitled", text: session.title || !log.turns.length ? name : `“${name}”` }),
         el("dl", { class: "facts" },
           el("dt", { text: "workspace" }), el("dd", { class: "mono", text: session.workspace }),
           el("dt", { text: "agent" }), el("dd", { text: session.agent || "–" }),
@@ -513,6 +521,16 @@ async function timelinePage(sessionId) {
       toast(`Marked everything up to turn ${number} as reviewed.`);
       await load();
     } catch (error) { toast(`${error.message}. ${error.hint}`, "bad"); }
+  }
+
+  // An undo moves files and turns as much as the revert did: it is asked for twice.
+  function confirmUndo(number) {
+    const go = el("button", { type: "button", class: "danger", text: "Undo the revert" });
+    go.addEventListener("click", () => { closeOverlay(); undo(); });
+    openOverlay(el("div", { class: "dialog", role: "dialog", "aria-label": `Undo the revert to turn ${number}` },
+      el("h2", { text: `Undo the revert to turn ${number}?` }),
+      el("p", { text: "The files, the turns and the head go back to how they were just before that revert." }),
+      el("div", { class: "buttons" }, el("button", { type: "button", onclick: closeOverlay, text: "Cancel", autofocus: true }), go)));
   }
 
   async function undo() {
@@ -867,6 +885,10 @@ function diffView(files, source, options) {
   const pieceOf = patchSource(source.patch, source.load);
   let firstRows = options && options.onFirstRows;
   let mode = localStorage.getItem("turnback.diff-mode") || "unified";
+  // Split needs two columns of code: on a narrow screen the diff is drawn unified, whatever
+  // was chosen, and split again once the screen is wide enough.
+  const narrow = window.matchMedia(NARROW);
+  const drawnMode = () => (mode === "split" && narrow.matches ? "unified" : mode);
   const list = el("div", { class: "files-diff" });
   const observer = "IntersectionObserver" in window
     ? new IntersectionObserver((entries) => {
@@ -888,8 +910,8 @@ function diffView(files, source, options) {
         f.binary ? el("span", { class: "muted small", text: "binary" }) : counts([f])),
       body);
     const more = () => {
-      const table = body.querySelector("table") || body.appendChild(el("table", { class: `diff ${mode}` }));
-      const rows = mode === "split" ? splitRows(lines, language(f.path), shown, CHUNK) : unifiedRows(lines, language(f.path), shown, CHUNK);
+      const table = body.querySelector("table") || body.appendChild(el("table", { class: `diff ${drawnMode()}` }));
+      const rows = drawnMode() === "split" ? splitRows(lines, language(f.path), shown, CHUNK) : unifiedRows(lines, language(f.path), shown, CHUNK);
       const tbody = el("tbody", {}, rows);
       table.append(tbody);
       shown += CHUNK;
@@ -971,15 +993,29 @@ function diffView(files, source, options) {
   setTimeout(startGrowing, 500);
   const all = (collapsed) => { wanted = collapsed; sections.forEach((s) => s.collapse(collapsed)); };
   const reveal = (i) => { grow(i + 1); sections[i].collapse(false); sections[i].scrollIntoView(); sections[i].focus(); };
+  const showMode = () => {
+    const now = drawnMode();
+    unifiedButton.classList.toggle("on", now === "unified");
+    splitButton.classList.toggle("on", now === "split");
+    unifiedButton.setAttribute("aria-pressed", String(now === "unified"));
+    splitButton.setAttribute("aria-pressed", String(now === "split"));
+    splitButton.disabled = narrow.matches;
+    splitButton.title = narrow.matches ? "Too narrow a screen for split: the diff is unified" : "Old and new side by side (s)";
+  };
   const setMode = (next) => {
     mode = next;
     localStorage.setItem("turnback.diff-mode", mode);
-    unifiedButton.classList.toggle("on", mode === "unified");
-    splitButton.classList.toggle("on", mode === "split");
+    showMode();
     for (const s of sections) if (s.querySelector("table")) s.redraw();
   };
-  const unifiedButton = el("button", { type: "button", class: mode === "unified" ? "on" : "", onclick: () => setMode("unified"), text: "Unified" });
-  const splitButton = el("button", { type: "button", class: mode === "split" ? "on" : "", onclick: () => setMode("split"), text: "Split" });
+  const unifiedButton = el("button", { type: "button", onclick: () => setMode("unified"), text: "Unified" });
+  const splitButton = el("button", { type: "button", onclick: () => setMode("split"), text: "Split" });
+  showMode();
+  narrow.addEventListener("change", () => {
+    if (!list.isConnected) return;
+    showMode();
+    if (mode === "split") for (const s of sections) if (s.querySelector("table")) s.redraw();
+  });
   const toolbar = el("div", { class: "diff-toolbar" },
     el("strong", { text: `${files.length} file${files.length === 1 ? "" : "s"} ` }), counts(files),
     el("span", { class: "spacer" }),
