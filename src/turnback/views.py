@@ -640,10 +640,12 @@ class DemoView(View):
 
 @dataclass(frozen=True, slots=True)
 class SummaryView(View):
-    """The session and the numbers of its conversation's turns."""
+    """The session, the numbers of its conversation's turns, and its first turn's prompt (what
+    names a session without a title)."""
 
     session: SessionView
     conversation: tuple[int, ...]
+    first_prompt: str | None
 
 
 @dataclass(frozen=True, slots=True)

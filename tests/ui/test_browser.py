@@ -158,6 +158,9 @@ def test_an_untitled_session_is_named_by_its_first_prompt(
     expect(page.locator("h1")).to_have_text("“Add a dark mode to the settings page”")
     expect(page.locator("#crumbs")).to_contain_text("Add a dark mode to the settings page")
     assert "Add a dark mode" in page.title()
+    page.get_by_role("link", name="#1").click()
+    ready(page)
+    expect(page.locator("#crumbs")).to_contain_text("Add a dark mode to the settings page")
 
 
 def test_a_long_session_opens_at_its_head_a_page_at_a_time_with_a_jump_and_a_file_filter(
@@ -180,25 +183,25 @@ def test_a_long_session_opens_at_its_head_a_page_at_a_time_with_a_jump_and_a_fil
     expect(nodes).to_have_count(100)
     expect(nodes.nth(99)).to_contain_text("#421")
 
-    page.get_by_label("Turn number").fill("300")
+    page.get_by_label("Jump to turn").fill("300")
     page.get_by_role("button", name="Go").click()
     found = page.locator('li.node:has(a.number:text-is("#300"))')
     expect(found).to_be_focused()
     expect(found).to_be_in_viewport()
     expect(nodes).to_have_count(250)  # the pages down to turn 300 are drawn, no further
-    page.get_by_label("Turn number").fill("999")
+    page.get_by_label("Jump to turn").fill("999")
     page.get_by_role("button", name="Go").click()
     expect(page.locator("#toast")).to_contain_text(
         "There is no turn 999: this session has turns 1 to 520"
     )
 
-    page.get_by_label("Only turns that changed a file whose path contains").fill("docs/step_7")
+    page.get_by_label("Filter by file").fill("docs/step_7")
     expect(nodes).to_have_count(11)  # 79 … 70 and 7
     expect(nodes.nth(0)).to_contain_text("#79")
     expect(nodes.nth(10)).to_contain_text("#7")
     expect(page.locator(".finder").get_by_role("status")).to_contain_text("11 of 520 turns")
     shot(page, "long-session-filtered")
-    page.get_by_label("Only turns that changed a file whose path contains").fill("")
+    page.get_by_label("Filter by file").fill("")
     expect(nodes).to_have_count(50)
 
 

@@ -416,10 +416,11 @@ class Api:
 
         def build() -> views.SummaryView:
             handle = self.session(self.session_ref(request))
-            turns = handle.turns()
+            chain = conversation(handle.turns())
             return views.SummaryView(
                 views.SessionView.of(handle.record),
-                tuple(t.number for t in conversation(turns)),
+                tuple(t.number for t in chain),
+                chain[0].prompt_text if chain else None,
             )
 
         return await self.answer(build)

@@ -322,11 +322,11 @@ async function timelinePage(sessionId) {
   let state = null;
   let liveBox = null;
   let shown = PAGE;  // how many turns are drawn, newest first
-  const filter = el("input", { type: "search", "data-key": "filter", placeholder: "e.g. src/app.py", "aria-label": "Only turns that changed a file whose path contains", oninput: () => { shown = PAGE; draw(); } });
-  const jump = el("input", { type: "text", inputmode: "numeric", "data-key": "jump", size: "6", placeholder: "N", "aria-label": "Turn number" });
+  const filter = el("input", { type: "search", "data-key": "filter", placeholder: "e.g. src/app.py", "aria-label": "Filter by file: only turns that changed a path containing", oninput: () => { shown = PAGE; draw(); } });
+  const jump = el("input", { type: "text", inputmode: "numeric", "data-key": "jump", size: "6", placeholder: "N", "aria-label": "Jump to turn" });
   const filterNote = el("span", { class: "muted small", role: "status" });
   const finder = el("div", { class: "finder" },
-    el("label", { class: "field" }, el("span", { class: "muted", text: "Files" }), filter),
+    el("label", { class: "field" }, el("span", { class: "muted", text: "Filter by file" }), filter),
     el("form", { class: "field", onsubmit: (e) => { e.preventDefault(); goTo(jump.value); } },
       el("label", { class: "field" }, el("span", { class: "muted", text: "Jump to turn" }), jump), el("button", { type: "submit", text: "Go" })),
     filterNote);
@@ -1087,9 +1087,9 @@ async function turnPage(sessionId, ref) {
     ? stat.then(() => api(`/api/sessions/${sessionId}/turns/${ref}/diff`)).catch((error) => error)
     : stat;
   const turn = shown.turn;
-  const session = summary.session;
-  document.title = `turnback · turn ${turn.number} · ${session.title || session.id.slice(0, 12)}`;
-  setCrumbs(el("a", { href: "/", text: "sessions" }), el("a", { href: `/sessions/${sessionId}`, text: session.title || session.id.slice(0, 12) }), el("span", { text: `turn ${turn.number}` }));
+  const name = sessionName(summary.session, summary.first_prompt);
+  document.title = `turnback · turn ${turn.number} · ${name}`;
+  setCrumbs(el("a", { href: "/", text: "sessions" }), el("a", { href: `/sessions/${sessionId}`, text: name }), el("span", { text: `turn ${turn.number}` }));
   const chain = summary.conversation;
   const at = chain.indexOf(turn.number);
   const inChain = at >= 0 && turn.status !== "set_aside";
@@ -1177,9 +1177,10 @@ async function rangePage(sessionId) {
   const from = query.get("from");
   const to = query.get("to");
   const pending = api(`/api/sessions/${sessionId}/range?from=${encodeURIComponent(from)}&to=${encodeURIComponent(to)}`).catch((error) => error);
-  const session = (await api(`/api/sessions/${sessionId}`)).session;
-  setCrumbs(el("a", { href: "/", text: "sessions" }), el("a", { href: `/sessions/${sessionId}`, text: session.title || session.id.slice(0, 12) }), el("span", { text: `turns ${from}→${to}` }));
-  document.title = `turnback · ${from}→${to} · ${session.title || session.id.slice(0, 12)}`;
+  const summary = await api(`/api/sessions/${sessionId}`);
+  const name = sessionName(summary.session, summary.first_prompt);
+  setCrumbs(el("a", { href: "/", text: "sessions" }), el("a", { href: `/sessions/${sessionId}`, text: name }), el("span", { text: `turns ${from}→${to}` }));
+  document.title = `turnback · ${from}→${to} · ${name}`;
   const pane = el("div", {}, el("p", { class: "muted", text: "Loading…" }));
   main.replaceChildren(el("section", { class: "range-page" },
     el("h1", { text: +from === 0 ? `Everything up to the end of turn ${to}` : `From the end of turn ${from} to the end of turn ${to}` }),
