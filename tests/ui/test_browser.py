@@ -203,6 +203,10 @@ def test_a_long_session_opens_at_its_head_a_page_at_a_time_with_a_jump_and_a_fil
     shot(page, "long-session-filtered")
     page.get_by_label("Filter by file").fill("")
     expect(nodes).to_have_count(50)
+    page.set_viewport_size(NARROW)
+    expect(page.get_by_label("Jump to turn")).to_be_visible()
+    shot(page, "long-session-narrow")
+    assert page.evaluate("document.documentElement.scrollWidth") <= NARROW["width"]
 
 
 def test_a_turn_shows_its_conversation_beside_its_diff(
@@ -497,6 +501,10 @@ def test_a_big_turn_lists_its_files_by_folder_and_filters_them_by_path(
     expect(index).to_contain_text("No file's path contains that.")
     box.fill("")
     expect(shown).to_have_count(120)
+    page.set_viewport_size(NARROW)
+    expect(box).to_be_visible()
+    shot(page, "big-turn-narrow")
+    assert page.evaluate("document.documentElement.scrollWidth") <= NARROW["width"]
 
 
 ATTACK = """<!doctype html><meta charset=utf-8><title>a dev server</title><body><script>
