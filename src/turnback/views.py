@@ -42,6 +42,7 @@ from turnback.model import (
     TurnDiff,
     TurnStatus,
     UnrecoveredTurn,
+    prompt_text,
 )
 
 if TYPE_CHECKING:
@@ -348,13 +349,15 @@ class UnrecoveredView(SessionTurnView):
 
 @dataclass(frozen=True, slots=True)
 class ListedSession(SessionView):
-    """``turns``: how many its conversation holds; ``set_aside``: how many wait to be applied
-    or discarded."""
+    """``turns``: how many its conversation holds (its head is turn ``turns``); ``set_aside``:
+    how many wait to be applied or discarded; ``first_prompt``: the text of its first turn's
+    prompt, what names a session without a title."""
 
     called: ClassVar[str | None] = None
 
     turns: int
     set_aside: int
+    first_prompt: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -727,10 +730,12 @@ class DemoView(View):
 
 @dataclass(frozen=True, slots=True)
 class SummaryView(View):
-    """The session and the numbers of its conversation's turns."""
+    """The session, the numbers of its conversation's turns, and its first turn's prompt (what
+    names a session without a title)."""
 
     session: SessionView
     conversation: tuple[int, ...]
+    first_prompt: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -785,9 +790,12 @@ def sessions(tb: Turnback) -> list[ListedSession]:
     records = tb.sessions()
     overview = tb.conversations() if records else {}
     aside = Counter(u.turn.session_id for u in tb.unrecovered()) if records else Counter()
-    return [
-        ListedSession(*_session(r), overview.get(r.id, (0, None))[0], aside[r.id]) for r in records
-    ]
+    listed = []
+    for r in records:
+        turns, first = overview.get(r.id, (0, None))
+        text = None if first is None else prompt_text(first)
+        listed.append(ListedSession(*_session(r), turns, aside[r.id], text))
+    return listed
 
 
 def log(handle: Session) -> LogView:

@@ -13,8 +13,8 @@ def test_smoke_run_prints_every_row_with_a_verdict_and_cleans_up(tmp_path: Path)
 
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert [row["id"] for row in report["rows"]] == ["t", "p", "d", "f"]
-    assert [row["unit"] for row in report["rows"]] == ["x", "x", "x", "ms"]
+    assert [row["id"] for row in report["rows"]] == ["t", "p", "d", "f", "s"]
+    assert [row["unit"] for row in report["rows"]] == ["x", "x", "x", "ms", "ms"]
     assert (report["turns"], report["files"]) == (50, 100)
     for row in report["rows"]:
         assert row["server"]["min"] <= row["server"]["median"] <= row["server"]["max"]

@@ -9,6 +9,8 @@ import re
 import signal
 import subprocess
 import sys
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +19,7 @@ import httpx
 import pytest
 
 import turnback
+from turnback.model import ChangeKind, FileChange, Turn, TurnStatus
 
 TURNBACK = str(Path(sys.executable).parent / "turnback")
 
@@ -63,6 +66,41 @@ def build_session(home: Path, workspace: Path) -> Reviewed:
             (workspace / "CHANGES.md").write_text("# Changes\n")
             say(turn, "Dropped it.")
         return Reviewed(home, workspace, session.id)
+
+
+def long_session(home: Path, workspace: Path, turns: int) -> str:
+    """A session of ``turns`` completed turns of three changed files each, written through the
+    store as a long-lived session leaves them (real captures of hundreds of turns take minutes)."""
+    workspace.mkdir()
+    now = time.time()
+    with turnback.open(home) as tb:
+        session = tb.create_session(workspace, title=f"{turns} turns", agent="test-agent")
+        parent: str | None = None
+        with tb.store.atomic() as tx:
+            for number in range(1, turns + 1):
+                token = uuid.uuid4().hex
+                tx.insert_turn(
+                    Turn(
+                        token=token,
+                        session_id=session.id,
+                        number=number,
+                        parent=parent,
+                        owner_id=None,
+                        status=TurnStatus.COMPLETED,
+                        prompt=f"step {number}: change the parser and write it down",
+                        started_at=now - turns + number,
+                        ended_at=now - turns + number + 0.5,
+                        event_count=4,
+                    )
+                )
+                changes = [
+                    FileChange(f"src/module_{number % 10}.py", ChangeKind.MODIFIED, 3, 1),
+                    FileChange(f"docs/step_{number}.md", ChangeKind.ADDED, 5, 0),
+                ]
+                tx.insert_file_changes(token, "turn", changes)
+                parent = token
+            tx.set_head(session.id, parent, now)
+        return session.id
 
 
 @pytest.fixture

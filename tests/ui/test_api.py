@@ -187,6 +187,29 @@ def test_a_big_turn_page_asks_for_the_files_first_and_their_patches_as_they_show
     assert none.status_code == 400 and many.status_code == 400
 
 
+def test_a_running_turns_diff_is_captured_at_most_every_two_seconds(
+    client: TestClient, tb: turnback.Turnback, reviewed: Reviewed
+) -> None:
+    """Each answer about a running turn's diff is a capture of the workspace: however many
+    pages ask, and with or without ?stat, one capture serves every request for 2 s."""
+    path = f"/api/sessions/{reviewed.session}/turns/4/diff"
+    with tb.session(reviewed.session).turn("write the docs") as turn:
+        (reviewed.workspace / "index.md").write_text("# Docs\n")
+        first = client.get(f"{path}?stat=1").json()
+        (reviewed.workspace / "guide.md").write_text("# Guide\n")
+        again = client.get(path).json()
+        time.sleep(2.1)
+        later = client.get(path).json()
+        say(turn, "done")
+
+    assert [f["path"] for f in first["files"]] == ["index.md"] and first["patch"] is None
+    assert [f["path"] for f in again["files"]] == ["index.md"]  # the same capture
+    assert "+# Docs" in again["patch"]
+    assert [f["path"] for f in later["files"]] == ["guide.md", "index.md"]
+    ended = client.get(path).json()  # an ended turn's diff is its checkpoints', at once
+    assert ended["turn"]["status"] == "completed" and len(ended["files"]) == 2
+
+
 def test_a_range_diff_spans_turns_and_the_hand_edits_between(
     client: TestClient, reviewed: Reviewed
 ) -> None:

@@ -21,7 +21,7 @@ from playwright.sync_api import BrowserContext, Page, Playwright, expect, sync_p
 
 import turnback
 
-from .conftest import TURNBACK, Reviewed, StartServer, say
+from .conftest import TURNBACK, Reviewed, StartServer, long_session, say
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
 NARROW = {"width": 390, "height": 844}
@@ -110,14 +110,16 @@ def test_the_timeline_of_a_demo_session(
     ready(page)
     assert "token" not in page.url  # the token left the address
     expect(page.locator("table.sessions tbody tr")).to_have_count(1)
+    expect(page.locator("table.sessions tbody tr td").nth(4)).to_have_text("turn 3")  # not a token
     shot(page, "sessions")
     page.get_by_role("link", name="demo").click()
     ready(page)
 
     nodes = page.locator("li.node")
     expect(nodes).to_have_count(3)
-    expect(nodes.nth(0)).to_contain_text("#1")
-    expect(nodes.nth(0)).to_contain_text("greet.py")
+    expect(nodes.nth(0)).to_contain_text("#3")  # newest first: it opens at the head
+    expect(nodes.nth(2)).to_contain_text("#1")
+    expect(nodes.nth(2)).to_contain_text("greet.py")
     expect(page.locator("li.mark.revert")).to_contain_text("Reverted to turn 1")
     expect(page.locator("li.mark.revert")).to_contain_text("undone")
     shot(page, "timeline")
@@ -131,6 +133,79 @@ def test_the_timeline_of_a_demo_session(
     page.go_back()
     ready(page)
     shot(page, "timeline-narrow")
+    assert page.evaluate("document.documentElement.scrollWidth") <= NARROW["width"]
+
+
+def test_an_untitled_session_is_named_by_its_first_prompt(
+    page: Page, tmp_path: Path, start_server: StartServer
+) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    home = tmp_path / "home"
+    with turnback.open(home) as tb:
+        session = tb.create_session(workspace)
+        with session.turn([{"type": "text", "text": "Add a   dark mode to the settings page"}]):
+            (workspace / "theme.css").write_text("body { color: white; }\n")
+        with session.turn("and a toggle"):
+            pass
+    open_page(page, start_server, home, "/")
+
+    link = page.get_by_role("link", name="Add a dark mode to the settings page")
+    expect(link).to_be_visible()
+    expect(page.locator("table.sessions tbody td").nth(4)).to_have_text("turn 2")
+    link.click()
+    ready(page)
+    expect(page.locator("h1")).to_have_text("“Add a dark mode to the settings page”")
+    expect(page.locator("#crumbs")).to_contain_text("Add a dark mode to the settings page")
+    assert "Add a dark mode" in page.title()
+    page.get_by_role("link", name="#1").click()
+    ready(page)
+    expect(page.locator("#crumbs")).to_contain_text("Add a dark mode to the settings page")
+
+
+def test_a_long_session_opens_at_its_head_a_page_at_a_time_with_a_jump_and_a_file_filter(
+    page: Page, tmp_path: Path, start_server: StartServer
+) -> None:
+    """520 turns opened at turn 1 on a 76,000 px page (the bug): now the newest turns first, a
+    page of them, and the rest reached by "older", a jump to a number, or a filter by path."""
+    home = tmp_path / "home"
+    session = long_session(home, tmp_path / "workspace", 520)
+    open_page(page, start_server, home, f"/sessions/{session}")
+
+    nodes = page.locator("li.node")
+    expect(nodes).to_have_count(50)
+    expect(nodes.nth(0)).to_contain_text("#520")
+    expect(nodes.nth(49)).to_contain_text("#471")
+    assert page.evaluate("document.documentElement.scrollHeight") < 20_000
+    assert page.evaluate("window.scrollY") == 0  # the head is on the first screen
+    shot(page, "long-session")
+    page.get_by_role("button", name="Show 50 older turns (470 left)").click()
+    expect(nodes).to_have_count(100)
+    expect(nodes.nth(99)).to_contain_text("#421")
+
+    page.get_by_label("Jump to turn").fill("300")
+    page.get_by_role("button", name="Go").click()
+    found = page.locator('li.node:has(a.number:text-is("#300"))')
+    expect(found).to_be_focused()
+    expect(found).to_be_in_viewport()
+    expect(nodes).to_have_count(250)  # the pages down to turn 300 are drawn, no further
+    page.get_by_label("Jump to turn").fill("999")
+    page.get_by_role("button", name="Go").click()
+    expect(page.locator("#toast")).to_contain_text(
+        "There is no turn 999: this session has turns 1 to 520"
+    )
+
+    page.get_by_label("Filter by file").fill("docs/step_7")
+    expect(nodes).to_have_count(11)  # 79 … 70 and 7
+    expect(nodes.nth(0)).to_contain_text("#79")
+    expect(nodes.nth(10)).to_contain_text("#7")
+    expect(page.locator(".finder").get_by_role("status")).to_contain_text("11 of 520 turns")
+    shot(page, "long-session-filtered")
+    page.get_by_label("Filter by file").fill("")
+    expect(nodes).to_have_count(50)
+    page.set_viewport_size(NARROW)
+    expect(page.get_by_label("Jump to turn")).to_be_visible()
+    shot(page, "long-session-narrow")
     assert page.evaluate("document.documentElement.scrollWidth") <= NARROW["width"]
 
 
@@ -163,9 +238,13 @@ def test_a_turn_shows_its_conversation_beside_its_diff(
     expect(page.locator("table.diff.split").first).to_be_visible()
     shot(page, "turn-split")
     page.set_viewport_size(NARROW)
+    expect(page.locator("table.diff.split")).to_have_count(0)  # too narrow for two columns
+    expect(page.locator("table.diff.unified").first).to_be_visible()
+    expect(page.get_by_role("button", name="Split")).to_be_disabled()
     shot(page, "turn-narrow")
     assert page.evaluate("document.documentElement.scrollWidth") <= NARROW["width"]
     page.set_viewport_size(WIDE)
+    expect(page.locator("table.diff.split").first).to_be_visible()  # the choice is kept
     page.keyboard.press("]")
     ready(page)
     expect(page.locator("h1")).to_have_text("Turn 3")
@@ -177,12 +256,12 @@ def test_a_revert_is_previewed_confirmed_and_undone(
     workspace = reviewed.workspace
     open_page(page, start_server, reviewed.home, f"/sessions/{reviewed.session}")
 
-    page.locator("li.node").nth(1).get_by_role("button", name="Revert to here…").click()
+    page.locator("li.node", has_text="#2").get_by_role("button", name="Revert to here…").click()
     expect(page.get_by_role("dialog")).to_contain_text(
         "Turn 3 leaves the conversation and is kept as reverted history"
     )
     page.get_by_role("dialog").get_by_role("button", name="Cancel").click()
-    page.locator("li.node").nth(0).get_by_role("button", name="Revert to here…").click()
+    page.locator("li.node", has_text="#1").get_by_role("button", name="Revert to here…").click()
     dialog = page.get_by_role("dialog")
     expect(dialog).to_contain_text("Revert to turn 1?")
     plan = dialog.locator(".plan")
@@ -208,6 +287,14 @@ def test_a_revert_is_previewed_confirmed_and_undone(
     shot(page, "reverted")
 
     page.get_by_role("button", name="Undo the revert to turn 1").click()
+    confirm = page.get_by_role("dialog", name="Undo the revert to turn 1")
+    expect(confirm).to_contain_text("go back to how they were just before that revert")
+    shot(page, "undo-confirm")
+    confirm.get_by_role("button", name="Cancel").click()  # a stray click changes nothing
+    expect(confirm).to_have_count(0)
+    assert (workspace / "app.py").read_text() == 'def main():\n    return "one"\n'
+    page.get_by_role("button", name="Undo the revert to turn 1").click()
+    confirm.get_by_role("button", name="Undo the revert").click()
 
     expect(page.locator("li.mark.revert")).to_contain_text("undone")
     assert (workspace / "app.py").read_text() == 'def main():\n    return "two"\n'
@@ -226,7 +313,7 @@ def test_a_revert_that_would_fail_is_shown_so_and_a_refused_one_says_what_to_do(
             (reviewed.workspace / f"part{n}.o").write_text("object\n")
     open_page(page, start_server, reviewed.home, f"/sessions/{reviewed.session}")
 
-    page.locator("li.node").nth(0).get_by_role("button", name="Revert to here…").click()
+    page.locator("li.node", has_text="#1").get_by_role("button", name="Revert to here…").click()
     dialog = page.get_by_role("dialog")
     expect(dialog).to_contain_text("Turns 2–4 leave the conversation")
     # the hand edit in the way comes first, and the confirm button says what it overwrites
@@ -292,7 +379,47 @@ def test_a_running_turn_grows_live(
     page.goto(f"{page.url.rsplit('/turns/', 1)[0]}")
     ready(page)
     expect(page.locator("li.node.st-running")).to_have_count(0)
-    expect(page.locator("li.node").nth(3)).to_contain_text("completed")
+    expect(page.locator("li.node").nth(0)).to_contain_text("#4")
+    expect(page.locator("li.node").nth(0)).to_contain_text("completed")
+
+
+def test_a_running_turns_diff_follows_the_workspace_without_capturing_it_too_often(
+    page: Page, reviewed: Reviewed, start_server: StartServer
+) -> None:
+    """A running turn's diff was frozen at page load while it said "against the workspace as
+    it is now" (the bug): it is asked for again while the turn runs, at most every 2 s."""
+    with turnback.open(reviewed.home, durability="strict") as tb:
+        turn = tb.session(reviewed.session).turn("write the docs")
+        (reviewed.workspace / "index.md").write_text("# Docs\n")
+        asked: list[float] = []
+        page.on(
+            "request",
+            lambda r: asked.append(time.monotonic())
+            if re.search(r"/turns/\w+/diff", r.url)
+            else None,
+        )
+        open_page(page, start_server, reviewed.home, f"/sessions/{reviewed.session}/turns/4")
+        note = page.locator(".running-note")
+        expect(note).to_contain_text("against the workspace as it was when last refreshed")
+        first = note.locator("time").get_attribute("datetime")
+        expect(page.locator("section.file")).to_have_count(1)
+
+        (reviewed.workspace / "guide.md").write_text("# Guide\nRead me.\n")
+        (reviewed.workspace / "index.md").write_text("# Docs\nSee the guide.\n")
+
+        guide = page.locator("section.file", has_text="guide.md")
+        expect(guide.locator("tr.add").last).to_contain_text("Read me.")  # no reload
+        index = page.locator("section.file", has_text="index.md")
+        expect(index.locator("tr.add").last).to_contain_text("See the guide.")
+        assert note.locator("time").get_attribute("datetime") != first
+        shot(page, "running-turn-live")
+        watched = time.monotonic()
+        page.wait_for_timeout(6000)
+        during = [t for t in asked if t >= watched]
+        assert 2 <= len(during) <= 4, during  # every 2 s: never a capture per event
+        turn.complete()
+    expect(page.locator(".turn-head")).to_contain_text("completed")  # reloaded as it ended
+    expect(page.locator("section.file", has_text="guide.md")).to_have_count(1)
 
 
 def test_since_i_last_looked_shows_what_came_after_the_review_mark(
@@ -305,7 +432,7 @@ def test_since_i_last_looked_shows_what_came_after_the_review_mark(
     with turnback.open(reviewed.home) as tb, tb.session(reviewed.session).turn("add a license"):
         (reviewed.workspace / "LICENSE").write_text("MIT\n")
 
-    expect(page.locator("li.node").nth(3)).to_contain_text("new since review")
+    expect(page.locator("li.node").nth(0)).to_contain_text("new since review")
     page.get_by_role("link", name="Since I last looked (turn 4)").click()
     ready(page)
 
@@ -338,6 +465,46 @@ def test_a_large_file_starts_collapsed_and_shows_a_chunk_at_a_time(
     big.get_by_role("button", name="Show more (101 lines left)").click()
     expect(big.locator("tr")).to_have_count(701)
     expect(big.get_by_role("button", name=re.compile("Show more"))).to_have_count(0)
+
+
+def test_a_big_turn_lists_its_files_by_folder_and_filters_them_by_path(
+    page: Page, tmp_path: Path, start_server: StartServer
+) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    home = tmp_path / "home"
+    with turnback.open(home) as tb:
+        session = tb.create_session(workspace, title="wide")
+        with session.turn("touch three packages"):
+            for folder in ("api", "core", "docs"):
+                (workspace / folder).mkdir()
+                for n in range(40):
+                    (workspace / folder / f"part_{n}.txt").write_text(f"{folder} {n}\n")
+    open_page(page, start_server, home, f"/sessions/{session.id}/turns/1")
+
+    index = page.locator("details.file-index")
+    index.locator("summary").click()
+    folders = index.locator(".folder")
+    expect(folders).to_have_text(["api/ (40)", "core/ (40)", "docs/ (40)"])
+    box = page.get_by_label("Show only files whose path contains")
+    box.fill("core/part_1")  # part_1 and part_10 … part_19
+    shown = page.locator("section.file:not([hidden])")
+    expect(shown).to_have_count(11)
+    expect(page.locator(".diff-toolbar").get_by_role("status")).to_have_text("11 of 120 files")
+    expect(folders).to_have_text(["core/ (11)"])
+    expect(shown.first.locator("tr.add")).to_contain_text("core 1")
+    shot(page, "big-turn-filtered")
+    index.get_by_role("link", name=re.compile("part_17.txt")).click()
+    expect(page.locator("section.file", has_text="core/part_17.txt")).to_be_focused()
+    box.fill("nothing like it")
+    expect(shown).to_have_count(0)
+    expect(index).to_contain_text("No file's path contains that.")
+    box.fill("")
+    expect(shown).to_have_count(120)
+    page.set_viewport_size(NARROW)
+    expect(box).to_be_visible()
+    shot(page, "big-turn-narrow")
+    assert page.evaluate("document.documentElement.scrollWidth") <= NARROW["width"]
 
 
 ATTACK = """<!doctype html><meta charset=utf-8><title>a dev server</title><body><script>

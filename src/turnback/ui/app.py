@@ -43,6 +43,7 @@ import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from importlib.resources import files
 from typing import Any, TypeVar
@@ -76,7 +77,7 @@ from turnback.errors import (
     TurnNotFound,
 )
 from turnback.jsontext import utf8
-from turnback.model import ActivityLevel, RevertRequest, conversation
+from turnback.model import ActivityLevel, RevertRequest, TurnStatus, conversation
 from turnback.service import (
     AddActivity,
     ApplySetAside,
@@ -115,6 +116,8 @@ _SECURITY_HEADERS = [
 MAX_PATHS = 200
 # How often the live stream looks at the store for a change, in seconds.
 POLL_INTERVAL = 0.25
+# A running turn's diff is captured at most this often, in seconds, however many ask for it.
+RUNNING_EVERY = 2.0
 
 # What to do next, worded for the page's user: first from what settles the error (its structured
 # ``remedy``, see turnback.errors), else from its kind; the library's message says what happened.
@@ -345,6 +348,7 @@ class Api:
         self.tb = tb
         self.read_only = read_only
         self.service = Service.of(tb)
+        self._running: dict[str, tuple[float, views.DiffView]] = {}  # turn token: (when, diff)
         self._shell = (files("turnback.ui") / "static" / "index.html").read_text("utf-8")
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -412,10 +416,11 @@ class Api:
 
         def build() -> views.SummaryView:
             handle = self.session(self.session_ref(request))
-            turns = handle.turns()
+            chain = conversation(handle.turns())
             return views.SummaryView(
                 views.SessionView.of(handle.record),
-                tuple(t.number for t in conversation(turns)),
+                tuple(t.number for t in chain),
+                chain[0].prompt_text if chain else None,
             )
 
         return await self.answer(build)
@@ -444,12 +449,26 @@ class Api:
         )
 
     async def diff(self, request: Request) -> Response:
+        """A turn's diff. A running turn's is the workspace now, a capture: the page asks again
+        while the turn runs, and every request within ``RUNNING_EVERY`` seconds of a capture
+        (any page's, with or without ``?stat``) is answered from it rather than another."""
         stat = request.query_params.get("stat") in ("1", "true")
-        return await self.answer(
-            lambda: views.diff(
-                self.session(self.session_ref(request)), self.turn_ref(request), patch=not stat
-            )
-        )
+
+        def build() -> views.DiffView:
+            handle = self.session(self.session_ref(request))
+            turn = handle.get_turn(self.turn_ref(request))
+            if turn.status is not TurnStatus.RUNNING:
+                return views.diff(handle, turn.token, patch=not stat)
+            now = time.monotonic()
+            for key, (taken, _) in list(self._running.items()):
+                if now - taken >= RUNNING_EVERY:
+                    del self._running[key]
+            if turn.token not in self._running:
+                self._running[turn.token] = (now, views.diff(handle, turn.token, patch=True))
+            found = self._running[turn.token][1]
+            return replace(found, patch=None) if stat else found
+
+        return await self.answer(build)
 
     async def patch(self, request: Request) -> Response:
         """The patch of some of a turn's files (``?path=…``, repeated): a big turn's page asks

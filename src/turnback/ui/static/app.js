@@ -10,6 +10,12 @@ const crumbs = document.getElementById("crumbs");
 // Files past this many diff lines start collapsed; a file shows this many lines before "more".
 const COLLAPSE_OVER = 400;
 const CHUNK = 300;
+// The session page draws this many turns at a time, newest first.
+const PAGE = 50;
+// Narrower than this, a split diff is drawn unified.
+const NARROW = "(max-width: 760px)";
+// A running turn's diff is asked for again this often (each time a capture of the workspace).
+const REFRESH = 2000;
 
 // -- small DOM and formatting helpers -------------------------------------------------------
 
@@ -46,6 +52,11 @@ function exact(seconds) {
 function short(text, width) {
   const line = String(text || "").split(/\s+/).join(" ").trim();
   return line.length <= width ? line : line.slice(0, width - 1) + "…";
+}
+
+// What a session is called: its title, else its first prompt, else its id.
+function sessionName(session, firstPrompt) {
+  return session.title || short(promptText(firstPrompt), 60) || session.id.slice(0, 12);
 }
 
 function promptText(prompt) {
@@ -282,12 +293,12 @@ async function sessionsPage() {
     return;
   }
   const rows = sessions.map((s) => el("tr", { class: "row", tabindex: "0", "data-href": `/sessions/${s.id}` },
-    el("td", { "data-label": "session" }, el("a", { href: `/sessions/${s.id}`, class: "title", text: s.title || s.id.slice(0, 12) }),
+    el("td", { "data-label": "session" }, el("a", { href: `/sessions/${s.id}`, class: `title${s.title ? "" : " untitled"}`, title: s.title ? null : s.first_prompt, text: sessionName(s, s.first_prompt) }),
       el("div", { class: "muted mono small", text: s.id.slice(0, 12) })),
     el("td", { "data-label": "workspace", class: "workspace mono", title: s.workspace, text: s.workspace }),
     el("td", { "data-label": "agent", text: s.agent || "–" }),
     el("td", { "data-label": "turns", class: "num", text: s.turns }),
-    el("td", { "data-label": "head", class: "mono", text: s.head ? s.head.slice(0, 8) : "–" }),
+    el("td", { "data-label": "head", title: s.head ? `turn ${s.turns}, token ${s.head}` : null, text: s.head ? `turn ${s.turns}` : "–" }),
     el("td", { "data-label": "status" }, el("span", { class: `badge s-${s.status}`, text: s.status })),
     el("td", { "data-label": "pending", class: "num" }, s.pending_requests.length ? el("span", { class: "badge s-running", text: s.pending_requests.length }) : "–"),
     el("td", { "data-label": "set aside", class: "num" }, s.set_aside ? el("span", { class: "badge s-set_aside", text: s.set_aside }) : "–"),
@@ -310,6 +321,35 @@ async function sessionsPage() {
 async function timelinePage(sessionId) {
   let state = null;
   let liveBox = null;
+  let shown = PAGE;  // how many turns are drawn, newest first
+  const filter = el("input", { type: "search", "data-key": "filter", placeholder: "e.g. src/app.py", "aria-label": "Filter by file: only turns that changed a path containing", oninput: () => { shown = PAGE; draw(); } });
+  const jump = el("input", { type: "text", inputmode: "numeric", "data-key": "jump", size: "6", placeholder: "N", "aria-label": "Jump to turn" });
+  const filterNote = el("span", { class: "muted small", role: "status" });
+  const finder = el("div", { class: "finder" },
+    el("label", { class: "field" }, el("span", { class: "muted", text: "Filter by file" }), filter),
+    el("form", { class: "field", onsubmit: (e) => { e.preventDefault(); goTo(jump.value); } },
+      el("label", { class: "field" }, el("span", { class: "muted", text: "Jump to turn" }), jump), el("button", { type: "submit", text: "Go" })),
+    filterNote);
+
+  // Draws turn ``value`` (clearing the filter, showing as many older turns as it takes) and
+  // moves to it.
+  function goTo(value) {
+    const number = Number(String(value).trim().replace(/^#/, ""));
+    const turns = state.log.turns;
+    const turn = turns.find((t) => t.number === number && t.status !== "set_aside");
+    if (!Number.isInteger(number) || !turn) {
+      const last = turns.length ? Math.max(...turns.map((t) => t.number)) : 0;
+      toast(`There is no turn ${String(value).trim() || "(empty)"}: this session has turns 1 to ${last}.`, "bad");
+      return;
+    }
+    filter.value = "";
+    const at = turns.length - 1 - turns.indexOf(turn);
+    shown = Math.max(shown, Math.ceil((at + 1) / PAGE) * PAGE);
+    draw();
+    const node = document.querySelector(`li.node[data-key="${turn.token}"]`);
+    node.scrollIntoView({ block: "center" });
+    node.focus();
+  }
 
   async function load() {
     const [log, extra] = await Promise.all([
@@ -329,8 +369,9 @@ async function timelinePage(sessionId) {
     const { log, extra } = state;
     const session = log.session;
     const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.key : null;
-    document.title = `turnback · ${session.title || session.id.slice(0, 12)}`;
-    setCrumbs(el("a", { href: "/", text: "sessions" }), el("span", { text: session.title || session.id.slice(0, 12) }));
+    const name = sessionName(session, log.turns.length ? log.turns[0].prompt : null);
+    document.title = `turnback · ${name}`;
+    setCrumbs(el("a", { href: "/", text: "sessions" }), el("span", { text: name }));
     const mark = extra.review_mark;
     const top = head();
     const byToken = new Map(log.turns.map((t) => [t.token, t]));
@@ -340,14 +381,25 @@ async function timelinePage(sessionId) {
       if (!revertsAfter.has(key)) revertsAfter.set(key, []);
       revertsAfter.get(key).push(r);
     }
+    // Newest first, a page of turns at a time: a long session opens at its head and draws
+    // only what is on screen; "Show older turns", the jump and the filter reach the rest.
+    const wanted = filter.value.trim().toLowerCase();
+    const matches = (turn) => !wanted || turn.files.some((f) => f.path.toLowerCase().includes(wanted) || (f.old_path || "").toLowerCase().includes(wanted));
+    const picked = log.turns.filter(matches).reverse();
+    const drawn = picked.slice(0, shown);
     const items = [];
-    for (const r of revertsAfter.get("") || []) items.push(revertMark(r, byToken));
-    for (const turn of log.turns) {
-      if (turn.outside.length) items.push(outsideMark(turn));
+    if (!wanted && log.since_head && log.since_head.length) items.push(sinceMark(log.since_head, top));
+    for (const turn of drawn) {
+      if (!wanted) for (const r of (revertsAfter.get(turn.token) || []).slice().reverse()) items.push(revertMark(r, byToken));
       items.push(turnNode(turn, mark));
-      for (const r of revertsAfter.get(turn.token) || []) items.push(revertMark(r, byToken));
+      if (!wanted && turn.outside.length) items.push(outsideMark(turn));
     }
-    if (log.since_head && log.since_head.length) items.push(sinceMark(log.since_head, top));
+    if (!wanted && drawn.length === picked.length) for (const r of (revertsAfter.get("") || []).slice().reverse()) items.push(revertMark(r, byToken));
+    const left = picked.length - drawn.length;
+    const older = left > 0
+      ? el("button", { type: "button", class: "older", onclick: () => { shown += PAGE; draw(); }, text: `Show ${Math.min(PAGE, left)} older turn${Math.min(PAGE, left) === 1 ? "" : "s"} (${left} left)` })
+      : null;
+    filterNote.textContent = wanted ? `${picked.length} of ${log.turns.length} turns changed a path with “${filter.value.trim()}”` : "";
     const lastRevert = log.reverts.length ? log.reverts[log.reverts.length - 1] : null;
     const canUndo = lastRevert && lastRevert.state === "committed";
     const actions = el("div", { class: "actions" },
@@ -358,12 +410,12 @@ async function timelinePage(sessionId) {
         ? el("button", { type: "button", onclick: () => setMark(top), text: top === 1 ? "Mark turn 1 reviewed" : `Mark turns 1–${top} reviewed` })
         : null,
       !CONFIG.readOnly && canUndo
-        ? el("button", { type: "button", class: "undo", onclick: undo, text: `Undo the revert to turn ${turnNumber(lastRevert.to_turn, byToken)}` })
+        ? el("button", { type: "button", class: "undo", onclick: () => confirmUndo(turnNumber(lastRevert.to_turn, byToken)), text: `Undo the revert to turn ${turnNumber(lastRevert.to_turn, byToken)}` })
         : null,
       rangePicker(top));
     main.replaceChildren(el("section", { class: "session" },
       el("div", { class: "session-head" },
-        el("h1", { text: session.title || `session ${session.id.slice(0, 12)}` }),
+        el("h1", { class: session.title ? null : "untitled", text: session.title || !log.turns.length ? name : `“${name}”` }),
         el("dl", { class: "facts" },
           el("dt", { text: "workspace" }), el("dd", { class: "mono", text: session.workspace }),
           el("dt", { text: "agent" }), el("dd", { text: session.agent || "–" }),
@@ -371,7 +423,9 @@ async function timelinePage(sessionId) {
           el("dt", { text: "session" }), el("dd", { class: "mono", text: session.id })),
         actions),
       extra.unrecovered.length ? setAsideBox(extra.unrecovered) : null,
-      log.turns.length ? el("ol", { class: "timeline", "aria-label": "Turns, oldest first" }, items) : el("p", { class: "empty", text: "No turns yet: this page shows them as they begin." })));
+      log.turns.length > 1 ? finder : null,
+      log.turns.length ? el("ol", { class: "timeline", "aria-label": "Turns, newest first" }, items) : el("p", { class: "empty", text: "No turns yet: this page shows them as they begin." }),
+      older));
     const again = focused && document.querySelector(`[data-key="${focused}"]`);
     if (again) again.focus();
   }
@@ -467,6 +521,16 @@ async function timelinePage(sessionId) {
       toast(`Marked everything up to turn ${number} as reviewed.`);
       await load();
     } catch (error) { toast(`${error.message}. ${error.hint}`, "bad"); }
+  }
+
+  // An undo moves files and turns as much as the revert did: it is asked for twice.
+  function confirmUndo(number) {
+    const go = el("button", { type: "button", class: "danger", text: "Undo the revert" });
+    go.addEventListener("click", () => { closeOverlay(); undo(); });
+    openOverlay(el("div", { class: "dialog", role: "dialog", "aria-label": `Undo the revert to turn ${number}` },
+      el("h2", { text: `Undo the revert to turn ${number}?` }),
+      el("p", { text: "The files, the turns and the head go back to how they were just before that revert." }),
+      el("div", { class: "buttons" }, el("button", { type: "button", onclick: closeOverlay, text: "Cancel", autofocus: true }), go)));
   }
 
   async function undo() {
@@ -567,6 +631,7 @@ async function timelinePage(sessionId) {
   }
 
   await load();
+  requestAnimationFrame(() => performance.mark("turnback:first-screen"));
   listen(sessionId, {
     log: () => load().catch((e) => toast(e.message, "bad")),
     running: (data) => {
@@ -574,8 +639,10 @@ async function timelinePage(sessionId) {
     },
   });
   bindKeys([
-    [["j", "ArrowDown"], "next turn", () => moveFocus("li.node", 1)],
-    [["k", "ArrowUp"], "previous turn", () => moveFocus("li.node", -1)],
+    [["j", "ArrowDown"], "next turn down (older)", () => moveFocus("li.node", 1)],
+    [["k", "ArrowUp"], "next turn up (newer)", () => moveFocus("li.node", -1)],
+    [["/"], "filter the turns by file", () => filter.focus()],
+    [["g"], "jump to a turn", () => jump.focus()],
     [["o"], "open the focused turn", () => { const n = document.activeElement.closest("li.node"); if (n) location.href = n.dataset.href; }],
     [["u"], "back to the sessions", () => { location.href = "/"; }],
   ]);
@@ -818,6 +885,10 @@ function diffView(files, source, options) {
   const pieceOf = patchSource(source.patch, source.load);
   let firstRows = options && options.onFirstRows;
   let mode = localStorage.getItem("turnback.diff-mode") || "unified";
+  // Split needs two columns of code: on a narrow screen the diff is drawn unified, whatever
+  // was chosen, and split again once the screen is wide enough.
+  const narrow = window.matchMedia(NARROW);
+  const drawnMode = () => (mode === "split" && narrow.matches ? "unified" : mode);
   const list = el("div", { class: "files-diff" });
   const observer = "IntersectionObserver" in window
     ? new IntersectionObserver((entries) => {
@@ -839,8 +910,8 @@ function diffView(files, source, options) {
         f.binary ? el("span", { class: "muted small", text: "binary" }) : counts([f])),
       body);
     const more = () => {
-      const table = body.querySelector("table") || body.appendChild(el("table", { class: `diff ${mode}` }));
-      const rows = mode === "split" ? splitRows(lines, language(f.path), shown, CHUNK) : unifiedRows(lines, language(f.path), shown, CHUNK);
+      const table = body.querySelector("table") || body.appendChild(el("table", { class: `diff ${drawnMode()}` }));
+      const rows = drawnMode() === "split" ? splitRows(lines, language(f.path), shown, CHUNK) : unifiedRows(lines, language(f.path), shown, CHUNK);
       const tbody = el("tbody", {}, rows);
       table.append(tbody);
       shown += CHUNK;
@@ -893,6 +964,8 @@ function diffView(files, source, options) {
   };
   // Files are built a batch at a time: the first screen is drawn before the rest exist.
   const sections = [];
+  let query = "";  // the filter by path, lower case
+  const fits = (f) => !query || f.path.toLowerCase().includes(query) || (f.old_path || "").toLowerCase().includes(query);
   let wanted = null;  // "Collapse all" or "Expand all", for the files not built yet
   const grow = (upTo) => {
     const end = Math.min(files.length, upTo);
@@ -901,6 +974,7 @@ function diffView(files, source, options) {
     while (sections.length < end) {
       const section = build(files[sections.length], sections.length);
       if (wanted !== null) section.collapse(wanted);
+      section.hidden = !fits(files[sections.length]);
       sections.push(section);
       batch.append(section);
     }
@@ -919,27 +993,69 @@ function diffView(files, source, options) {
   setTimeout(startGrowing, 500);
   const all = (collapsed) => { wanted = collapsed; sections.forEach((s) => s.collapse(collapsed)); };
   const reveal = (i) => { grow(i + 1); sections[i].collapse(false); sections[i].scrollIntoView(); sections[i].focus(); };
+  const showMode = () => {
+    const now = drawnMode();
+    unifiedButton.classList.toggle("on", now === "unified");
+    splitButton.classList.toggle("on", now === "split");
+    unifiedButton.setAttribute("aria-pressed", String(now === "unified"));
+    splitButton.setAttribute("aria-pressed", String(now === "split"));
+    splitButton.disabled = narrow.matches;
+    splitButton.title = narrow.matches ? "Too narrow a screen for split: the diff is unified" : "Old and new side by side (s)";
+  };
   const setMode = (next) => {
     mode = next;
     localStorage.setItem("turnback.diff-mode", mode);
-    unifiedButton.classList.toggle("on", mode === "unified");
-    splitButton.classList.toggle("on", mode === "split");
+    showMode();
     for (const s of sections) if (s.querySelector("table")) s.redraw();
   };
-  const unifiedButton = el("button", { type: "button", class: mode === "unified" ? "on" : "", onclick: () => setMode("unified"), text: "Unified" });
-  const splitButton = el("button", { type: "button", class: mode === "split" ? "on" : "", onclick: () => setMode("split"), text: "Split" });
+  const unifiedButton = el("button", { type: "button", onclick: () => setMode("unified"), text: "Unified" });
+  const splitButton = el("button", { type: "button", onclick: () => setMode("split"), text: "Split" });
+  showMode();
+  narrow.addEventListener("change", () => {
+    if (!list.isConnected) return;
+    showMode();
+    if (mode === "split") for (const s of sections) if (s.querySelector("table")) s.redraw();
+  });
   const toolbar = el("div", { class: "diff-toolbar" },
     el("strong", { text: `${files.length} file${files.length === 1 ? "" : "s"} ` }), counts(files),
     el("span", { class: "spacer" }),
     el("span", { class: "segmented" }, unifiedButton, splitButton),
     el("button", { type: "button", onclick: () => all(true), text: "Collapse all" }),
     el("button", { type: "button", onclick: () => all(false), text: "Expand all" }));
-  // The index of files is drawn when first opened: a long one costs nothing until wanted.
-  const entries = () => el("ol", { class: "mono small" }, files.map((f, i) => el("li", {}, el("a", { href: `#file-${i}`, onclick: (e) => { e.preventDefault(); reveal(i); } },
-    el("b", { class: `k-${f.kind}`, text: KIND_LETTERS[f.kind] }), " ", f.path), " ", f.binary ? "" : el("span", { class: "muted", text: `+${f.additions} −${f.deletions}` }))));
+  // The index of files, by folder, is drawn when first opened: a long one costs nothing until
+  // wanted. The filter narrows it and the diffs below alike.
+  const entries = () => {
+    const folders = new Map();
+    files.forEach((f, i) => {
+      if (!fits(f)) return;
+      const cut = f.path.lastIndexOf("/");
+      const folder = cut < 0 ? "" : f.path.slice(0, cut + 1);
+      if (!folders.has(folder)) folders.set(folder, []);
+      folders.get(folder).push(el("li", {}, el("a", { href: `#file-${i}`, onclick: (e) => { e.preventDefault(); reveal(i); } },
+        el("b", { class: `k-${f.kind}`, text: KIND_LETTERS[f.kind] }), " ", f.path.slice(cut + 1)), " ", f.binary ? "" : el("span", { class: "muted", text: `+${f.additions} −${f.deletions}` })));
+    });
+    if (!folders.size) return el("p", { class: "muted", text: "No file's path contains that." });
+    return el("ul", { class: "tree mono small", "aria-label": "Changed files by folder" }, [...folders].sort(([a], [b]) => a.localeCompare(b)).map(([folder, items]) =>
+      el("li", {}, el("span", { class: "folder", text: `${folder || "./"} (${items.length})` }), el("ol", { "aria-label": folder || "./" }, items))));
+  };
   const index = files.length > 1 ? el("details", { class: "file-index", open: files.length <= 30 },
     el("summary", { text: `Files (${files.length})` }), files.length <= 30 ? entries() : null) : null;
-  if (index && files.length > 30) index.addEventListener("toggle", () => { if (index.open && !index.querySelector("ol")) index.append(entries()); });
+  const redrawIndex = () => {
+    if (!index || !index.open) return;
+    const old = index.querySelector(".tree, p");
+    if (old) old.replaceWith(entries()); else index.append(entries());
+  };
+  if (index && files.length > 30) index.addEventListener("toggle", () => { if (index.open && !index.querySelector(".tree, p")) index.append(entries()); });
+  const filterCount = el("span", { class: "muted small", role: "status" });
+  const filterBox = files.length > 1 ? el("input", { type: "search", placeholder: "filter by path", "aria-label": "Show only files whose path contains", oninput: () => {
+    query = filterBox.value.trim().toLowerCase();
+    grow(files.length);  // the filter reaches the files not built yet
+    sections.forEach((s, i) => { s.hidden = !fits(files[i]); });
+    const shownCount = query ? files.filter(fits).length : files.length;
+    filterCount.textContent = query ? `${shownCount} of ${files.length} files` : "";
+    redrawIndex();
+  } }) : null;
+  if (filterBox) toolbar.insertBefore(el("span", { class: "field" }, filterBox, filterCount), toolbar.querySelector(".spacer"));
   const view = el("div", { class: "diff-view" }, toolbar, options && options.note ? options.note : null, index, list);
   view.setMode = setMode;
   view.toggleMode = () => setMode(mode === "unified" ? "split" : "unified");
@@ -948,8 +1064,8 @@ function diffView(files, source, options) {
 
 function diffKeys() {
   return [
-    [["n", "j"], "next file", () => moveFocus("section.file", 1)],
-    [["p", "k"], "previous file", () => moveFocus("section.file", -1)],
+    [["n", "j"], "next file", () => moveFocus("section.file:not([hidden])", 1)],
+    [["p", "k"], "previous file", () => moveFocus("section.file:not([hidden])", -1)],
     [["x"], "collapse or expand the focused file", () => { const s = document.activeElement.closest("section.file"); if (s) s.collapse(!s.classList.contains("collapsed")); }],
     [["s"], "unified or split", () => { const v = document.querySelector(".diff-view"); if (v) v.toggleMode(); }],
   ];
@@ -963,12 +1079,17 @@ async function turnPage(sessionId, ref) {
     api(`/api/sessions/${sessionId}/turns/${ref}`),
     api(`/api/sessions/${sessionId}`),
   ]);
-  const pending = api(`/api/sessions/${sessionId}/turns/${ref}/diff?stat=1`).catch((error) => error);
+  const stat = api(`/api/sessions/${sessionId}/turns/${ref}/diff?stat=1`).catch((error) => error);
   const [shown, summary] = await asked;
+  // A running turn's whole patch comes in one answer (the server answers both from one capture
+  // of the workspace), not its files' pieces one request and capture at a time.
+  const pending = shown.turn.status === "running"
+    ? stat.then(() => api(`/api/sessions/${sessionId}/turns/${ref}/diff`)).catch((error) => error)
+    : stat;
   const turn = shown.turn;
-  const session = summary.session;
-  document.title = `turnback · turn ${turn.number} · ${session.title || session.id.slice(0, 12)}`;
-  setCrumbs(el("a", { href: "/", text: "sessions" }), el("a", { href: `/sessions/${sessionId}`, text: session.title || session.id.slice(0, 12) }), el("span", { text: `turn ${turn.number}` }));
+  const name = sessionName(summary.session, summary.first_prompt);
+  document.title = `turnback · turn ${turn.number} · ${name}`;
+  setCrumbs(el("a", { href: "/", text: "sessions" }), el("a", { href: `/sessions/${sessionId}`, text: name }), el("span", { text: `turn ${turn.number}` }));
   const chain = summary.conversation;
   const at = chain.indexOf(turn.number);
   const inChain = at >= 0 && turn.status !== "set_aside";
@@ -988,21 +1109,54 @@ async function turnPage(sessionId, ref) {
     el("div", { class: "columns" },
       el("aside", { class: "talk-pane", "aria-label": "Conversation" }, el("h2", { text: "Conversation" }), talk),
       el("div", { class: "diff-col", "aria-label": "Diff" }, el("h2", { text: "Changes" }), diffPane))));
-  {
-    try {
-      const diff = await pending;
-      if (diff instanceof Error) throw diff;
-      const running = turn.status === "running" ? el("p", { class: "note" }, el("strong", { text: "The turn is still running: " }), "this is its diff so far, against the workspace as it is now.") : null;
-      const outside = diff.outside.length ? el("p", { class: "note" }, el("strong", { text: `${diff.outside.length} file${diff.outside.length === 1 ? "" : "s"} changed outside any turn` }), ` before this turn (not the agent's): ${diff.outside.slice(0, 5).map((f) => f.path).join(", ")}${diff.outside.length > 5 ? ", …" : ""}`) : null;
-      const note = running || outside ? el("div", {}, running, outside) : null;
-      if (!diff.available && !running) diffPane.replaceChildren(el("p", { class: "problem" }, "This turn has no workspace checkpoint at its beginning or end (the capture failed, was skipped or pruned), so its diff is unavailable. The session's activities say why."));
-      else if (!diff.files.length) diffPane.replaceChildren(note || "", el("p", { class: "muted", text: running ? "No file has changed yet." : "This turn changed no files." }));
-      else {
-        const load = (paths) => api(`/api/sessions/${sessionId}/turns/${turn.token}/patch?${paths.map((p) => `path=${encodeURIComponent(p)}`).join("&")}`).then((r) => r.patch);
-        const onFirstRows = () => requestAnimationFrame(() => performance.mark("turnback:first-screen"));
-        diffPane.replaceChildren(diffView(diff.files, { load }, { note, onFirstRows }));
+  // A running turn's diff is the workspace now against the turn's beginning: it is asked for
+  // again every REFRESH ms while the page is in view (each answer is a capture of the
+  // workspace, so no more often than that), and redrawn when it changed.
+  const running = turn.status === "running";
+  const refreshed = el("time", {});
+  let lastPatch = null;
+  const showDiff = (diff) => {
+    const note = el("div", {},
+      running ? el("p", { class: "note running-note" }, el("strong", { text: "The turn is still running: " }), "this is its diff so far, against the workspace as it was when last refreshed (", refreshed, ", every 2 s).") : null,
+      diff.outside.length ? el("p", { class: "note" }, el("strong", { text: `${diff.outside.length} file${diff.outside.length === 1 ? "" : "s"} changed outside any turn` }), ` before this turn (not the agent's): ${diff.outside.slice(0, 5).map((f) => f.path).join(", ")}${diff.outside.length > 5 ? ", …" : ""}`) : null);
+    if (!diff.available && !running) diffPane.replaceChildren(el("p", { class: "problem" }, "This turn has no workspace checkpoint at its beginning or end (the capture failed, was skipped or pruned), so its diff is unavailable. The session's activities say why."));
+    else if (!diff.files.length) diffPane.replaceChildren(note, el("p", { class: "muted", text: running ? "No file has changed yet." : "This turn changed no files." }));
+    else {
+      const load = (paths) => api(`/api/sessions/${sessionId}/turns/${turn.token}/patch?${paths.map((p) => `path=${encodeURIComponent(p)}`).join("&")}`).then((r) => r.patch);
+      const onFirstRows = () => requestAnimationFrame(() => performance.mark("turnback:first-screen"));
+      diffPane.replaceChildren(diffView(diff.files, running ? { patch: diff.patch } : { load }, { note, onFirstRows }));
+    }
+  };
+  const stamp = () => {
+    const now = new Date();
+    refreshed.dateTime = now.toISOString();
+    refreshed.textContent = now.toLocaleTimeString();
+  };
+  try {
+    const diff = await pending;
+    if (diff instanceof Error) throw diff;
+    lastPatch = diff.patch;
+    stamp();
+    showDiff(diff);
+  } catch (error) { diffPane.replaceChildren(problem(error)); }
+  if (running) {
+    const refresh = async () => {
+      if (document.visibilityState === "visible") {
+        try {
+          const diff = await api(`/api/sessions/${sessionId}/turns/${turn.token}/diff`);
+          if (diff.turn.status !== "running") return;  // it ended: the stream reloads the page
+          stamp();
+          if (diff.patch !== lastPatch) {
+            lastPatch = diff.patch;
+            const y = window.scrollY;
+            showDiff(diff);
+            window.scrollTo(0, y);
+          }
+        } catch (error) { /* the next round tries again; the page keeps what it has */ }
       }
-    } catch (error) { diffPane.replaceChildren(problem(error)); }
+      setTimeout(refresh, REFRESH);
+    };
+    setTimeout(refresh, REFRESH);
   }
   listen(sessionId, {
     running: (data) => { if (data.turn.token === turn.token) talk.replaceChildren(...conversation({ messages: data.messages, events: [] })); },
@@ -1023,9 +1177,10 @@ async function rangePage(sessionId) {
   const from = query.get("from");
   const to = query.get("to");
   const pending = api(`/api/sessions/${sessionId}/range?from=${encodeURIComponent(from)}&to=${encodeURIComponent(to)}`).catch((error) => error);
-  const session = (await api(`/api/sessions/${sessionId}`)).session;
-  setCrumbs(el("a", { href: "/", text: "sessions" }), el("a", { href: `/sessions/${sessionId}`, text: session.title || session.id.slice(0, 12) }), el("span", { text: `turns ${from}→${to}` }));
-  document.title = `turnback · ${from}→${to} · ${session.title || session.id.slice(0, 12)}`;
+  const summary = await api(`/api/sessions/${sessionId}`);
+  const name = sessionName(summary.session, summary.first_prompt);
+  setCrumbs(el("a", { href: "/", text: "sessions" }), el("a", { href: `/sessions/${sessionId}`, text: name }), el("span", { text: `turns ${from}→${to}` }));
+  document.title = `turnback · ${from}→${to} · ${name}`;
   const pane = el("div", {}, el("p", { class: "muted", text: "Loading…" }));
   main.replaceChildren(el("section", { class: "range-page" },
     el("h1", { text: +from === 0 ? `Everything up to the end of turn ${to}` : `From the end of turn ${from} to the end of turn ${to}` }),
