@@ -118,6 +118,22 @@ def test_a_rescue_keeps_a_hand_edit_made_after_the_turn(workspace: Path) -> None
         assert (workspace / "README").read_text() == "committed\nedited again, after the turn\n"
 
 
+def test_undoing_a_rescue_keeps_an_edit_made_after_it(workspace: Path) -> None:
+    agent = _agent("claude", workspace)
+    _a_turn(agent)
+    with turnback.open(agent.home / "turnback") as tb:
+        session = tb.session(session_id_for("claude", agent.session))
+        session.rescue(["README"], 1, before_tool=2)
+        (workspace / "README").write_text("edited after the rescue\n")
+        with pytest.raises(turnback.RevertConflict) as refused:
+            session.undo_rescue()
+        assert refused.value.paths == ("README",)
+        assert (workspace / "README").read_text() == "edited after the rescue\n"  # kept
+        assert [r.undone_at for r in session.rescues()] == [None]
+        session.undo_rescue(force=True)
+        assert (workspace / "README").read_text() == "committed\n"
+
+
 def test_a_prompt_without_a_stop_before_it_interrupts_the_turn(workspace: Path) -> None:
     """Ctrl+C gives Claude Code no Stop: the next prompt closes the turn it left running."""
     agent = _agent("claude", workspace)

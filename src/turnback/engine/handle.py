@@ -606,12 +606,13 @@ class Session:
         turn, else the last one."""
         return rescue.running_or_head(self.turns()) if ref is None else self.get_turn(ref)
 
-    def undo_rescue(self) -> Rescue:
-        """Put the paths of the last rescue back as they were just before it."""
+    def undo_rescue(self, *, force: bool = False) -> Rescue:
+        """Put the paths of the last rescue back as they were just before it; a path changed
+        since the rescue is a conflict (RevertConflict) unless ``force``."""
         checkpoints = self._tb.checkpoints
         if checkpoints is None:
             raise CheckpointUnavailable("workspace checkpoints are turned off for this handle")
-        return rescue.undo(self._tb.store, checkpoints, self.id)
+        return rescue.undo(self._tb.store, checkpoints, self.id, force=force)
 
     def rescues(self) -> list[Rescue]:
         with self._tb.store.read() as tx:

@@ -175,8 +175,11 @@ def rescue(
     return record
 
 
-def undo(store: Store, checkpoints: WorkspaceCheckpoints, session_id: str) -> Rescue:
-    """Put the paths of the session's last rescue back as they were just before it."""
+def undo(
+    store: Store, checkpoints: WorkspaceCheckpoints, session_id: str, *, force: bool = False
+) -> Rescue:
+    """Put the paths of the session's last rescue back as they were just before it. A path
+    changed since the rescue wrote it is a conflict, and nothing is written, unless ``force``."""
     with store.read() as tx:
         session = tx.get_session(session_id)
         done = [r for r in tx.rescues(session_id) if r.undone_at is None]
@@ -188,6 +191,22 @@ def undo(store: Store, checkpoints: WorkspaceCheckpoints, session_id: str) -> Re
     ref = f"{session_id}/rescue-undo-{uuid.uuid4().hex}"
     current = _capture(checkpoints, workspace, ref)
     try:
+        if not force:
+            edited = sorted(
+                {
+                    path
+                    for c in checkpoints.snapshots.changes(workspace, last.source, current)
+                    for path in (c.path, c.old_path)
+                    if path in last.written
+                }
+            )
+            if edited:
+                raise RevertConflict(
+                    f"{len(edited)} path(s) changed since rescue {last.id} wrote them: "
+                    f"{', '.join(edited[:10])}; nothing was written. Keep a copy of those "
+                    "edits, or force the undo",
+                    tuple(edited),
+                )
         checkpoints.snapshots.restore(
             workspace, last.undo_checkpoint, current=current, paths=last.paths
         )

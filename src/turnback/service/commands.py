@@ -254,9 +254,10 @@ class RescueFiles(Command[Rescue]):
 @dataclass(frozen=True, slots=True)
 class UndoRescue(Command[Rescue]):
     session: str
+    force: bool = False
 
     def apply(self, tb: Turnback) -> Rescue:
-        return tb.session(self.session).undo_rescue()
+        return tb.session(self.session).undo_rescue(force=self.force)
 
 
 # -- the whole home ------------------------------------------------------------------------------
