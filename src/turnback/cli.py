@@ -1098,7 +1098,8 @@ def rescue(
     or write tool, with the repository's refs, stash and reflog kept before a destructive git
     command. With PATHs (files or directories, relative to the current directory), writes
     those paths as they were and nothing else. A path changed since the turn ended is a
-    conflict (exit code 3), unless --force; `--undo` puts the last rescue's paths back."""
+    conflict (exit code 3), unless --force; `--undo` puts the last rescue's paths back (a
+    path changed since the rescue is a conflict too, unless --force)."""
     from turnback import views
     from turnback.service import RescueFiles, UndoRescue
 
@@ -1106,7 +1107,7 @@ def rescue(
     if undo:
         if paths or turn is not None or before_tool:
             raise click.UsageError("`rescue --undo SESSION` takes no PATH, --turn or --before-tool")
-        done = state.run(UndoRescue(handle.id))
+        done = _conflicts_as_json(as_json, state.run, UndoRescue(handle.id, force))
         if as_json:
             _emit_json(views.RescueView.of(done))
         else:
@@ -1153,7 +1154,7 @@ def rescue(
 
 
 @cli.command()
-@click.argument("agent", type=click.Choice(("claude", "codex", "gemini")))
+@click.argument("agent")  # not a choice: an unknown one is said, and the hook still exits 0
 @click.argument("event")
 @pass_state
 def hook(state: Context, agent: str, event: str) -> None:
@@ -1165,7 +1166,7 @@ def hook(state: Context, agent: str, event: str) -> None:
     the session's activities."""
     from turnback.hooks import client
 
-    problem = client.run(agent, event, sys.stdin.read(), home=state.home)
+    problem = client.run(agent, event, client.read_stdin(), home=state.home)
     if problem:
         click.echo(f"turnback hook {agent} {event}: {problem}", err=True)
 
