@@ -30,7 +30,7 @@ def main() -> None:
         from turnback.hooks import client
 
         home, agent, event = hook
-        problem = client.run(agent, event, sys.stdin.read(), home=home)
+        problem = client.run(agent, event, client.read_stdin(), home=home)
         if problem:
             print(f"turnback hook {agent} {event}: {problem}", file=sys.stderr)
         sys.exit(0)

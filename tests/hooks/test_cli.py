@@ -208,6 +208,16 @@ def test_hook_help_and_the_cli_form(tmp_path: Path) -> None:
         "TURNBACK_HOME": str(tmp_path / "home"), "TURNBACK_HOOK_HELPER": "0"},
     )  # fmt: skip
     assert done.returncode == 0 and "JSONDecodeError" in done.stderr and done.stdout == ""
+    # bytes that are not UTF-8, and an agent it does not know: said, and still exit 0
+    env = {**os.environ, "TURNBACK_HOME": str(tmp_path / "home"), "TURNBACK_HOOK_HELPER": "0"}
+    for front in ([], ["--no-pager"]):
+        for agent, stdin in (("claude", b"\xff\xfe{"), ("nobody", b"{}")):
+            done = subprocess.run(
+                [sys.executable, "-m", "turnback", *front, "hook", agent, "Stop"],
+                input=stdin, capture_output=True, env=env,
+            )  # fmt: skip
+            assert done.returncode == 0 and done.stdout == b"", (front, agent, done.stderr)
+            assert b"turnback hook" in done.stderr and b"Traceback" not in done.stderr
 
 
 def test_install_names_the_home_it_was_given(tmp_path: Path) -> None:

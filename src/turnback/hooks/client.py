@@ -131,6 +131,15 @@ def start_helper(home: str) -> None:
         return  # the hooks run in their own processes instead
 
 
+def read_stdin() -> str:
+    """The hook's standard input, whatever it holds: bytes that are not UTF-8 are replaced, and
+    an input that cannot be read is empty (the event is then refused, as any bad one is)."""
+    try:
+        return sys.stdin.buffer.read().decode("utf-8", "replace")
+    except BaseException:  # a hook must never break its agent
+        return ""
+
+
 def run(
     agent: str, event: str, stdin: str, *, home: str | os.PathLike[str] | None = None
 ) -> str | None:

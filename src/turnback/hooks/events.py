@@ -272,18 +272,18 @@ class Hook:
     def _before_tool(self, session: Session) -> None:
         turn = self._running(session)
         assert turn is not None, "a tool outside any turn begins one"
-        self._said(session, turn)
         name = str(self.payload.get("tool_name") or "tool")
         tool_input = self.payload.get("tool_input")
         call_id = self._call_id(turn, session, name, after=False)
         summary = _summary(name, tool_input)
         meta: dict[str, Any] = {}
-        if name not in READ_ONLY_TOOLS:
+        if name not in READ_ONLY_TOOLS:  # first: nothing read from the agent's files stops it
             destructive = bool(DESTRUCTIVE_GIT.search(_command(tool_input)))
             checkpoint = self.service.call(
                 partial(turn.checkpoint_tool, git_state=destructive), name, call_id, summary
             )
             meta = {"checkpoint": checkpoint.number, "destructive": destructive}
+        self._said(session, turn)
         self.service.call(
             turn.record,
             {

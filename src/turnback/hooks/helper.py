@@ -22,6 +22,7 @@ from typing import Any
 
 from turnback.engine.handle import Turnback
 from turnback.hooks import events
+from turnback.hooks.agents import AGENTS
 from turnback.hooks.client import address, peer_uid
 
 #: The most a request may hold: a hook's JSON, with a tool's whole output.
@@ -39,6 +40,10 @@ def _read(connection: socket.socket) -> tuple[str, str, int, str]:
     return agent, event, int(owner), stdin
 
 
+#: The most workspaces one helper watches at a time.
+WATCHED = 8
+
+
 class Helper:
     """The helper of one home: ``serve`` until idle."""
 
@@ -46,7 +51,7 @@ class Helper:
         self.home = home
         self.idle = idle
         self.tb = Turnback(home, owner_pid=os.getpid())
-        self.watched: set[str] = set()
+        self.watched: dict[str, None] = {}  # the workspaces watched, the least recent first
 
     def answer(self, agent: str, event: str, owner_pid: int, stdin: str) -> str | None:
         """Apply one event; what went wrong, if anything."""
@@ -55,19 +60,39 @@ class Helper:
             if not isinstance(payload, dict):
                 raise ValueError("the hook's input is not a JSON object")
             self.tb.lease.process = owner_pid
-            self._watch(payload.get("cwd"))
+            self._watch(self._workspace(agent, payload))
             events.apply(self.tb, agent, event, payload)
         except Exception as error:
             return events.problem(error)
         return None
 
-    def _watch(self, cwd: Any) -> None:
-        """Watch the workspace from its first event on, so its captures need no scan."""
+    def _workspace(self, agent: str, payload: dict[str, Any]) -> str | None:
+        """The workspace of the event's session: the one it was created in (a hook's ``cwd``
+        moves with the agent's ``cd``), else the ``cwd`` it will be created in."""
+        agent_session = payload.get("session_id")
+        if isinstance(agent_session, str) and agent_session and agent in AGENTS:
+            with self.tb.store.read() as tx:
+                found = tx.get_session(events.session_id_for(agent, agent_session))
+            if found is not None:
+                return found.workspace
+        cwd = payload.get("cwd")
+        return cwd if isinstance(cwd, str) else None
+
+    def _watch(self, workspace: str | None) -> None:
+        """Watch the workspace from its first event on, so its captures need no scan; at most
+        :data:`WATCHED` of them (each watcher holds inotify watches the user has a limit of)."""
         checkpoints = self.tb.checkpoints
-        if not isinstance(cwd, str) or cwd in self.watched or checkpoints is None:
+        if workspace is None or checkpoints is None:
             return
-        self.watched.add(cwd)
-        checkpoints.watch(Path(cwd))
+        if workspace in self.watched:
+            self.watched[workspace] = self.watched.pop(workspace)  # the most recent now
+            return
+        if len(self.watched) >= WATCHED:
+            oldest = next(iter(self.watched))
+            del self.watched[oldest]
+            checkpoints.unwatch(oldest)
+        self.watched[workspace] = None
+        checkpoints.watch(Path(workspace))
 
     def serve(self, server: socket.socket) -> None:
         server.settimeout(min(self.idle, 5.0))

@@ -12,6 +12,7 @@ transcript is the agent's, in a format it may change, so reading it never fails 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 
@@ -33,10 +34,15 @@ def _read(path: str, wait_for: str | None, wait: float) -> bytes | None:
     """The transcript, once it names ``wait_for`` (Claude Code writes it beside running its
     hooks, not always before), or as it is after ``wait`` seconds."""
     deadline = time.monotonic() + wait
+    read_size = -1
+    data = b""
     while True:
         try:
-            with open(path, "rb") as file:
-                data = file.read(MAX_BYTES + 1)
+            size = os.stat(path).st_size
+            if size != read_size:  # read again only once it has grown
+                with open(path, "rb") as file:
+                    data = file.read(MAX_BYTES + 1)
+                read_size = size
         except OSError:
             return None
         if len(data) > MAX_BYTES:
@@ -67,7 +73,7 @@ def claude(
     for line in data.splitlines():
         try:
             entry = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # a line cut short, or nested past Python's limit
             continue
         if not isinstance(entry, dict):
             continue
