@@ -30,6 +30,7 @@ from turnback.errors import (
     AmbiguousId,
     InvalidId,
     OwnershipLost,
+    RevertConflict,
     SessionNotFound,
     TurnbackError,
 )
@@ -548,11 +549,15 @@ class Sessions:
             raise refusal
         if dry or aim.later == 0:
             return result
-        done = await runtime.revert(aim.request)
-        if done.refused:  # a hand edit made since the plan was read
+        try:
+            await runtime.revert(aim.request)
+        except RevertConflict as error:  # a hand edit made since the plan was read
             raise rewind.refuse(
-                f"the rewind was refused and nothing was changed: {done.detail}", rewind.REFUSED
-            )
+                f"the rewind was refused and nothing was changed: {error}",
+                rewind.REFUSED,
+                error="UserEditsInTheWay",
+                paths=list(error.paths),
+            ) from error
         if conversation:
             self._editor.update(editor.id, rewind.truncated(result, aim.request.to_turn))
         return result

@@ -30,7 +30,7 @@ from typing import Any
 
 from turnback.engine.handle import Session
 from turnback.engine.turns import RunningTurn
-from turnback.errors import RECOVER, OwnershipLost
+from turnback.errors import RECOVER, OwnershipLost, RevertConflict
 from turnback.model import ActivityLevel, Revert, RevertRequest, Turn, TurnStatus
 from turnback.service import (
     AddActivity,
@@ -235,6 +235,8 @@ class Reactor:
                 "recovery settles it once this process has gone",
                 event.turn.token,
             )
+        elif isinstance(event, RevertRequested) and isinstance(error, RevertConflict):
+            return  # refused before it wrote anything: the engine's activity says so
         elif isinstance(event, RevertRequested):
             code, message, turn = (
                 "checkpoint.revert.failed",
