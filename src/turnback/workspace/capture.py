@@ -35,7 +35,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from turnback.errors import GitFailed
+from turnback.errors import GitFailed, TurnbackError
 from turnback.faults import point
 from turnback.model import WorkspaceCheckpoint
 from turnback.workspace import creation
@@ -108,7 +108,6 @@ class Capture:
                     point("capture.commit")
                     writer.finish()
                 point("capture.ref")
-                self._repack_when_due(shadow)
                 if plan.watched:
                     shadow.note_tree(INDEX_NEXT, tree)
                 self._last[shadow.workspace] = Captured(
@@ -121,6 +120,7 @@ class Capture:
                 )
                 if watcher is not None:
                     watcher.baseline = tree
+                self._repack_when_due(shadow)  # last: the checkpoint is whole whatever it does
         except GitFailed as error:
             if time.monotonic() >= deadline:
                 raise GitFailed(
@@ -154,11 +154,14 @@ class Capture:
             return
         if packs < PACKS:
             return
-        self._repacks[shadow.dir] = shadow.git.start(
-            ["repack", "--geometric=2", "-d", "-l", "-q"],
-            env=shadow.env(),
-            pass_fds=shadow.lock_fds,
-            config=shadow.config,
-            stdin=False,
-            output=False,
-        )
+        try:
+            self._repacks[shadow.dir] = shadow.git.start(
+                ["repack", "--geometric=2", "-d", "-l", "-q"],
+                env=shadow.env(),
+                pass_fds=shadow.lock_fds,
+                config=shadow.config,
+                stdin=False,
+                output=False,
+            )
+        except TurnbackError as error:  # git cannot be started now: a later capture tries again
+            shadow.report(f"the background repack could not start: {error}")
