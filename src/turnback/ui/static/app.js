@@ -881,6 +881,26 @@ function patchSource(patch, load) {
   };
 }
 
+// One listener for the screen's width, whatever the number of diffs drawn: each diff's
+// callback lives as long as its list is in the page (a running turn's diff is redrawn often).
+const narrowWatchers = new Map();
+let narrowQuery = null;
+function onNarrowChange(list, callback) {
+  for (const [shown, watcher] of narrowWatchers) {  // forget the diffs that left the page
+    if (shown.isConnected) watcher.attached = true;
+    else if (watcher.attached) narrowWatchers.delete(shown);
+  }
+  narrowWatchers.set(list, { callback, attached: false });
+  if (narrowQuery) return;
+  narrowQuery = window.matchMedia(NARROW);
+  narrowQuery.addEventListener("change", () => {
+    for (const [shown, watcher] of narrowWatchers) {
+      if (shown.isConnected) watcher.callback();
+      else if (watcher.attached) narrowWatchers.delete(shown);
+    }
+  });
+}
+
 function diffView(files, source, options) {
   const pieceOf = patchSource(source.patch, source.load);
   let firstRows = options && options.onFirstRows;
@@ -1011,8 +1031,7 @@ function diffView(files, source, options) {
   const unifiedButton = el("button", { type: "button", onclick: () => setMode("unified"), text: "Unified" });
   const splitButton = el("button", { type: "button", onclick: () => setMode("split"), text: "Split" });
   showMode();
-  narrow.addEventListener("change", () => {
-    if (!list.isConnected) return;
+  onNarrowChange(list, () => {
     showMode();
     if (mode === "split") for (const s of sections) if (s.querySelector("table")) s.redraw();
   });
