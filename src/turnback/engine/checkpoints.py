@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from turnback.engine.owners import listed
 from turnback.errors import TurnbackError
 from turnback.model import (
     ActivityLevel,
@@ -357,7 +358,7 @@ def _turns(turns: Sequence[Turn]) -> str:
         return f"turn {numbers[0]}"
     if numbers == list(range(numbers[0], numbers[-1] + 1)):
         return f"turns {numbers[0]} to {numbers[-1]}"
-    return f"turns {', '.join(map(str, numbers[:-1]))} and {numbers[-1]}"
+    return f"turns {listed(numbers)}"
 
 
 def _spent_reverts(tx: Tx, session_id: str) -> list[Revert]:

@@ -155,8 +155,8 @@ def require_here(turns: Sequence[Turn], what: str) -> None:
     away = sorted({t.host for t in turns if t.host and t.host != here})
     if away:
         numbers = sorted({t.number for t in turns if t.host in away})
-        which = f"turn {numbers[0]}" if len(numbers) == 1 else f"turns {_listed(numbers)}"
-        hosts = f"host {away[0]}" if len(away) == 1 else f"hosts {_listed(away)}"
+        which = f"turn {numbers[0]}" if len(numbers) == 1 else f"turns {listed(numbers)}"
+        hosts = f"host {away[0]}" if len(away) == 1 else f"hosts {listed(away)}"
         raise CheckpointUnavailable(
             f"the workspace checkpoints of {which} are on {hosts}, not on this one ({here}): "
             f"{what} can only be made there",
@@ -164,7 +164,7 @@ def require_here(turns: Sequence[Turn], what: str) -> None:
         )
 
 
-def _listed(items: Sequence[object]) -> str:
+def listed(items: Sequence[object]) -> str:
     """``1, 3 and 4``."""
     words = [str(i) for i in items]
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
