@@ -25,6 +25,7 @@ import click
 
 import turnback.acp
 from turnback.acp import launch
+from turnback.hooks.agents import AGENTS
 
 if TYPE_CHECKING:
     from turnback import Session, Turnback, views
@@ -1190,8 +1191,8 @@ def _hooks_scope(command: Callable[..., Any]) -> Callable[..., Any]:
         default=True,
         help="The user's configuration (the default).",
     )(command)
-    command = click.argument("agent", type=click.Choice(("claude", "codex", "gemini")))(command)
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(command)
+    command = click.argument("agent", type=click.Choice(AGENTS))(command)
+    return json_option(command)
 
 
 @hooks.command("install")

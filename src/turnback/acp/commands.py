@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from turnback.acp.offered import NAMES
+from turnback.acp.rewind import SCOPES, scope_of
 from turnback.errors import (
     DECIDE,
     INITIALIZE_TIMEOUT,
@@ -32,7 +33,6 @@ from turnback.model import FileChange, RevertRequest
 if TYPE_CHECKING:
     from turnback.runtime import AgentRuntime
 
-_SCOPES = {"files": (True, False), "conversation": (False, True), "both": (True, True)}
 _KINDS = {"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "type_changed": "T"}
 
 
@@ -174,10 +174,10 @@ async def _rewind(runtime: AgentRuntime, args: tuple[str, ...], confirm: Confirm
     rest = list(args[1:])
     flags = {flag for flag in ("keep-edits", "confirm") if flag in rest}
     rest = [word for word in rest if word not in flags]
-    if len(rest) > 1 or (rest and rest[0] not in _SCOPES):
+    if len(rest) > 1 or (rest and rest[0] not in SCOPES):
         return Answer(_USAGE)
     scope = rest[0] if rest else "both"
-    files, conversation = _SCOPES[scope]
+    files, conversation = SCOPES[scope]
     number, keep = int(args[0]), "keep-edits" in flags
     request = RevertRequest(number, files, conversation, keep)
     if "confirm" not in flags:
@@ -199,23 +199,12 @@ async def _rewind(runtime: AgentRuntime, args: tuple[str, ...], confirm: Confirm
     )
 
 
-def _scope(request: RevertRequest) -> str:
-    """The words of ``_SCOPES`` that say what ``request`` reverts."""
-    return (
-        "both"
-        if request.files and request.conversation
-        else "files"
-        if request.files
-        else "conversation"
-    )
-
-
 def _planned(runtime: AgentRuntime, request: RevertRequest) -> tuple[str, bool]:
     """What a rewind would do, in Markdown (the plan of its files, the turns it undoes), and
     whether it would be refused (hand edits that keep-edits cannot keep). Writes nothing."""
     plan = runtime.session.revert_plan(request)
     number, keep = request.to_turn, request.keep_user_edits
-    scope = _scope(request)
+    scope = scope_of(request)
     later = sum(1 for t in runtime.session.conversation() if t.number > number)
     lines = [
         f"**Rewind {_WHAT[scope]} to turn {number}**"

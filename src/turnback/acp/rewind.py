@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 METHODS = frozenset({"session/rewind", "_session/rewind"})
 EDIT_PROMPT = "session/edit_prompt"
-_MODES = {"files": (True, False), "conversation": (False, True), "both": (True, True)}
+#: What a rewind (or ``/rewind``) moves, by its word: (files, conversation).
+SCOPES = {"files": (True, False), "conversation": (False, True), "both": (True, True)}
 INVALID_PARAMS = -32602
 #: ACP's "internal error", which turnback answers its own refusals with (see the proxy).
 REFUSED = -32603
@@ -51,6 +52,13 @@ class Target:
     kept: tuple[Message, ...]
 
 
+def scope_of(request: RevertRequest) -> str:
+    """The word of :data:`SCOPES` that says what ``request`` moves."""
+    if request.files and request.conversation:
+        return "both"
+    return "files" if request.files else "conversation"
+
+
 def refuse(message: str, code: int = INVALID_PARAMS, **data: Any) -> RequestError:
     return RequestError(code, message, {"details": message, **data})
 
@@ -64,12 +72,12 @@ def read(params: dict[str, Any], *, extension: bool) -> tuple[str, bool, bool, b
     if not isinstance(given, str) or not given:
         raise refuse(f"{' or '.join(names)} is required: the id of a message of this session")
     mode = params.get("mode", "both") if extension else "both"
-    if mode not in _MODES:
+    if mode not in SCOPES:
         raise refuse(f"mode {mode!r} is not one of files, conversation, both", mode=mode)
     dry = params.get("dryRun", False) if extension else False
     if not isinstance(dry, bool):
         raise refuse(f"dryRun must be true or false, not {dry!r}")
-    files, conversation = _MODES[mode]
+    files, conversation = SCOPES[mode]
     return given, files, conversation, dry
 
 
@@ -161,12 +169,9 @@ def answer(aim: Target, files: RevertPlan | None, *, dry: bool, extension: bool)
         "undo": "/undo-rewind",
     }
     if extension:
-        mode = (
-            "both"
-            if request.files and request.conversation
-            else ("files" if request.files else "conversation")
+        result.update(
+            mode=scope_of(request), dryRun=dry, turnsUndone=aim.later if request.conversation else 0
         )
-        result.update(mode=mode, dryRun=dry, turnsUndone=aim.later if request.conversation else 0)
         if files is not None:
             result["files"] = {
                 "restore": _paths(files.restore),

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from turnback.errors import InvalidOption
+from turnback.hooks.agents import AGENTS
 
 #: The events installed for each agent, with the timeout each handler gets in the agent's unit
 #: (None: the agent's own, where it clamps a longer one and warns).
@@ -53,9 +54,9 @@ _EVENTS: dict[str, tuple[tuple[str, int | None], ...]] = {
         ("SessionEnd", 30_000),
     ),
 }
-AGENTS = tuple(_EVENTS)
+assert tuple(_EVENTS) == AGENTS, "every agent's events, in the same order"
 
-_OURS = re.compile(r"(?:^|\s)hook\s+(claude|codex|gemini)\s+[A-Za-z]+\s*$")
+_OURS = re.compile(rf"(?:^|\s)hook\s+({'|'.join(AGENTS)})\s+[A-Za-z]+\s*$")
 
 
 @dataclass(frozen=True, slots=True)
