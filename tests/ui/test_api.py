@@ -300,6 +300,25 @@ def test_a_pruned_checkpoint_is_a_conflict_that_says_why_not_a_server_error(
 # -- actions --------------------------------------------------------------------------------
 
 
+def test_a_rescue_is_refused_clearly_without_paths_and_is_no_action_when_read_only(
+    client: TestClient, tb: turnback.Turnback, reviewed: Reviewed
+) -> None:
+    sid = reviewed.session
+    points = client.get(f"/api/sessions/{sid}/turns/1/points")
+    assert points.status_code == 200 and points.json()["tools"] == []
+    for body in ({"turn": 1}, {"turn": 1, "paths": []}, {"turn": 1, "paths": [3]}):
+        answer = client.post(f"/api/sessions/{sid}/rescue", json=body)
+        assert answer.status_code == 400, (body, answer.text)
+        assert "paths" in answer.json()["error"]["message"]
+    outside = client.post(f"/api/sessions/{sid}/rescue", json={"turn": 1, "paths": ["../x"]})
+    assert outside.status_code >= 400 and "outside the workspace" in outside.text
+    assert client.post(f"/api/sessions/{sid}/rescue", json={"undo": True}).status_code == 409
+    assert tb.session(sid).rescues() == []
+    read_only = client_for(tb, read_only=True)
+    refused = read_only.post(f"/api/sessions/{sid}/rescue", json={"undo": True})
+    assert refused.status_code in (404, 405)
+
+
 def test_the_revert_plan_is_the_cli_dry_run_and_writes_nothing(
     client: TestClient, reviewed: Reviewed, tb: turnback.Turnback
 ) -> None:

@@ -643,3 +643,36 @@ def test_another_local_server_the_browser_visits_gets_no_credential_and_cannot_a
     finally:
         sibling.shutdown()
         sibling.server_close()
+
+
+def test_a_file_an_agents_command_removed_is_brought_back_from_the_page_and_undone(
+    page: Page, start_server: StartServer, tmp_path: Path
+) -> None:
+    """A terminal agent's turn: a checkpoint before its shell command, which removed the
+    user's untracked file. The turn's page lists the checkpoint and brings the file back."""
+    home, workspace = tmp_path / "home", tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "scratch.txt").write_text("the user's own notes\n")
+    with turnback.open(home) as tb:
+        session = tb.create_session(workspace, title="a terminal agent")
+        with session.turn("tidy up") as turn:
+            turn.checkpoint_tool("Bash", "call-1", "rm scratch.txt")
+            (workspace / "scratch.txt").unlink()  # what the command did
+        sid = session.id
+    open_page(page, start_server, home, f"/sessions/{sid}/turns/1")
+
+    points = page.get_by_role("region", name="Checkpoints before tools")
+    expect(points).to_contain_text("Before tool 1: rm scratch.txt")
+    points.locator("li.point").nth(1).get_by_role("button", name="Bring files back…").click()
+    dialog = page.get_by_role("dialog", name="Bring files back")
+    dialog.get_by_label("Paths to bring back").fill("scratch.txt")
+    dialog.get_by_role("button", name="Bring them back").click()
+    expect(page.get_by_role("status")).to_contain_text("Brought back scratch.txt")
+    assert (workspace / "scratch.txt").read_text() == "the user's own notes\n"
+    shot(page, "rescued")
+
+    page.once("dialog", lambda asked: asked.accept())
+    points.get_by_role("button", name="Undo the last rescue").click()
+    expect(page.get_by_role("status")).to_contain_text("Undid rescue")
+    assert not (workspace / "scratch.txt").exists()
+    assert page.errors == []  # type: ignore[attr-defined]

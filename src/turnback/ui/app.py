@@ -46,6 +46,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from importlib.resources import files
+from pathlib import Path
 from typing import Any, TypeVar
 
 from starlette.applications import Starlette
@@ -83,8 +84,10 @@ from turnback.service import (
     ApplySetAside,
     DiscardSetAside,
     PlanRevert,
+    RescueFiles,
     RevertSession,
     Service,
+    UndoRescue,
     UndoRevert,
 )
 
@@ -613,6 +616,38 @@ class Api:
 
         return await self.action(request, run)
 
+    async def points(self, request: Request) -> Response:
+        """As ``rescue SESSION --turn N --json``: the turn's begin and its checkpoint before
+        each shell or write tool, to bring files back from."""
+        return await self.answer(
+            lambda: views.rescue_points(
+                self.session(self.session_ref(request)), self.turn_ref(request)
+            )
+        )
+
+    async def rescue(self, request: Request) -> Response:
+        """As ``rescue SESSION PATH… --turn N --before-tool K`` (``undo``: ``rescue --undo``);
+        ``force`` overwrites paths changed since."""
+
+        def run(handle: Session, data: dict[str, Any]) -> views.RescueView:
+            force = data.get("force") is True
+            if data.get("undo") is True:
+                return views.RescueView.of(self.service.run(UndoRescue(handle.id, force)))
+            paths = data.get("paths")
+            if (
+                not isinstance(paths, list)
+                or not paths
+                or not all(isinstance(p, str) and p for p in paths)
+            ):
+                raise InvalidId("paths must be a list of the workspace's paths to bring back")
+            turn = self.number(data.get("turn"), "turn")
+            before = self.number(data.get("before_tool", 0), "before_tool")
+            inside = tuple(str(Path(handle.record.workspace) / path) for path in paths)
+            asked = RescueFiles(handle.id, inside, turn, before, force)
+            return views.RescueView.of(self.service.run(asked))
+
+        return await self.action(request, run)
+
     async def set_aside(self, request: Request) -> Response:
         try:
             token = self.turn_ref(request)
@@ -686,11 +721,13 @@ def build_app(
         Route(f"{session}/turns/{{turn}}", api.turn),
         Route(f"{session}/turns/{{turn}}/diff", api.diff),
         Route(f"{session}/turns/{{turn}}/patch", api.patch),
+        Route(f"{session}/turns/{{turn}}/points", api.points),
     ]
     if not read_only:
         routes += [
             Route(f"{session}/revert", api.revert, methods=["POST"]),
             Route(f"{session}/undo", api.undo, methods=["POST"]),
+            Route(f"{session}/rescue", api.rescue, methods=["POST"]),
             Route(f"{session}/review-mark", api.mark, methods=["POST"]),
             Route(
                 f"{session}/unrecovered/{{turn}}/{{verb:str}}",

@@ -1177,6 +1177,8 @@ async function turnPage(sessionId, ref) {
     };
     setTimeout(refresh, REFRESH);
   }
+  rescuePoints(sessionId, turn).then((box) => { if (box) main.querySelector("aside.talk-pane").append(box); })
+    .catch(() => { /* a turn without tool checkpoints, or none on this host: nothing to offer */ });
   listen(sessionId, {
     running: (data) => { if (data.turn.token === turn.token) talk.replaceChildren(...conversation({ messages: data.messages, events: [] })); },
     log: () => { if (turn.status === "running") location.reload(); },
@@ -1187,6 +1189,59 @@ async function turnPage(sessionId, ref) {
     [["]"], "next turn", () => { if (next) location.href = `/sessions/${sessionId}/turns/${next}`; }],
     [["u", "t"], "back to the timeline", () => { location.href = `/sessions/${sessionId}`; }],
   ]);
+}
+
+// A terminal agent's turn has a checkpoint before each shell or write tool: any file can be
+// brought back as it was before one (`turnback rescue`), and the last rescue undone.
+async function rescuePoints(sessionId, turn) {
+  const found = await api(`/api/sessions/${sessionId}/turns/${turn.number}/points`);
+  if (!found.tools.length) return null;
+  const point = (number, what) => el("li", { class: "point" },
+    el("span", { class: "small", text: number ? `Before tool ${number}: ` : "When the turn began" }),
+    number ? el("code", { class: "small", text: what }) : null,
+    CONFIG.readOnly ? null : el("button", { type: "button", class: "small", onclick: () => rescueDialog(sessionId, turn, number, what), text: "Bring files back…" }));
+  return el("section", { class: "points", "aria-label": "Checkpoints before tools" },
+    el("h2", { text: "Checkpoints before tools" }),
+    el("ol", { class: "point-list" }, point(0, ""), found.tools.map((t) => point(t.number, t.summary))),
+    CONFIG.readOnly ? null : el("button", { type: "button", class: "small", onclick: () => undoRescue(sessionId), text: "Undo the last rescue" }));
+}
+
+function rescueDialog(sessionId, turn, number, what) {
+  const paths = el("textarea", { name: "paths", rows: 3, "aria-label": "Paths to bring back" });
+  const force = el("input", { type: "checkbox", name: "force" });
+  const result = el("div", { class: "result" });
+  const go = el("button", { type: "button", class: "danger", text: "Bring them back" });
+  const where = number ? `just before tool ${number} (${what})` : "when the turn began";
+  const dialog = el("div", { class: "dialog", role: "dialog", "aria-label": "Bring files back" },
+    el("h2", { text: `Bring files back as they were ${where}` }),
+    el("p", { class: "muted", text: "Files or folders of the workspace, one per line (untracked files too). Only these are written; “Undo the last rescue” puts them back." }),
+    paths,
+    el("label", { class: "choice" }, force, "Overwrite my edits made since the turn ended"),
+    result,
+    el("div", { class: "buttons" }, el("button", { type: "button", onclick: closeOverlay, text: "Cancel" }), go));
+  go.addEventListener("click", async () => {
+    const wanted = paths.value.split("\n").map((p) => p.trim()).filter(Boolean);
+    if (!wanted.length) { result.replaceChildren(el("p", { class: "problem", text: "Name at least one path." })); return; }
+    go.disabled = true;
+    try {
+      const done = await api(`/api/sessions/${sessionId}/rescue`, { turn: turn.number, before_tool: number, paths: wanted, force: force.checked });
+      closeOverlay();
+      toast(`Brought back ${done.written.join(", ")} (rescue ${done.id}). “Undo the last rescue” puts them back.`, "good");
+    } catch (error) {
+      result.replaceChildren(problem(error));
+      go.disabled = false;
+    }
+  });
+  openOverlay(dialog);
+  paths.focus();
+}
+
+async function undoRescue(sessionId) {
+  if (!confirm("Put the paths of the last rescue back as they were just before it?")) return;
+  try {
+    const done = await api(`/api/sessions/${sessionId}/rescue`, { undo: true });
+    toast(`Undid rescue ${done.id}: ${done.written.join(", ")} as before it.`, "good");
+  } catch (error) { toast(`${error.message}. ${error.hint}`, "bad"); }
 }
 
 // -- page: a range of turns --------------------------------------------------------------------
