@@ -372,14 +372,7 @@ class Session:
             if turn is None or turn.owner_id != self._tb.lease.owner().id:
                 return None
             _, last = tx.journal_size(turn.token)
-        return RunningTurn(
-            self._tb.store,
-            self._tb.journal,
-            turn,
-            workspace=workspace,
-            checkpoints=self._tb.checkpoints,
-            next_seq=last + 1,
-        )
+        return self._running(turn, workspace, last + 1)
 
     def reopen(self, ref: int | str) -> RunningTurn:
         """Continue the interrupted turn ``ref`` (the session's head) from its last step
@@ -387,6 +380,10 @@ class Session:
         it recorded after that checkpoint leaves the conversation (see ``turns.reopen``)."""
         workspace = self.record.workspace  # read first: after the reopen, nothing may fail
         turn, next_seq = reopen(self._tb.store, self.get_turn(ref).token, lease=self._tb.lease)
+        return self._running(turn, workspace, next_seq)
+
+    def _running(self, turn: Turn, workspace: str, next_seq: int) -> RunningTurn:
+        """``turn`` to go on recording in from ``next_seq``, under this handle."""
         return RunningTurn(
             self._tb.store,
             self._tb.journal,
