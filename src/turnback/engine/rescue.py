@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from turnback import faults
 from turnback.engine.checkpoints import WorkspaceCheckpoints
 from turnback.errors import (
     CheckpointUnavailable,
@@ -171,7 +172,9 @@ def rescue(
     with store.atomic() as tx:
         tx.lock_sessions([session_id])
         record = dataclasses.replace(record, id=tx.insert_rescue(record))
+    faults.point("rescue.recorded")  # the row names the undo capture; no file is written yet
     snapshots.restore(workspace, commit, current=undo, paths=paths)
+    faults.point("rescue.done")
     return record
 
 
