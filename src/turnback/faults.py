@@ -65,6 +65,9 @@ POINTS: frozenset[str] = frozenset(
         "restore.plan",
         "restore.file",
         "restore.done",
+        # rescues of files from a turn's checkpoints (engine/rescue.py)
+        "rescue.recorded",
+        "rescue.done",
         # reverts and their undo (engine/revert.py)
         "revert.captured",
         "revert.started",

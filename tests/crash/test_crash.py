@@ -367,6 +367,7 @@ def test_every_declared_fault_point_is_killed_at() -> None:
         | {f"{a}.{s}" for a in ("apply", "discard") for s in ("before", "inside", "after")}
         | {"store.migrate.inside"}
         | {"turn.begin.reconcile", "turn.end.reconcile", "journal.reconcile"}
+        | {"rescue.recorded", "rescue.done"}  # tests/hooks/test_killed.py
         | WORKSPACE_PLANNED
     )
     assert planned == set(faults.POINTS), f"points without a crash test: {faults.POINTS - planned}"
