@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 import turnback
+from turnback.hooks import transcripts
 from turnback.hooks.events import DESTRUCTIVE_GIT, session_id_for
 
 from .feed import Agent, git, make_workspace
@@ -357,3 +359,40 @@ def test_what_claude_said_comes_from_its_transcript_in_order(workspace: Path) ->
         ("tool_call", said[3][1]),
         ("agent", "Done."),
     ], said
+
+
+def test_a_tools_hook_waits_for_claudes_transcript_to_reach_the_call(tmp_path: Path) -> None:
+    """Claude Code writes its transcript on a timer of its own, beside the hook: on a loaded
+    machine the tool call reaches it well after the hook began. What the agent said before the
+    tool is read once the call is there, so it is journaled before the tool call."""
+    transcript = tmp_path / "transcript.jsonl"
+    prompt = {"type": "user", "promptId": "prompt-1", "message": {"content": "Write NOTES"}}
+    transcript.write_text(json.dumps(prompt) + "\n")
+    said = {
+        "type": "assistant",
+        "uuid": "u1",
+        "message": {
+            "content": [
+                {"type": "text", "text": "I will write the notes first."},
+                {"type": "tool_use", "id": "toolu_0001"},
+            ]
+        },
+    }
+
+    def written_late() -> None:
+        with transcript.open("a") as out:
+            out.write(json.dumps(said) + "\n")
+
+    late = threading.Timer(0.6, written_late)
+    late.start()
+    started = time.monotonic()
+    try:
+        read = transcripts.claude(str(transcript), "prompt-1", wait_for="toolu_0001")
+    finally:
+        late.join()
+    assert [(s.kind, s.text) for s in read] == [
+        ("agent_message_chunk", "I will write the notes first.")
+    ]
+    assert time.monotonic() - started < transcripts.WAIT  # it stopped waiting once it was there
+    # a call the transcript never reaches costs the wait once, and the hook goes on
+    assert transcripts.claude(str(transcript), "prompt-1", wait_for="toolu_9", wait=0.05) == read

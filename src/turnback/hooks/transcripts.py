@@ -19,6 +19,12 @@ from dataclasses import dataclass
 #: A transcript larger than this is not read (the hook falls back on the last answer).
 MAX_BYTES = 64 * 2**20
 
+#: How long a tool's hook waits for the transcript to reach the tool call. Claude Code writes
+#: its transcript on a timer of its own, beside running the hook: the call is usually there
+#: within 30 ms, but on a loaded machine it was seen later than 0.25 s, and what the agent said
+#: before the tool was then journaled after it. The wait ends as soon as the call is there.
+WAIT = 2.0
+
 
 @dataclass(frozen=True, slots=True)
 class Said:
@@ -53,7 +59,7 @@ def _read(path: str, wait_for: str | None, wait: float) -> bytes | None:
 
 
 def claude(
-    path: object, prompt_id: object, *, wait_for: str | None = None, wait: float = 0.25
+    path: object, prompt_id: object, *, wait_for: str | None = None, wait: float = WAIT
 ) -> list[Said]:
     """What Claude Code said after the prompt ``prompt_id``, in order; empty when it cannot be
     told (no transcript, no such prompt, an unreadable file). With ``wait_for`` (a tool call's
