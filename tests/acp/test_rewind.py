@@ -16,9 +16,10 @@ from acp.core import ClientSideConnection
 import turnback
 from tests.acp.harness import (
     SCRIPTED,
-    DiskEditor,
+    Recording,
     connect,
     proxy_command,
+    request,
     run,
     ts_agent,
     wait_for,
@@ -31,35 +32,6 @@ TURNS = (
 )
 
 FS = {"clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}}}
-
-
-class Recording(DiskEditor):
-    """An editor (writing the files it is asked to write to disk) that also keeps every
-    ``session/update`` as it came on the wire, kinds the SDK does not know yet
-    (``history_truncated``) included."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.raw: list[dict[str, Any]] = []
-
-    def listen(self, conn: ClientSideConnection) -> None:
-        inner = conn._conn._handler
-
-        async def handler(method: str, params: Any, is_notification: bool) -> Any:
-            if method == "session/update" and isinstance(params, dict):
-                self.raw.append(params["update"])
-                if params["update"].get("sessionUpdate") == "history_truncated":
-                    return None  # a draft kind this SDK's models do not know yet
-            return await inner(method, params, is_notification)
-
-        conn._conn._handler = handler
-
-    def kind(self, name: str) -> list[dict[str, Any]]:
-        return [u for u in self.raw if u.get("sessionUpdate") == name]
-
-
-async def request(conn: ClientSideConnection, method: str, params: dict[str, Any]) -> Any:
-    return await conn._conn.send_request(method, params)
 
 
 async def opened(conn: ClientSideConnection, editor: Recording, cwd: Path) -> tuple[dict, str]:

@@ -34,7 +34,7 @@ from acp.schema import (
 )
 
 import turnback
-from tests.acp.harness import DiskEditor, dump
+from tests.acp.harness import Recording, dump, request
 from turnback.model import ChangeKind, TurnStatus
 
 from . import agents, turn
@@ -68,8 +68,9 @@ AGENTS = {
 }
 
 
-class Editor(DiskEditor):
-    """An editor that answers every permission request with the agent's "allow once"."""
+class Editor(Recording):
+    """An editor that answers every permission request with the agent's "allow once" (and
+    keeps every update as it came, draft kinds included)."""
 
     async def request_permission(
         self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption], **_: Any
@@ -108,11 +109,12 @@ class Opened:
 
 @asynccontextmanager
 async def opened(
-    command: list[str], world: World, left: list[tuple[int, str]]
+    command: list[str], world: World, left: list[tuple[int, str]], load: str | None = None
 ) -> AsyncIterator[Opened]:
-    """Initialize, open a session in the workspace; on leaving, close the connection as an
-    editor does (the SDK closes the agent's stdin, then terminates it after 2 s). What is left
-    of the processes after that is added to ``left``, and killed."""
+    """Initialize, open a session in the workspace (a new one, or ``load`` that one); on
+    leaving, close the connection as an editor does (the SDK closes the agent's stdin, then
+    terminates it after 2 s). What is left of the processes after that is added to ``left``,
+    and killed."""
     editor = Editor()
     group = None
     try:
@@ -124,11 +126,18 @@ async def opened(
             transport_kwargs={"stderr": None},
         ) as (conn, process):
             group = process.pid
+            editor.listen(conn)
             init = await conn.initialize(
                 protocol_version=acp.PROTOCOL_VERSION, client_capabilities=CAPABILITIES
             )
-            new = await conn.new_session(cwd=str(world.workspace), mcp_servers=[])
-            yield Opened(conn, process.pid, editor, dump(init), new.session_id)
+            if load is None:
+                session_id = (
+                    await conn.new_session(cwd=str(world.workspace), mcp_servers=[])
+                ).session_id
+            else:
+                await conn.load_session(session_id=load, cwd=str(world.workspace), mcp_servers=[])
+                session_id = load
+            yield Opened(conn, process.pid, editor, dump(init), session_id)
     finally:
         if group is not None:
             left += agents.end_session(group)
@@ -447,8 +456,20 @@ async def converse(
                     if s == said.session_id and u["sessionUpdate"] == "agent_message_chunk"
                 )
             )
-            said.processes.append(len(agents.descendants(session.pid)))
+            said.processes.append(await settled(session.pid))
     return said
+
+
+async def settled(pid: int) -> int:
+    """How many processes ``pid`` runs, once that stops changing (a closed agent session's
+    process takes a moment to exit on a loaded machine; a leaked one never does)."""
+    count = len(agents.descendants(pid))
+    for _ in range(20):
+        await asyncio.sleep(0.25)
+        count, before = len(agents.descendants(pid)), count
+        if count == before:
+            break
+    return count
 
 
 REWIND = "/rewind 1 conversation confirm"
@@ -557,3 +578,113 @@ def test_a_session_whose_claude_code_died_is_opened_again(
         assert [t.status for t in stored.turns()] == [TurnStatus.COMPLETED] * 2
         codes = [a.code for a in stored.activities()]
         assert "agent.session.lost" in codes, codes
+
+
+# -- an editor's "restore checkpoint", and the proxy killed mid-stream, on real turns ---------
+
+
+def text_prompt(session_id: str, text: str) -> dict[str, Any]:
+    return {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}
+
+
+def test_an_editors_restore_checkpoint_rewinds_a_real_agents_turn(
+    make_world: MakeWorld, tmp_path: Path
+) -> None:
+    """What an editor's "Restore checkpoint" on a prompt sends (the draft ``session/rewind``),
+    through turnback, after claude-agent-acp's real turn (a Write; a Bash that removes the
+    user's file and resets the repository): the files are as they were before the prompt,
+    a file the user wrote since stays, the editor is told the history was cut, ``/undo-rewind``
+    brings the turn's files back, and after the rewind made again the model is no longer told
+    the prompt."""
+    agent = AGENTS["claude-agent-acp"]
+    workspace_before: dict[str, str] = {}
+
+    async def restore(world: World, found: dict[str, Any]) -> None:
+        async with opened(proxied(tmp_path / "tb", agent), world, found["left"]) as session:
+            conn, sid = session.conn, session.session_id
+            workspace_before.update(files(world.workspace))
+            first = await request(conn, "session/prompt", text_prompt(sid, PROMPT))
+            found["after_turn"] = files(world.workspace)
+            (world.workspace / "HAND").write_text("the user's own, written after the turn\n")
+            rewind = {"sessionId": sid, "toMessageId": first["userMessageId"]}
+            found["rewind"] = await request(conn, "session/rewind", rewind)
+            found["rewound"] = files(world.workspace)
+            await request(conn, "session/prompt", text_prompt(sid, "/undo-rewind"))
+            found["undone"] = files(world.workspace)
+            await request(conn, "session/rewind", rewind)  # and again, to go on from there
+            found["stop"] = await request(conn, "session/prompt", text_prompt(sid, "again"))
+            await asyncio.sleep(0.2)  # updates sent just before the answer
+            found["truncated"] = session.editor.kind("history_truncated")
+
+    with Model() as model:
+        world = make_world(model.url)
+        model.script = [*agent.script(world), Reply(Text("two"))]
+        world.configure()
+        found: dict[str, Any] = {"left": []}
+        asyncio.run(asyncio.wait_for(restore(world, found), 240))
+    assert found["after_turn"] == {"NOTES": NOTES, "README": "committed\n"}
+    assert found["rewind"]["remainingMessageCount"] == 0, found["rewind"]
+    assert found["rewound"] == {**workspace_before, "HAND": found["undone"]["HAND"]}
+    truncated = found["truncated"]
+    assert [t["remainingMessageCount"] for t in truncated] == [0, 0], truncated
+    assert found["stop"]["stopReason"] == "end_turn"
+    asked = model.steps()[-1].user_texts()
+    assert asked[-1].splitlines()[-1] == "again" and not any(PROMPT in t for t in asked), asked
+    assert found["undone"] == {**found["after_turn"], "HAND": found["undone"]["HAND"]}
+    assert found["left"] == []
+
+
+def files(workspace: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in workspace.iterdir() if p.is_file()}
+
+
+def test_a_proxy_killed_mid_stream_leaves_the_turn_interrupted_and_the_session_usable(
+    make_world: MakeWorld, tmp_path: Path
+) -> None:
+    """claude-agent-acp streams the turn's text and its Write, then its next model call stalls;
+    the proxy is killed there (SIGKILL). A new ``turnback acp`` loads the session: the editor
+    is shown the turn so far, turnback holds it as interrupted with the file it wrote, and the
+    next prompt is a turn like any other."""
+    agent = AGENTS["claude-agent-acp"]
+    home = tmp_path / "tb"
+    killed: dict[str, Any] = {"left": []}
+
+    async def kill_mid_stream(world: World, model: Model) -> None:
+        async with opened(proxied(home, agent), world, killed["left"]) as session:
+            killed["sid"] = session.session_id
+            answer = asyncio.ensure_future(
+                request(session.conn, "session/prompt", text_prompt(session.session_id, PROMPT))
+            )
+            await asyncio.to_thread(model.wait_stalled, 120)
+            os.kill(session.pid, signal.SIGKILL)
+            done, _ = await asyncio.wait({answer}, timeout=30)
+            killed["answered"] = bool(done) and answer.exception() is None
+            model.release()
+
+    async def load_and_go_on(world: World, found: dict[str, Any]) -> None:
+        async with opened(
+            proxied(home, agent), world, found["left"], load=killed["sid"]
+        ) as session:
+            await asyncio.sleep(0.2)  # the loaded conversation's updates
+            found["shown"] = [u["sessionUpdate"] for u in session.editor.raw]
+            found["stop"] = await request(
+                session.conn, "session/prompt", text_prompt(session.session_id, "go on")
+            )
+
+    with Model() as model:
+        world = make_world(model.url)
+        write = agent.script(world)[0]
+        model.script = [write, Reply(Text("Now the shell."), stall=True), Reply(Text("done"))]
+        world.configure()
+        asyncio.run(asyncio.wait_for(kill_mid_stream(world, model), 240))
+        found: dict[str, Any] = {"left": []}
+        asyncio.run(asyncio.wait_for(load_and_go_on(world, found), 240))
+    assert not killed["answered"]  # the editor got no answer: its proxy was gone
+    assert "user_message_chunk" in found["shown"] and "tool_call" in found["shown"], found
+    assert found["stop"]["stopReason"] == "end_turn"
+    assert found["left"] == []
+    with turnback.open(home=home) as tb:
+        stored = tb.session(killed["sid"])
+        first, second = stored.turns()
+        assert first.status is TurnStatus.INTERRUPTED and second.status is TurnStatus.COMPLETED
+        assert {c.path: c.kind for c in stored.diff(1).files} == {"NOTES": ChangeKind.ADDED}
