@@ -87,10 +87,10 @@ def proxy(home: Path, *agent: str) -> list[str]:
     return [*command, "--", *agent] if agent else command
 
 
-def conductor(log: Path, home: Path, *own: str) -> list[str]:
+def conductor(log: Path, home: Path, *own: str, agent: tuple[str, ...] | None = None) -> list[str]:
     """The conductor running ``turnback acp`` (with the agent command ``own``, none by default)
-    before the TS agent."""
-    chain = [json.dumps(proxy(home, *own)), json.dumps(list(ts_agent()))]
+    before ``agent`` (the TS agent by default)."""
+    chain = [json.dumps(proxy(home, *own)), json.dumps(list(agent or ts_agent()))]
     return [sys.executable, str(CONDUCTOR), str(log), *chain]
 
 
@@ -286,3 +286,39 @@ def test_without_an_agent_command_turnback_acp_waits_for_a_conductor(
     assert "_proxy/initialize" in refused["error"]["message"]
     assert code == 0
     assert misplaced["error"]["code"] == -32601
+
+
+def test_under_a_conductor_the_successors_cancel_reaches_the_editor_by_its_id(
+    home: Path, workspace: Path, tmp_path: Path
+) -> None:
+    """The agent asks the editor something and cancels it: through the conductor (which
+    numbers its own requests) and turnback (which numbers its own), the editor is told to
+    cancel the request by the id it was sent it under, once."""
+    log = tmp_path / "conductor.log"
+    ask = {"jsonrpc": "2.0", "id": "ask-7", "method": "fs/read_text_file"}
+    ask["params"] = {"sessionId": "whatever", "path": "/x"}
+    cancel = {"jsonrpc": "2.0", "method": CANCEL, "params": {"requestId": "ask-7"}}
+    script = "\n".join(
+        [f"raw {json.dumps(json.dumps(ask))}", f"raw {json.dumps(json.dumps(cancel))}", "sleep 1"]
+    )
+
+    async def scenario() -> tuple[Raw, dict[str, Any]]:
+        raw = await spawn(conductor(log, home, agent=ROUGH), workspace)
+        session_id = await _opened(raw, workspace)
+        prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": script}]}
+        await raw.send({"id": 2, "method": "session/prompt", "params": prompt})
+        done = await raw.answer(2)
+        await raw.close()
+        return raw, done
+
+    raw, done = run(scenario())
+    assert done["result"]["stopReason"] == "end_turn"
+    asked = [m for m in raw.received if m.get("method") == "fs/read_text_file"]
+    cancels = [m for m in raw.received if m.get("method") == CANCEL]
+    assert len(asked) == 1 and asked[0]["params"]["path"] == "/x"
+    assert cancels == [
+        {"jsonrpc": "2.0", "method": CANCEL, "params": {"requestId": asked[0]["id"]}}
+    ]
+    hops = conducted(log)
+    delivered = [m for source, _, m in hops if source == "agent" and m.get("id") == "ask-7"]
+    assert len(delivered) == 1  # wrapped for turnback, which saw it under an id of its own

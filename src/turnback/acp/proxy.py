@@ -20,7 +20,7 @@ How it is put together:
   process started later.
 * Under a conductor (draft), ``_proxy/initialize`` comes instead of ``initialize``: the agent is
   then the conductor's successor, reached through :class:`~turnback.acp.chain.Successor` on the
-  same stdin and stdout, and the agent command, if one was given, is not run.
+  same stdin and stdout, and the agent command's process, if one was started, is stopped.
 
 The proxy never leaves the editor waiting: every request gets an answer or an error that says
 what went wrong; stdin at end of file, SIGTERM or a closed stdout ends running turns as
