@@ -13,7 +13,8 @@ Some facts about the draft that this module depends on:
   request goes as a request, and the conductor's answer is the successor's; a notification goes
   as a notification. What the successor sends comes back in the same envelope. The draft's
   earlier split names, ``_proxy/successor/request`` and ``_proxy/successor/notification``, are
-  read too.
+  read too. The inner params, ``_meta`` and all, pass as they are; an envelope's own ``_meta``
+  is that hop's (the reference conductor sets none) and is not passed on.
 * Anything else the conductor sends comes from the predecessor (the editor's side), and what
   turnback sends the conductor without an envelope goes there.
 
