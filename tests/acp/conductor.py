@@ -11,17 +11,20 @@ in order, under ids of its own on each connection -- counted from 0 on each, so 
 with everyone else's. What the proxy wraps in ``_proxy/successor`` goes to the agent; what the
 agent sends goes to the proxy wrapped the same way; anything else from the proxy goes to the
 editor. A ``$/cancel_request`` names the id the receiver was sent. Each message it reads is
-appended to LOG as a JSON line ``[from, to, message]``.
+appended to LOG as a JSON line ``[from, to, message]``. With ``CONDUCTOR_SPELLING=rfd`` in its
+environment it uses the RFD text's names, ``proxy/initialize`` and ``proxy/successor``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from typing import Any
 
-ENVELOPE = "_proxy/successor"
+PREFIX = "" if os.environ.get("CONDUCTOR_SPELLING") == "rfd" else "_"
+INITIALIZE, ENVELOPE = f"{PREFIX}proxy/initialize", f"{PREFIX}proxy/successor"
 CANCEL = "$/cancel_request"
 
 
@@ -83,7 +86,7 @@ class Conductor:
             if message["method"] == CANCEL:
                 return self.cancel(self.editor, message.get("params"), self.proxy)
             return self.proxy.send(message)
-        method = "_proxy/initialize" if message["method"] == "initialize" else message["method"]
+        method = INITIALIZE if message["method"] == "initialize" else message["method"]
         self.proxy.request(self.editor, message["id"], method, message.get("params"))
 
     def from_proxy(self, message: dict[str, Any]) -> None:

@@ -199,14 +199,26 @@ def test_ids_collide_on_every_hop_yet_each_answer_and_cancel_finds_its_request(
         assert [c["params"]["requestId"] for c in cancels] == [waits[0]["id"]]
 
 
-@pytest.mark.parametrize("own", [(), ROUGH], ids=["no agent command", "an agent command too"])
+@pytest.mark.parametrize(
+    ("own", "spelling"),
+    [((), "_"), (ROUGH, "_"), ((), "")],
+    ids=["no agent command", "an agent command too", "the RFD text's spelling"],
+)
 def test_a_conductor_runs_turnback_as_a_proxy_component(
-    home: Path, workspace: Path, tmp_path: Path, own: tuple[str, ...]
+    home: Path,
+    workspace: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    own: tuple[str, ...],
+    spelling: str,
 ) -> None:
-    """Started by a conductor, turnback acp is initialized with _proxy/initialize, reaches its
-    successor (here the agent) in _proxy/successor envelopes -- an agent command of its own, if
-    it was given one, is stopped unused -- and its turns are as durable as with an agent of its
-    own: the editor -- the SDK's client -- sees one ordinary agent."""
+    """Started by a conductor, turnback acp is initialized with _proxy/initialize (or the RFD
+    text's proxy/initialize), reaches its successor (here the agent) in the envelope that
+    spelling names -- an agent command of its own, if it was given one, is stopped unused --
+    and its turns are as durable as with an agent of its own: the editor -- the SDK's client --
+    sees one ordinary agent."""
+    if not spelling:
+        monkeypatch.setenv("CONDUCTOR_SPELLING", "rfd")
     log = tmp_path / "conductor.log"
     editor = DiskEditor(["allow"])
     script = "say hello there\nwrite notes.txt hi\nask edit notes\next"
@@ -236,7 +248,7 @@ def test_a_conductor_runs_turnback_as_a_proxy_component(
     to_proxy = [m for source, target, m in hops if source == "editor"]
     assert to_proxy[0]["method"] == "initialize"  # sent to turnback as _proxy/initialize
     wrapped = [m for source, target, m in hops if source == "proxy" and target == "agent"]
-    assert wrapped[0]["method"] == "_proxy/successor"
+    assert {m.get("method") for m in wrapped} == {f"{spelling}proxy/successor", None}  # or answers
     assert wrapped[0]["params"]["method"] == "initialize"
     agents = [m for source, _, m in hops if source == "agent" and "result" in m]
     agent_init = agents[0]["result"]
@@ -302,16 +314,23 @@ def test_under_a_conductor_the_successors_cancel_reaches_the_editor_by_its_id(
         [f"raw {json.dumps(json.dumps(ask))}", f"raw {json.dumps(json.dumps(cancel))}", "sleep 1"]
     )
 
-    async def scenario() -> tuple[Raw, dict[str, Any]]:
+    async def scenario() -> tuple[Raw, dict[str, Any], dict[str, Any]]:
         raw = await spawn(conductor(log, home, agent=ROUGH), workspace)
         session_id = await _opened(raw, workspace)
         prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": script}]}
         await raw.send({"id": 2, "method": "session/prompt", "params": prompt})
         done = await raw.answer(2)
+        # an envelope with no inner method: refused, and the chain goes on
+        await raw.send({"id": 3, "method": "_proxy/successor", "params": {"params": {}}})
+        malformed = await raw.answer(3)
+        await raw.send({"id": 4, "method": "session/list", "params": {}})
+        assert "result" in await raw.answer(4)
         await raw.close()
-        return raw, done
+        return raw, done, malformed
 
-    raw, done = run(scenario())
+    raw, done, malformed = run(scenario())
+    assert malformed["error"]["code"] == -32602
+    assert "method" in malformed["error"]["message"]
     assert done["result"]["stopReason"] == "end_turn"
     asked = [m for m in raw.received if m.get("method") == "fs/read_text_file"]
     cancels = [m for m in raw.received if m.get("method") == CANCEL]
