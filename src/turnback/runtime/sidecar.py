@@ -25,6 +25,10 @@ Some facts about the connection that the runtime depends on:
   run a CLI as a child) would otherwise leave what it started running once the launcher dies.
   What is left of the group after its leader has gone is terminated, then killed, too. A Ctrl-C
   at a terminal reaches turnback, not the agent: turnback's shutdown stops it.
+* An agent need not be a process of turnback's: over a :class:`Link` (a conductor's successor,
+  reached through the conductor) the same connection runs on the streams the link gives. Such
+  an agent has no pid; closing the sidecar ends the link's run, and killing it only marks the
+  run gone.
 """
 
 from __future__ import annotations
