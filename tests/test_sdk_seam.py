@@ -17,7 +17,7 @@ import pytest
 from acp.connection import Connection as SdkConnection
 
 from tests.acp.harness import CAPABILITIES, SCRIPTED, Editor, proxy_command, run
-from turnback.runtime.rpc import AGENT_METHODS, CLIENT_METHODS, PROTOCOL_VERSION, RequestError
+from turnback.runtime.rpc import CLIENT_METHODS, PROTOCOL_VERSION, RequestError
 from turnback.runtime.rpc import Connection as Ours
 from turnback.runtime.wire import Rejected, Wire
 
@@ -122,7 +122,6 @@ def test_only_the_bundled_agent_imports_the_sdk() -> None:
 
 def test_the_acp_names_turnback_keeps_are_the_sdks() -> None:
     assert PROTOCOL_VERSION == acp.PROTOCOL_VERSION
-    assert set(acp.AGENT_METHODS.values()) == AGENT_METHODS
     assert set(acp.CLIENT_METHODS.values()) == CLIENT_METHODS
 
 

@@ -976,7 +976,7 @@ def doctor(state: Context, as_json: bool) -> None:
     help="When the agent dies mid-turn before saving a step checkpoint: restart it and have it "
     "continue the turn, or end the turn as interrupted.",
 )
-@click.argument("agent_command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.argument("agent_command", nargs=-1, type=click.UNPROCESSED)
 @pass_state
 def acp(
     state: Context,
@@ -991,10 +991,13 @@ def acp(
 
     Configure the editor to start `turnback acp -- AGENT_COMMAND…` instead of the agent. Sessions
     are listed, loaded, resumed and forked from turnback's store, and /checkpoints, /diff,
-    /rewind and /undo-rewind are answered by turnback."""
+    /rewind and /undo-rewind are answered by turnback.
+
+    Without AGENT_COMMAND it serves only as a proxy component of a chain that a conductor runs
+    (draft): the agent is the conductor's successor."""
     # Started before the proxy is imported, so the agent's start-up overlaps the proxy's (the
     # ``turnback`` command serves a plain command line itself, without the CLI).
-    early = launch.started(agent_command)
+    early = launch.started(agent_command) if agent_command else launch.Launched(None)
     line = launch.AcpLine(
         list(agent_command),
         home=acp_home or state.home,

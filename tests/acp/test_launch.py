@@ -305,11 +305,21 @@ def test_an_unknown_option_is_a_usage_error_naming_it(tmp_path: Path) -> None:
     assert done.returncode == 2 and b"--restart-attempts" in done.stderr
 
 
-def test_no_agent_command_is_a_usage_error() -> None:
+def test_without_an_agent_command_only_a_conductor_is_served() -> None:
+    """With no agent command, turnback acp is a conductor's proxy component: a plain
+    ``initialize`` is answered with an error that says what to do, and nothing is started."""
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "initialize",
+        "params": {"protocolVersion": 1},
+    }
     for args in ((), ("--",)):
-        done = turnback_acp(*args)
-        assert done.returncode == 2
-        assert b"Missing argument 'AGENT_COMMAND...'" in done.stderr
+        done = turnback_acp(*args, editor=json.dumps(initialize).encode() + b"\n")
+        assert done.returncode == 0, done.stderr
+        answer = json.loads(done.stdout)
+        assert answer["id"] == 7 and answer["error"]["code"] == -32600
+        assert "give it after `--`" in answer["error"]["message"]
 
 
 def test_the_agent_command_may_come_without_a_double_dash(home: Path, tmp_path: Path) -> None:

@@ -15,8 +15,12 @@ How it is put together:
   workspace checkpoints, the turn goes on when the agent dies mid-turn, and permission requests
   are journaled before the editor is asked.
 * ``initialize`` is the agent's own answer with turnback's capabilities added, and
-  ``authenticate`` and methods that name no session go to the agent process as they are. An
-  accepted ``authenticate`` is sent again to each agent process started later.
+  ``authenticate`` and methods that name no session -- any method, known to turnback or not --
+  go to the agent process as they are. An accepted ``authenticate`` is sent again to each agent
+  process started later.
+* Under a conductor (draft), ``_proxy/initialize`` comes instead of ``initialize``: the agent is
+  then the conductor's successor, reached through :class:`~turnback.acp.chain.Successor` on the
+  same stdin and stdout, and the agent command's process, if one was started, is stopped.
 
 The proxy never leaves the editor waiting: every request gets an answer or an error that says
 what went wrong; stdin at end of file, SIGTERM or a closed stdout ends running turns as
@@ -38,6 +42,7 @@ from typing import Any
 
 import turnback
 from turnback.acp import commands, rewind
+from turnback.acp.chain import ENVELOPES, INITIALIZE, Successor
 from turnback.acp.editor import Editor, cancel_notice
 from turnback.acp.launch import DEFAULT_MAX_FRAME, INITIALIZE_ID, Launched, initialized
 from turnback.acp.sessions import SessionRelay, Sessions, internal_error
@@ -53,7 +58,7 @@ from turnback.errors import (
 )
 from turnback.runtime import AgentError, ResumePolicy
 from turnback.runtime.connection import AgentConnection
-from turnback.runtime.rpc import AGENT_METHODS, Connection, RequestError
+from turnback.runtime.rpc import Connection, RequestError
 from turnback.runtime.sidecar import Started
 from turnback.runtime.wire import CANCEL_REQUEST, SENT_REQUESTS, SentRequests
 
@@ -62,6 +67,8 @@ log = logging.getLogger("turnback.acp")
 #: turnback's own errors use JSON-RPC's codes as an agent would: ACP keeps -32000 for
 #: "authentication required", which an editor may answer with a login prompt.
 INVALID_PARAMS = -32602
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
 _INVALID_PARAMS = (SessionNotFound, AmbiguousId, InvalidId, TurnNotFound, InvalidEvent)
 _SESSION_METHODS = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
 
@@ -103,6 +110,8 @@ class Proxy:
         )
         self.agent.relay = SessionRelay(self.editor, None, None, ())
         self._initialized = False
+        #: the conductor's successor, once a conductor has sent ``_proxy/initialize``
+        self._successor: Successor | None = None
         #: the editor's requests being served: what each led to sending, for $/cancel_request
         self._serving: dict[Any, SentRequests] = {}
 
@@ -127,7 +136,7 @@ class Proxy:
             self._serving[rpc_id] = notes
             SENT_REQUESTS.set(notes)
         try:
-            if self._tb is None and self._opening is not None and method != "initialize":
+            if self._tb is None and self._opening is not None and not _initializes(method):
                 self._tb = await asyncio.shield(self._opening)
             if is_notification:
                 await self._notification(method, params)
@@ -158,8 +167,8 @@ class Proxy:
 
     async def _request(self, method: str, params: dict[str, Any]) -> Any:
         sessions = self.sessions
-        if method == "initialize":
-            return await self._initialize(params)
+        if _initializes(method):
+            return await self._initialize(params, INITIALIZE.get(method))
         if method == "session/list":
             return await sessions.service.acall(sessions.list, params)
         if method == "authenticate":
@@ -185,14 +194,15 @@ class Proxy:
             return await editor.runtime.request(method, sessions.to_agent(editor, params))
         if "sessionId" in params and not method.startswith("_"):
             sessions.running(params)  # raises: the session is not open here
-        if method.startswith("_") or method in AGENT_METHODS:
-            return await (await self._agent()).request(method, params)
-        raise RequestError(
-            -32601,
-            f"Method not found: {method!r} is not an ACP method; turnback acp forwards ACP "
-            "methods and '_'-prefixed extensions to the agent",
-            {"method": method},
-        )
+        if method in ENVELOPES:
+            raise RequestError(
+                METHOD_NOT_FOUND,
+                f"Method not found: {method} is for a proxy component that a conductor "
+                "initialized with _proxy/initialize, and turnback acp was initialized as the agent",
+                {"method": method},
+            )
+        # Any other method -- an extension, or one newer than turnback -- is the agent's.
+        return await (await self._agent()).request(method, params)
 
     async def _notification(self, method: str, params: dict[str, Any]) -> None:
         if method == CANCEL_REQUEST:
@@ -213,7 +223,20 @@ class Proxy:
         else:
             await self.agent.notify(method, params)
 
-    async def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def _initialize(self, params: dict[str, Any], envelope: str | None) -> dict[str, Any]:
+        """``initialize``, or a conductor's ``_proxy/initialize`` (``envelope``: what the
+        successor's messages are wrapped in)."""
+        if envelope is not None and self._successor is None:
+            self._successor = Successor(self.editor.wire, envelope)
+            await self.agent.chain(self._successor)
+        elif envelope is None and self._successor is None and not self.command:
+            raise RequestError(
+                INVALID_REQUEST,
+                "turnback acp was started without an agent command: give it after `--` "
+                "(turnback acp -- AGENT_COMMAND…), or run turnback acp as a proxy component "
+                "under a conductor, which sends _proxy/initialize",
+                {"method": "initialize"},
+            )
         self.editor.initialize_params = dict(params)
         self.editor.authenticated = None  # a new initialize is followed by its own authenticate
         await self._agent(restart=self._initialized)
@@ -248,6 +271,10 @@ class Proxy:
         await self.agent.close()
 
 
+def _initializes(method: str) -> bool:
+    return method == "initialize" or method in INITIALIZE
+
+
 def agent_connection(
     command: Sequence[str], env: Mapping[str, str], policy: ResumePolicy
 ) -> AgentConnection:
@@ -272,10 +299,7 @@ async def serve(
 ) -> int:
     """Run the proxy on this process's stdin and stdout until the editor goes away or SIGTERM;
     returns the exit status. ``early``: how :mod:`turnback.acp.launch` started."""
-    if not command:
-        print("turnback acp: give the agent command after --", file=sys.stderr)
-        return 2
-    if shutil.which(command[0]) is None:
+    if command and shutil.which(command[0]) is None:
         print(
             f"turnback acp: the agent command {command[0]!r} was not found; every request will "
             "be answered with an error",
@@ -291,7 +315,7 @@ async def serve(
     if early.process is not None:
         handed = (early.agent, early.sent, INITIALIZE_ID, early.answer, early.sent_at)
         agent.spawn(Started(early.process, *handed))
-    else:
+    elif command:  # without one, turnback acp is a conductor's proxy component
         agent.spawn()
     reader, writer = await open_stdio(max_frame, early.editor, ended=early.ended)
     wire = EditorWire(reader, writer, max_frame)

@@ -8,6 +8,8 @@ it is serving. The agent's notifications are forwarded from the runtime's frame 
 :meth:`EditorWire.post`, in order with what the connection sends; while the editor has a backlog the
 proxy reads no more from the agent. When the editor goes away -- stdin at end of file, or stdout
 closed -- :attr:`EditorWire.gone` is set; the proxy then ends the running turns and exits.
+Under a conductor, what it sends for the proxy's successor is taken off the wire, in wire order,
+by :attr:`EditorWire.taken` (:mod:`turnback.acp.chain`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from turnback.runtime.wire import (
     Frame,
     Output,
     Rejected,
+    Watch,
     Wire,
 )
 
@@ -113,7 +116,12 @@ class EditorWire(Wire):
     """The wire to the editor (see the module docstring)."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: Output, max_frame: int) -> None:
-        super().__init__(reader, writer, max_frame, rejected=self._answer)
+        super().__init__(reader, writer, max_frame, rejected=self._answer, watch=self._take)
+        #: what takes the frames meant for the proxy's successor, under a conductor
+        self.taken: Watch | None = None
+
+    def _take(self, frame: Frame, line: bytes) -> bool:
+        return self.taken is not None and self.taken(frame, line)
 
     async def receive(self) -> Frame | None:
         message = await super().receive()

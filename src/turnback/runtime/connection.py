@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from turnback.errors import AgentDied
 from turnback.runtime.relay import Relay, Reply
 from turnback.runtime.rpc import RequestError
-from turnback.runtime.sidecar import AgentFeatures, Sidecar, Started, ended_text
+from turnback.runtime.sidecar import AgentFeatures, Link, Sidecar, Started, ended_text
 from turnback.runtime.wire import Frame, Rejected
 
 log = logging.getLogger("turnback.runtime")
@@ -98,12 +98,14 @@ class AgentConnection:
         self.generation = 0
         self.features = AgentFeatures()
         self._repliers: dict[int, Reply] = {}
+        #: where the agent is reached instead of a process of ``command`` (see :meth:`chain`)
+        self._link: Link | None = None
 
     # -- the process -------------------------------------------------------------------------
 
     @property
     def described(self) -> str:
-        return " ".join(self.command)
+        return self._link.described if self._link is not None else " ".join(self.command)
 
     @property
     def alive(self) -> bool:
@@ -151,6 +153,7 @@ class AgentConnection:
             rejected=self._rejected,
             stderr=self._stderr,
             pace=self._pace,
+            link=self._link,
         )
 
     def _pace(self) -> Awaitable[None] | None:
@@ -190,6 +193,13 @@ class AgentConnection:
             for host in self.hosts:  # every open session, reopened in the new process
                 host.agent_restarted(self.generation)
         return self.generation
+
+    async def chain(self, link: Link) -> None:
+        """Reach the agent through ``link`` from now on, not as a process of ``command``: a
+        process started already (ahead of ``initialize``) is stopped; the next :meth:`ensure`
+        opens the link."""
+        await self.close()
+        self._link = link
 
     async def restart(self) -> int:
         """Stop the current process (if any) and start a new one, initialized afresh."""

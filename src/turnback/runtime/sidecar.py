@@ -25,6 +25,10 @@ Some facts about the connection that the runtime depends on:
   run a CLI as a child) would otherwise leave what it started running once the launcher dies.
   What is left of the group after its leader has gone is terminated, then killed, too. A Ctrl-C
   at a terminal reaches turnback, not the agent: turnback's shutdown stops it.
+* An agent need not be a process of turnback's: over a :class:`Link` (a conductor's successor,
+  reached through the conductor) the same connection runs on the streams the link gives. Such
+  an agent has no pid; closing the sidecar ends the link's run, and killing it only marks the
+  run gone.
 """
 
 from __future__ import annotations
@@ -38,12 +42,12 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from turnback.errors import INITIALIZE_TIMEOUT, AgentDied, AgentUnavailable
 from turnback.model import agent_initialize
 from turnback.runtime.rpc import PROTOCOL_VERSION, Connection, Handler, RequestError
-from turnback.runtime.wire import Frame, Pace, Rejected, Watch, Wire
+from turnback.runtime.wire import Frame, Output, Pace, Rejected, Watch, Wire
 
 #: The largest line accepted from an agent.
 MAX_FRAME = 64 * 2**20
@@ -96,6 +100,24 @@ class Started:
     initialize_id: Any = None
     answer: dict[str, Any] | None = None
     sent_at: float | None = None  # time.monotonic() when it was sent: its timeout runs from then
+
+
+class Link(Protocol):
+    """An agent reached through another program rather than started as a process: a conductor's
+    successor in an ACP proxy chain. Each :meth:`open` is one run of it, as a process would be."""
+
+    @property
+    def described(self) -> str:
+        """What to call it in messages."""
+        ...
+
+    async def open(self) -> tuple[asyncio.StreamReader, Output, asyncio.Future[int]]:
+        """Its output to read, its input to write, and what is done when it has gone."""
+        ...
+
+    async def close(self) -> None:
+        """End this run (the reader sees its end; ``exited`` is done)."""
+        ...
 
 
 def signal_agent(pid: int, signum: int) -> None:
@@ -170,9 +192,12 @@ class Sidecar:
         stderr: int | None = asyncio.subprocess.DEVNULL,
         initialize: Mapping[str, Any] | None = None,
         pace: Pace | None = None,
+        link: Link | None = None,
     ) -> None:
-        if not command:
+        if not command and link is None:
             raise AgentUnavailable("the agent command is empty; give the program and its arguments")
+        #: the agent reached through another program instead of a process started here
+        self._link = link
         self.command = tuple(str(part) for part in command)
         self._cwd = cwd
         self._env = dict(env or {})
@@ -196,7 +221,7 @@ class Sidecar:
 
     @property
     def described(self) -> str:
-        return " ".join(self.command)
+        return self._link.described if self._link is not None else " ".join(self.command)
 
     @property
     def pid(self) -> int | None:
@@ -219,8 +244,14 @@ class Sidecar:
 
     async def spawn(self, early: Started | None = None) -> None:
         """Start the agent process -- or take ``early``, the agent command already started --
-        and connect to it; raises AgentUnavailable naming the command."""
-        if early is not None:
+        and connect to it; raises AgentUnavailable naming the command. Over a :class:`Link`:
+        open a run of it."""
+        source: asyncio.ReadTransport | None = None
+        writer: Output
+        if self._link is not None:
+            reader, writer, self.exited = await self._link.open()
+            self._stack.push_async_callback(self._link.close)
+        elif early is not None:
             reader, writer, source = await self._adopt(early.process, early.output)
             self._process = early.process
             self.exited = asyncio.ensure_future(asyncio.to_thread(early.process.wait))
@@ -425,5 +456,7 @@ class Sidecar:
 
     def kill(self) -> None:
         """SIGKILL the agent, its process group with it (tests and hung agents)."""
+        if self._link is not None and self.exited is not None and not self.exited.done():
+            self.exited.set_result(-signal.SIGKILL)  # as good as gone: it is not ours to kill
         if self._process is not None and self._process.returncode is None:
             signal_agent(self._process.pid, signal.SIGKILL)

@@ -16,8 +16,9 @@
 //                     session's cwd), reported as an edit tool call with a diff
 //   run CMD ARG...    terminal/create, terminal/wait_for_exit, terminal/output,
 //                     terminal/release; then says "ran CMD: exit N: OUTPUT"
-//   ext               the extension notification _ts/ping and request _ts/echo to the
-//                     client; says what the client answered
+//   ext [JSON]        the extension notification _ts/ping and request _ts/echo to the
+//                     client (JSON, an object, merged into the params of both: a _meta, say);
+//                     says what the client answered
 //   sleep MS          wait; session/cancel interrupts it
 //   crash             die by SIGKILL here
 //   crash-once        die by SIGKILL the first time this line of this turn of this session is
@@ -42,7 +43,9 @@
 // answers {pid, opened, extCalls, notes} -- the sessions this process opened (new or load), the
 // _ts/* requests it answered, the _ts/note notifications it heard -- and with a sessionId also
 // {session: {turns, notes, promptMeta}} for that session (promptMeta: the _meta of its last
-// prompt, or null). _ts/echo answers {echo: params}.
+// prompt, or null). _ts/echo answers {echo: params}. _ts/wait {ms} answers {waited: ms,
+// requestId} after that long; a $/cancel_request of it first ends it with the error -32800 whose
+// data is {requestId, meta: its params' _meta} (requestId: the id this agent was sent it under).
 //
 // TS_AGENT_INITIALIZE_DELAY_MS makes initialize answer that much later. session/delete removes
 // the session and its saved file; only TS_AGENT_DELETE=1 makes the agent advertise it, so a
@@ -186,8 +189,9 @@ async function runTurn(session, turn, number, ctx, signal) {
       await send({ sessionUpdate: "tool_call_update", toolCallId: id, status: "completed" });
       await words("agent_message_chunk", `ran ${command}: exit ${exit.exitCode}: ${output.output.trim()}`);
     } else if (verb === "ext") {
-      await ctx.notify("_ts/ping", { sessionId: session.id, turn: number });
-      const echoed = await ctx.request("_ts/echo", { turn: number });
+      const extra = rest ? JSON.parse(rest) : {};
+      await ctx.notify("_ts/ping", { sessionId: session.id, turn: number, ...extra });
+      const echoed = await ctx.request("_ts/echo", { turn: number, ...extra });
       await words("agent_message_chunk", `echo ${JSON.stringify(echoed)}`);
     } else if (verb === "sleep") {
       await sleep(Number(rest), signal);
@@ -336,6 +340,18 @@ const app = acp
   .onRequest("_ts/echo", (params) => params ?? {}, ({ params }) => {
     processState.extCalls += 1;
     return { echo: params };
+  })
+  .onRequest("_ts/wait", (params) => params ?? {}, async ({ params, signal, requestId }) => {
+    try {
+      await sleep(Number(params.ms ?? 0), signal);
+    } catch (error) {
+      if (!(error instanceof Cancelled)) throw error;
+      throw new acp.RequestError(-32800, "Request cancelled", {
+        requestId,
+        meta: params._meta ?? null,
+      });
+    }
+    return { waited: params.ms ?? 0, requestId };
   })
   .onNotification("_ts/note", (params) => params ?? {}, ({ params }) => {
     processState.notes += 1;
