@@ -107,6 +107,17 @@ def frozen(tb: turnback.Turnback, args: dict[str, Any]) -> None:
             turn.complete()
 
 
+def reverter(tb: turnback.Turnback, args: dict[str, Any]) -> None:
+    """Revert a session's conversation (``TURNBACK_FAULT`` may stop or kill it midway), then
+    say what became of it."""
+    try:
+        record = tb.session(args["session"]).revert(args["to"], files=False)
+    except turnback.OwnershipLost as lost:
+        say(what="revert", error="OwnershipLost", message=str(lost))
+    else:
+        say(what="revert", error=None, state=record.state)
+
+
 def main() -> None:
     scenario, args = sys.argv[1], json.loads(sys.argv[2])
     tb = turnback.open(
@@ -117,7 +128,7 @@ def main() -> None:
         busy_timeout=args.get("busy_timeout", 60),  # eight processes share SQLite's one write
         # lock, without fairness
     )
-    {"writer": writer, "hammer": hammer, "frozen": frozen}[scenario](tb, args)
+    {"writer": writer, "hammer": hammer, "frozen": frozen, "reverter": reverter}[scenario](tb, args)
     tb.close()
 
 
