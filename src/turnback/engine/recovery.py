@@ -81,8 +81,10 @@ def recover(
         workspaces = (
             {s.id: s.workspace for s in tx.list_sessions()} if checkpoints and running else {}
         )
-    live = [t for t in running if is_alive(owners.get(t.owner_id or ""), now)]
-    dead = [t for t in running if t not in live]
+    live: list[Turn] = []
+    dead: list[Turn] = []
+    for turn in running:
+        (live if is_alive(owners.get(turn.owner_id or ""), now) else dead).append(turn)
     recovered: list[Turn] = []
     shared: dict[str, WorkspaceCheckpoint | None] = {}
     for first in range(0, len(dead), BATCH):
