@@ -351,3 +351,42 @@ def test_a_machine_stopped_in_a_revert_past_its_lease_is_fenced_off(
     with open_as(fleet, "b", monkeypatch) as tb:
         after = stored(tb, session_id), tb.session(session_id).reverts()
     assert after == before, "a write of the fenced-off revert landed"
+
+
+def test_a_files_revert_left_by_a_killed_machine_is_settled_on_that_machine(
+    fleet: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stopped: list[subprocess.Popen[str]],
+) -> None:
+    """The workspace and checkpoints of a files revert are on its own machine: another leaves it
+    holding the workspace and says where it is recovered; its own machine rolls it back."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    monkeypatch.setenv("TURNBACK_HOST", "a")
+    with turnback.open(fleet["home"], database_url=fleet["url"]) as tb:
+        session = tb.create_session(workspace)
+        for text in ("one\n", "two\n"):
+            with session.turn(f"write {text.strip()}"):
+                (workspace / "file.txt").write_text(text)
+    reverting = start(
+        "reverter",
+        {**fleet, "session": session.id, "to": 1, "files": True, "checkpoints": True},
+        "a",
+        LEASE,
+        "revert.started:stop",
+    )
+    stopped.append(reverting)
+    stopped_at_fault(reverting)
+    reverting.kill()
+    reverting.wait()
+    time.sleep(LEASE + 0.5)
+    with open_as(fleet, "b", monkeypatch) as tb:
+        assert not tb.recover().reverts, "another machine settled a files revert"
+        with pytest.raises(turnback.RevertInProgress, match="until recovery on host a rolls"):
+            tb.session(session.id).turn("from b")
+    monkeypatch.setenv("TURNBACK_HOST", "a")
+    with turnback.open(fleet["home"], database_url=fleet["url"]) as tb:
+        (settled,) = tb.recover().reverts
+        assert settled.state == "rolled_back"
+    assert (workspace / "file.txt").read_text() == "two\n"

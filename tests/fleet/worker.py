@@ -111,7 +111,7 @@ def reverter(tb: turnback.Turnback, args: dict[str, Any]) -> None:
     """Revert a session's conversation (``TURNBACK_FAULT`` may stop or kill it midway), then
     say what became of it."""
     try:
-        record = tb.session(args["session"]).revert(args["to"], files=False)
+        record = tb.session(args["session"]).revert(args["to"], files=args.get("files", False))
     except turnback.OwnershipLost as lost:
         say(what="revert", error="OwnershipLost", message=str(lost))
     else:
@@ -124,7 +124,7 @@ def main() -> None:
         args["home"],
         durability=args.get("mode", "strict"),
         database_url=args.get("url"),
-        checkpoints=False,
+        checkpoints=args.get("checkpoints", False),
         busy_timeout=args.get("busy_timeout", 60),  # eight processes share SQLite's one write
         # lock, without fairness
     )
