@@ -75,6 +75,7 @@ POINTS: frozenset[str] = frozenset(
         "revert.commit.inside",
         "revert.done",
         "revert.rollback.files",
+        "revert.takeover",
         "undo.started",
         "undo.files",
         "undo.commit.inside",

@@ -417,6 +417,10 @@ class RevertState(enum.StrEnum):
     UNDONE = "undone"  # undo_revert() put everything back as it was
 
 
+#: Revert states that hold the workspace (the files may be moving) and their owner's row.
+UNFINISHED_REVERTS = (RevertState.STARTED, RevertState.FILES_RESTORED, RevertState.UNDOING)
+
+
 @dataclass(frozen=True, slots=True)
 class Revert:
     id: int

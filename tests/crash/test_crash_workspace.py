@@ -27,7 +27,7 @@ REVERT = [
     "revert.done",
 ]
 UNDO = ["undo.started", "undo.files", "undo.commit.inside", "undo.done"]
-PLANNED = {*CAPTURE, *RESTORE, *REVERT, *UNDO, "revert.rollback.files"}
+PLANNED = {*CAPTURE, *RESTORE, *REVERT, *UNDO, "revert.rollback.files", "revert.takeover"}
 
 
 def files(workspace: Path) -> dict[str, str]:
@@ -153,6 +153,16 @@ def test_killed_while_reverting(home: Path, workspace: Path, session_id: str, po
         assert files(workspace) == state["before"]
 
 
+def killed_reverting(home: Path, session_id: str, point: str) -> None:
+    """A revert to turn 1 (or, for an ``undo.*`` point, the undo of one) killed at ``point``."""
+    if point.startswith("undo"):
+        with turnback.open(home) as tb:
+            tb.session(session_id).revert(1)
+        run_child(home, "undo", {"session": session_id}, fault=point)
+    else:
+        run_child(home, "revert", {"session": session_id, "to": 1}, fault=point)
+
+
 def settle_and_check_revert(home: Path, session_id: str) -> None:
     """Recovery settles the revert, and is idempotent (the turn checks run after)."""
     with turnback.open(home) as tb:
@@ -167,6 +177,27 @@ def test_killed_while_rolling_back_a_revert(home: Path, workspace: Path, session
     run_child(home, "revert", {"session": session_id, "to": 1}, fault="revert.files")
     assert files(workspace) == state["after_one"]  # files moved, conversation not yet
     run_child(home, "recover", {}, fault="revert.rollback.files")
+    settle_and_check_revert(home, session_id)
+    assert assert_consistent(home, workspace, session_id, state) == "before"
+
+
+@pytest.mark.parametrize("left", ["revert.files", "undo.files"])
+def test_killed_just_after_taking_a_dead_revert_over(
+    home: Path, workspace: Path, session_id: str, left: str
+) -> None:
+    """A recovery killed once it has moved a dead process's revert to itself leaves a revert
+    whose owner is dead again: the next recovery takes it over from that one and settles it."""
+    state = three_turns(home, workspace, session_id)
+    killed_reverting(home, session_id, left)
+    with turnback.open(home) as tb:
+        (before,) = [
+            r for r in tb.session(session_id).reverts() if r.state in ("started", "undoing")
+        ]
+    run_child(home, "recover", {}, fault="revert.takeover")
+    with turnback.open(home) as tb:
+        taken = tb.session(session_id).reverts()[-1]
+    assert taken.state == before.state, "the takeover settled nothing by itself"
+    assert taken.owner_id not in (None, before.owner_id), "the takeover did not move the revert"
     settle_and_check_revert(home, session_id)
     assert assert_consistent(home, workspace, session_id, state) == "before"
 
@@ -205,12 +236,7 @@ def test_a_killed_revert_holds_its_workspace_until_it_is_settled(
     home: Path, workspace: Path, session_id: str, point: str
 ) -> None:
     state = three_turns(home, workspace, session_id)
-    if point.startswith("undo"):
-        with turnback.open(home) as tb:
-            tb.session(session_id).revert(1)
-        run_child(home, "undo", {"session": session_id}, fault=point)
-    else:
-        run_child(home, "revert", {"session": session_id, "to": 1}, fault=point)
+    killed_reverting(home, session_id, point)
     with turnback.open(home) as tb:
         with pytest.raises(turnback.RevertInProgress) as held:  # the hold outlives its process
             begin(tb.store, session_id, "a turn on a half-moved workspace", lease=tb.lease)

@@ -39,10 +39,12 @@ def open_as(fleet: dict[str, Any], host: str, monkeypatch: pytest.MonkeyPatch) -
 
 
 def start(
-    scenario: str, args: dict[str, Any], host: str, lease: float = LEASE
+    scenario: str, args: dict[str, Any], host: str, lease: float = LEASE, fault: str = ""
 ) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNBACK_")}
     env.update(TURNBACK_HOST=host, TURNBACK_LEASE_SECONDS=str(lease))
+    if fault:
+        env["TURNBACK_FAULT"] = fault
     return subprocess.Popen(
         [sys.executable, str(WORKER), scenario, json.dumps(args)],
         env=env,
@@ -262,3 +264,129 @@ def test_checkpoints_are_answered_for_only_on_the_host_that_took_them(
         assert session.reverts() == []
         session.revert(0, files=False)  # the conversation is the store's: any host may
         assert session.messages() == []
+
+
+def stopped_at_fault(process: subprocess.Popen[str], timeout: float = 60) -> None:
+    """Wait until ``process`` stopped itself (SIGSTOP) at the fault point it was armed with."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stderr.read() if process.stderr else ""
+        stat = Path(f"/proc/{process.pid}/stat").read_text()
+        if stat[stat.rindex(")") + 2] == "T":
+            return
+        time.sleep(0.02)
+    raise AssertionError("the process never reached its fault point")
+
+
+def two_turns(tb: turnback.Turnback, workspace: Path) -> str:
+    session = tb.create_session(workspace)
+    for prompt in ("one", "two"):
+        session.turn(prompt).complete()
+    return session.id
+
+
+def test_a_revert_left_by_a_killed_machine_is_settled_by_another(
+    fleet: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stopped: list[subprocess.Popen[str]],
+) -> None:
+    """Host a is SIGKILLed in the middle of a revert; host b leaves the revert alone while a's
+    lease runs, then rolls it back, and the workspace is free again."""
+    lease = 4.0
+    with open_as(fleet, "b", monkeypatch) as tb:
+        session_id = two_turns(tb, tmp_path)
+        head = tb.session(session_id).record.head
+    reverting = start(
+        "reverter", {**fleet, "session": session_id, "to": 1}, "a", lease, "revert.started:stop"
+    )
+    stopped.append(reverting)
+    stopped_at_fault(reverting)
+    reverting.kill()  # SIGKILL, in the middle of the revert: its row is written, nothing more
+    reverting.wait()
+    with open_as(fleet, "b", monkeypatch) as tb:
+        session = tb.session(session_id)
+        (record,) = session.reverts()
+        assert record.state == "started"
+        early = tb.recover()
+        assert not early.reverts, "a revert whose owner's lease runs was taken over"
+        with pytest.raises(turnback.RevertInProgress, match="is moving the files"):
+            session.turn("too early")
+        time.sleep(lease + 0.5)
+        late = tb.recover()
+        assert [(r.id, r.state) for r in late.reverts] == [(record.id, "rolled_back")]
+        assert not tb.recover().reverts, "a second recovery found more to do"
+        assert tb.session(session_id).record.head == head, "a rolled back revert moved the head"
+        tb.session(session_id).turn("three").complete()  # the workspace is free again
+        codes = [a.code for a in tb.session(session_id).activities()]
+        assert codes.count("checkpoint.revert.failed") == 1
+
+
+def test_a_machine_stopped_in_a_revert_past_its_lease_is_fenced_off(
+    fleet: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stopped: list[subprocess.Popen[str]],
+) -> None:
+    """Host a is stopped in the middle of a revert past its lease; host b takes the revert over
+    and rolls it back; a, continued, finds it taken and writes nothing."""
+    with open_as(fleet, "b", monkeypatch) as tb:
+        session_id = two_turns(tb, tmp_path)
+    reverting = start(
+        "reverter", {**fleet, "session": session_id, "to": 1}, "a", LEASE, "revert.started:stop"
+    )
+    stopped.append(reverting)
+    stopped_at_fault(reverting)
+    time.sleep(LEASE + 0.5)
+    with open_as(fleet, "b", monkeypatch) as tb:
+        (settled,) = tb.recover().reverts
+        assert settled.state == "rolled_back"
+        before = stored(tb, session_id), tb.session(session_id).reverts()
+    reverting.send_signal(signal.SIGCONT)
+    out, err = reverting.communicate(timeout=60)
+    assert reverting.returncode == 0, err
+    said_ = json.loads(out.splitlines()[-1])
+    assert (said_["what"], said_["error"]) == ("revert", "OwnershipLost")
+    assert "settled by another process" in said_["message"]
+    with open_as(fleet, "b", monkeypatch) as tb:
+        after = stored(tb, session_id), tb.session(session_id).reverts()
+    assert after == before, "a write of the fenced-off revert landed"
+
+
+def test_a_files_revert_left_by_a_killed_machine_is_settled_on_that_machine(
+    fleet: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stopped: list[subprocess.Popen[str]],
+) -> None:
+    """The workspace and checkpoints of a files revert are on its own machine: another leaves it
+    holding the workspace and says where it is recovered; its own machine rolls it back."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    monkeypatch.setenv("TURNBACK_HOST", "a")
+    with turnback.open(fleet["home"], database_url=fleet["url"]) as tb:
+        session = tb.create_session(workspace)
+        for text in ("one\n", "two\n"):
+            with session.turn(f"write {text.strip()}"):
+                (workspace / "file.txt").write_text(text)
+    reverting = start(
+        "reverter",
+        {**fleet, "session": session.id, "to": 1, "files": True, "checkpoints": True},
+        "a",
+        LEASE,
+        "revert.started:stop",
+    )
+    stopped.append(reverting)
+    stopped_at_fault(reverting)
+    reverting.kill()
+    reverting.wait()
+    time.sleep(LEASE + 0.5)
+    with open_as(fleet, "b", monkeypatch) as tb:
+        assert not tb.recover().reverts, "another machine settled a files revert"
+        with pytest.raises(turnback.RevertInProgress, match="until recovery on host a rolls"):
+            tb.session(session.id).turn("from b")
+    monkeypatch.setenv("TURNBACK_HOST", "a")
+    with turnback.open(fleet["home"], database_url=fleet["url"]) as tb:
+        (settled,) = tb.recover().reverts
+        assert settled.state == "rolled_back"
+    assert (workspace / "file.txt").read_text() == "two\n"

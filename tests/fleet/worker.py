@@ -107,17 +107,28 @@ def frozen(tb: turnback.Turnback, args: dict[str, Any]) -> None:
             turn.complete()
 
 
+def reverter(tb: turnback.Turnback, args: dict[str, Any]) -> None:
+    """Revert a session's conversation (``TURNBACK_FAULT`` may stop or kill it midway), then
+    say what became of it."""
+    try:
+        record = tb.session(args["session"]).revert(args["to"], files=args.get("files", False))
+    except turnback.OwnershipLost as lost:
+        say(what="revert", error="OwnershipLost", message=str(lost))
+    else:
+        say(what="revert", error=None, state=record.state)
+
+
 def main() -> None:
     scenario, args = sys.argv[1], json.loads(sys.argv[2])
     tb = turnback.open(
         args["home"],
         durability=args.get("mode", "strict"),
         database_url=args.get("url"),
-        checkpoints=False,
+        checkpoints=args.get("checkpoints", False),
         busy_timeout=args.get("busy_timeout", 60),  # eight processes share SQLite's one write
         # lock, without fairness
     )
-    {"writer": writer, "hammer": hammer, "frozen": frozen}[scenario](tb, args)
+    {"writer": writer, "hammer": hammer, "frozen": frozen, "reverter": reverter}[scenario](tb, args)
     tb.close()
 
 

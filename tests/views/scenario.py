@@ -103,7 +103,7 @@ def build(tmp: Path) -> Scenario:
     full.undo_revert()
     # a revert that was given up midway: rolled back
     request = RevertRequest(4, conversation=False)
-    started = revert.start_revert(tb.store, tb.checkpoints, full.id, request)
+    started = revert.start_revert(tb.store, tb.checkpoints, full.id, request, lease=tb.lease)
     started.abandon("the agent refused to roll back")
     # a committed revert of the files only, keeping hand edits: turn 5 stays in the conversation
     (workspace / "NOTES.md").write_text("mine, edited\n")

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Protocol
 from turnback.engine.owners import is_alive
 from turnback.errors import DECIDE, GC, RECOVER, StoreNotFound, TurnbackError
 from turnback.model import (
+    UNFINISHED_REVERTS,
     HealthCheck,
     MessageKind,
-    RevertState,
     SessionRecord,
     TurnStatus,
     is_unreadable,
@@ -225,9 +225,7 @@ def _turns(tb: Examined) -> list[HealthCheck]:
             if not is_alive(tx.get_owner(t.owner_id) if t.owner_id else None, now)
         ]
         aside = tx.turns_with_status(TurnStatus.SET_ASIDE)
-        unfinished = tx.reverts(
-            None, (RevertState.STARTED, RevertState.FILES_RESTORED, RevertState.UNDOING)
-        )
+        unfinished = tx.reverts(None, UNFINISHED_REVERTS)
     checks = []
     if dead or unfinished:
         checks.append(

@@ -18,7 +18,6 @@ from turnback.engine.journal import Journal
 from turnback.engine.owners import Lease, is_alive, require_here
 from turnback.engine.sessions import normalise_id
 from turnback.engine.turns import (
-    UNFINISHED_REVERTS,
     RunningTurn,
     begin,
     encode,
@@ -40,6 +39,7 @@ from turnback.errors import (
     TurnNotFound,
 )
 from turnback.model import (
+    UNFINISHED_REVERTS,
     Activity,
     ActivityLevel,
     Durability,
@@ -187,7 +187,7 @@ class Turnback:
     def recover(self) -> RecoveryReport:
         """Settle every turn whose owner died (apply it as interrupted, or set it aside), and
         every revert a dead process left half done (roll it back, or finish its undo)."""
-        reverts = revert.recover_reverts(self.store, self.checkpoints)
+        reverts = revert.recover_reverts(self.store, self.checkpoints, lease=self.lease)
         report = recovery.recover(self.store, checkpoints=self.checkpoints)
         return dataclasses.replace(report, reverts=tuple(reverts))
 
@@ -340,7 +340,7 @@ class Session:
                 now = tx.now()
             if is_alive(owner, now):
                 raise
-            revert.recover_reverts(store, self._tb.checkpoints)
+            revert.recover_reverts(store, self._tb.checkpoints, lease=self._tb.lease)
             turn = self._begin(prompt)
         except TurnInProgress as busy:
             left = stranded(busy.running_token)
@@ -539,7 +539,12 @@ class Session:
         reverted history. ``keep_user_edits`` undoes only the agent's own changes (RevertConflict,
         with nothing written, where they clash with hand edits). ``target`` may be a whole
         :class:`RevertRequest` instead of a number and options."""
-        return revert.revert(*self._reverting(), RevertRequest.of(target, **options), rollback)
+        return revert.revert(
+            *self._reverting(),
+            RevertRequest.of(target, **options),
+            rollback,
+            lease=self._tb.lease,
+        )
 
     def revert_plan(
         self, target: int | RevertRequest, /, **options: Unpack[RevertOptions]
@@ -558,7 +563,9 @@ class Session:
 
     def undo_revert(self) -> Revert:
         """Undo the last revert: files, turns and head as they were just before it."""
-        return revert.undo_revert(self._tb.store, self._tb.checkpoints, self.id)
+        return revert.undo_revert(
+            self._tb.store, self._tb.checkpoints, self.id, lease=self._tb.lease
+        )
 
     def settle_interrupted_revert(self) -> Revert | None:
         """Settle the revert or undo of this session that this process left unfinished when it

@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING
 from turnback import faults
 from turnback.engine.fold import UnreadableEntry, notice
 from turnback.engine.owners import current_owner, host_identity, is_alive
-from turnback.engine.turns import clear_requests, commit_turn, require_idle
+from turnback.engine.turns import (
+    Ending,
+    clear_requests,
+    commit_turn,
+    fold_ending,
+    require_idle,
+    write_endings,
+)
 from turnback.errors import DECIDE, NotSetAside
 from turnback.model import (
     ActivityLevel,
@@ -35,6 +42,7 @@ from turnback.model import (
     WorkspaceCheckpoint,
 )
 from turnback.store import Store, Tx
+from turnback.store.tx import NewActivity
 
 if TYPE_CHECKING:
     from turnback.engine.checkpoints import WorkspaceCheckpoints
@@ -46,6 +54,14 @@ def _interrupted_notice(count: int) -> str:
         f"{count} event{'s' if count != 1 else ''} recorded before that "
         f"{'were' if count != 1 else 'was'} recovered."
     )
+
+
+#: How many turns one transaction of recovery settles at most: it holds their sessions' locks,
+#: and their journals in memory, until it commits.
+BATCH = 250
+
+#: Why a turn is set aside when the session's head is no longer its parent.
+_MOVED_ON = "the session moved on while it ran (its head is no longer the turn's parent)"
 
 
 def recover(
@@ -60,19 +76,21 @@ def recover(
             for turn in tx.turns_with_status(TurnStatus.RUNNING)
             if session_id is None or turn.session_id == session_id
         ]
-        owners = {t.owner_id: tx.get_owner(t.owner_id) for t in running if t.owner_id}
+        owners = tx.get_owners({t.owner_id for t in running if t.owner_id})
         now = tx.now()
-    recovered: list[Turn] = []
+        workspaces = (
+            {s.id: s.workspace for s in tx.list_sessions()} if checkpoints and running else {}
+        )
     live: list[Turn] = []
-    shared: dict[str, WorkspaceCheckpoint | None] = {}
+    dead: list[Turn] = []
     for turn in running:
-        owner = owners.get(turn.owner_id) if turn.owner_id else None
-        if is_alive(owner, now):
-            live.append(turn)
-            continue
-        settled = recover_turn(store, turn, checkpoints, shared=shared)
-        if settled is not None and settled.status is TurnStatus.INTERRUPTED:
-            recovered.append(settled)
+        (live if is_alive(owners.get(turn.owner_id or ""), now) else dead).append(turn)
+    recovered: list[Turn] = []
+    shared: dict[str, WorkspaceCheckpoint | None] = {}
+    for first in range(0, len(dead), BATCH):
+        batch = dead[first : first + BATCH]
+        settled = _settle(store, batch, checkpoints, workspaces, shared)
+        recovered += [t for t in settled if t.status is TurnStatus.INTERRUPTED]
     return RecoveryReport(
         recovered=tuple(recovered),
         set_aside=tuple(unrecovered(store, session_id)),
@@ -84,97 +102,131 @@ def recover_turn(
     store: Store,
     turn: Turn,
     checkpoints: WorkspaceCheckpoints | None = None,
-    *,
-    shared: dict[str, WorkspaceCheckpoint | None] | None = None,
 ) -> Turn | None:
-    """Apply one dead owner's turn fast-forward, or set it aside. None if it had already gone.
-
-    The workspace as recovery finds it is captured first, as the turn's end checkpoint: it is the
-    closest picture there is of what the turn left behind (one capture per workspace serves all
-    the turns a recovery settles there, through ``shared``). Not for a turn another host ran:
-    its workspace is on that machine, and this one's would give it a wrong end.
-
-    The owner is judged again under the session's lock, in the database's clock: an owner whose
-    heartbeat renewed its lease since the caller looked keeps its turn."""
+    """Apply one dead owner's turn fast-forward, or set it aside. None if it had already gone."""
     with store.read() as tx:
-        current = tx.get_turn(turn.token)
         session = tx.get_session(turn.session_id)
-    if current is None or current.status is not TurnStatus.RUNNING:
-        return None
-    capture = None
-    if (
-        checkpoints is not None
-        and session is not None
-        and current.host in (None, host_identity()[0])
-    ):
-        capture = checkpoints.for_turn(
-            session.workspace,
+    workspaces = {session.id: session.workspace} if session else {}
+    settled = _settle(store, [turn], checkpoints, workspaces, {})
+    return settled[0] if settled else None
+
+
+def _settle(
+    store: Store,
+    turns: list[Turn],
+    checkpoints: WorkspaceCheckpoints | None,
+    workspaces: dict[str, str],
+    shared: dict[str, WorkspaceCheckpoint | None],
+) -> list[Turn]:
+    """Settle these turns of dead owners (one per session at most: invariant 8) in one
+    transaction; returns those it settled, as they now are.
+
+    The workspace as recovery finds it is captured first, as each turn's end checkpoint: it is
+    the closest picture there is of what the turn left behind (one capture per workspace serves
+    all the turns a recovery settles there, through ``shared``). Not for a turn another host
+    ran: its workspace is on that machine, and this one's would give it a wrong end.
+
+    Then, in the transaction, under the sessions' locks: each turn is read again, and settled
+    only if it still runs and its owner is still dead in the database's clock (an owner whose
+    heartbeat renewed its lease since the caller looked keeps its turn). The journals are read
+    in one query, folded here, and every write sent at once: on PostgreSQL the transaction
+    costs the same few round trips whatever the number of turns (eight)."""
+    here = host_identity()[0]
+    captures = {
+        turn.token: checkpoints.for_turn(
+            workspaces[turn.session_id],
             turn.session_id,
             turn.token,
             "end",
-            current.begin_checkpoint,
+            turn.begin_checkpoint,
             shared=shared,
         )
+        for turn in turns
+        if checkpoints is not None and turn.session_id in workspaces and turn.host in (None, here)
+    }
     faults.point("recover.turn.before")
     with store.atomic() as tx:
-        tx.lock_sessions([turn.session_id])
-        current = tx.get_turn(turn.token)
-        if current is None or current.status is not TurnStatus.RUNNING:
-            return None
-        if current.owner_id and is_alive(tx.get_owner(current.owner_id), tx.now()):
-            return None
-        session = tx.get_session(turn.session_id)
-        count, _ = tx.journal_size(turn.token)
-        reason: str | None = None
-        if session is None or session.head != current.parent:
-            reason = "the session moved on while it ran (its head is no longer the turn's parent)"
-        else:
+        tx.lock_sessions([turn.session_id for turn in turns])
+        current = [
+            t for t in tx.turns([turn.token for turn in turns]) if t.status is TurnStatus.RUNNING
+        ]
+        owners = tx.get_owners({t.owner_id for t in current if t.owner_id})
+        heads = tx.session_heads({t.session_id for t in current})
+        now = tx.now()
+        dead = [t for t in current if not (t.owner_id and is_alive(owners.get(t.owner_id), now))]
+        journals = tx.journals([t.token for t in dead])
+        endings: list[Ending] = []
+        activities: list[NewActivity] = []
+        aside: list[tuple[Turn, str, int]] = []
+        ended = time.time()
+        for turn in dead:
+            entries = journals[turn.token]
+            count = len(entries)
+            if turn.session_id not in heads or heads[turn.session_id] != turn.parent:
+                aside.append((turn, _MOVED_ON, count))
+                continue
             try:
-                applied = commit_turn(
-                    tx,
-                    current,
-                    TurnStatus.INTERRUPTED,
-                    detail="interrupted: its process stopped",
-                    extra=[notice(_interrupted_notice(count), recoveredEvents=count)],
+                endings.append(
+                    fold_ending(
+                        turn,
+                        entries,
+                        TurnStatus.INTERRUPTED,
+                        detail="interrupted: its process stopped",
+                        extra=[notice(_interrupted_notice(count), recoveredEvents=count)],
+                        now=ended,
+                    )
                 )
             except UnreadableEntry as error:
-                reason = str(error)
-            else:
-                assert applied
-                faults.point("recover.apply.inside")
-                tx.insert_activity(
+                aside.append((turn, str(error), count))
+                continue
+            faults.point("recover.apply.inside")
+            activities.append(
+                (
                     turn.session_id,
                     turn.token,
                     ActivityLevel.INFO,
                     "turn.recovered",
-                    f"turn {current.number} was interrupted and recovered with {count} "
+                    f"turn {turn.number} was interrupted and recovered with {count} "
                     f"event{'s' if count != 1 else ''}",
-                    {"events": count, "number": current.number},
-                    time.time(),
+                    {"events": count, "number": turn.number},
+                    ended,
                 )
-        if reason is not None:
-            _set_aside(tx, current, reason, count)
-        if capture is not None:
-            capture.write(tx, turn.session_id, turn.token)
-        settled = tx.get_turn(turn.token)
+            )
+        write_endings(tx, endings, expected=TurnStatus.RUNNING)
+        _set_aside(tx, aside, ended)
+        tx.insert_activities(activities)
+        for turn in dead:
+            if turn.token in captures:
+                captures[turn.token].write(tx, turn.session_id, turn.token)
+        settled = tx.turns([turn.token for turn in dead])
     faults.point("recover.turn.after")
     return settled
 
 
-def _set_aside(tx: Tx, turn: Turn, reason: str, count: int) -> None:
+def _set_aside(tx: Tx, turns: list[tuple[Turn, str, int]], now: float) -> None:
+    """Set these turns aside: each (turn, why, events in its journal)."""
+    if not turns:
+        return
     faults.point("recover.set_aside.inside")
-    now = time.time()
-    tx.end_turn(turn.token, TurnStatus.SET_ASIDE, now, reason, count, expected=turn.status)
-    clear_requests(tx, turn.token)
-    tx.insert_activity(
-        turn.session_id,
-        turn.token,
-        ActivityLevel.WARNING,
-        "turn.set_aside",
-        f"turn {turn.number} could not be recovered and was set aside: {reason}; it is kept "
-        "until it is applied or discarded",
-        {"events": count, "number": turn.number, "reason": reason, "remedy": DECIDE},
-        time.time(),
+    tx.end_turns(
+        [(turn.token, TurnStatus.SET_ASIDE, now, reason, count) for turn, reason, count in turns],
+        expected=TurnStatus.RUNNING,
+    )
+    tx.clear_pending_requests([turn.token for turn, _, _ in turns])
+    tx.insert_activities(
+        [
+            (
+                turn.session_id,
+                turn.token,
+                ActivityLevel.WARNING,
+                "turn.set_aside",
+                f"turn {turn.number} could not be recovered and was set aside: {reason}; it is "
+                "kept until it is applied or discarded",
+                {"events": count, "number": turn.number, "reason": reason, "remedy": DECIDE},
+                now,
+            )
+            for turn, reason, count in turns
+        ]
     )
 
 

@@ -9,16 +9,30 @@ A revert's write order, each step a fault point of the crash suite:
    and ref are on disk before step 3 names it (invariant 4).
 3. One transaction: again no turn runs on the workspace and the head has not moved (the capture
    may have taken long), then a revert row in state ``started``, naming the undo checkpoint and
-   its owner (``revert.started``). From this row until step 5 or a rollback, the revert *holds*
-   its workspace: a turn's begin refuses while a revert row of the workspace is unfinished
-   (``turns.require_no_revert``). The row is durable, so a killed revert holds until recovery
-   settles it, and no turn can commit on a parent the revert is taking away.
+   its owner, who claims (or renews) its lease as for a turn (``revert.started``). From this row
+   until step 5 or a rollback, the revert *holds* its workspace: a turn's begin refuses while a
+   revert row of the workspace is unfinished (``turns.require_no_revert``). The row is durable,
+   so a killed revert holds until recovery settles it, and no turn can commit on a parent the
+   revert is taking away.
 4. Move the files: restore checkpoint N, or with ``keep_user_edits`` undo only the agent's changes
    (the ``restore.*`` points). Then the agent's own rollback, if there is one (``revert.files``).
 5. One transaction: later turns marked reverted (kept as history), head moved back, the row
    ``committed`` (``revert.commit.inside``, ``revert.done``) -- if the row is still this
    process's and unfinished, else ``OwnershipLost`` and nothing is written (a revert's process
    judged dead may wake up to find its revert settled).
+
+Who may settle a revert whose process stopped: a revert's owner holds a lease like a turn's
+(:mod:`turnback.engine.owners`), renewed by the same heartbeat, so a revert is judged as a turn
+is: by its pid on its own host, by its lease anywhere else. Recovery takes a dead owner's revert
+over in one transaction that moves the row to itself, only if the row still names that owner
+and the owner is still dead in the database's clock (``revert.takeover``); from then on the row
+names the recoverer, and every write of a revert -- the commit of step 5, a rollback, the end of
+an undo -- checks, under the session's lock, that the row is unfinished and names the process
+writing (``_require_unfinished``): the row's owner is the revert's fencing token. A process that
+was stopped past its lease and wakes up finds its revert taken over and writes nothing
+(``OwnershipLost``). Another host settles only what needs no files of the dead one's: a
+conversation-only revert (rolled back) or undo (finished). A files revert's workspace and
+checkpoints are on its own host, so it is settled there, and holds its workspace until then.
 
 The transactions of steps 3 and of an undo's row lock every session of the workspace (the
 concurrency contract of :mod:`turnback.store.sql`), as a begin does, so on a store with
@@ -48,8 +62,8 @@ from typing import Protocol
 
 from turnback import faults
 from turnback.engine.checkpoints import WorkspaceCheckpoints
-from turnback.engine.owners import current_owner, is_alive, require_here
-from turnback.engine.turns import UNFINISHED_REVERTS, require_no_revert
+from turnback.engine.owners import Lease, current_owner, host_identity, is_alive, require_here
+from turnback.engine.turns import require_no_revert
 from turnback.errors import (
     RECOVER,
     TURNS,
@@ -67,6 +81,7 @@ from turnback.errors import (
 )
 from turnback.model import (
     REFUSED,
+    UNFINISHED_REVERTS,
     ActivityLevel,
     Message,
     Revert,
@@ -114,10 +129,12 @@ def revert(
     session_id: str,
     request: RevertRequest,
     rollback: ConversationRollback | None = None,
+    *,
+    lease: Lease,
 ) -> Revert:
     """Rewind the session as ``request`` says, the agent's rollback applied between the files
-    and the commit."""
-    started = start_revert(store, checkpoints, session_id, request, rollback)
+    and the commit; ``lease`` is this process's, which the revert's owner holds."""
+    started = start_revert(store, checkpoints, session_id, request, rollback, lease=lease)
     if request.conversation and rollback is not None:
         try:
             rollback.apply(started.turns, started.transcript)
@@ -207,6 +224,8 @@ def start_revert(
     session_id: str,
     request: RevertRequest,
     rollback: ConversationRollback | None = None,
+    *,
+    lease: Lease,
 ) -> StartedRevert:
     """Steps 1 to 4 of the revert ``request`` asks for: validated (``rollback.check``
     included), captured, recorded and the files moved. The caller rolls the agent back, then
@@ -238,7 +257,7 @@ def start_revert(
     faults.point("revert.captured")
 
     # 3. the row
-    owner = current_owner()
+    owner = lease.owner()
     record = Revert(
         id=0,
         session_id=session_id,
@@ -265,7 +284,8 @@ def start_revert(
                     "nothing was changed. Look at its turns and revert again",
                     "",
                 )
-            tx.upsert_owner(owner)
+            owner = lease.claim(tx)
+            record = replace(record, owner_id=owner.id)
             record = replace(record, id=tx.insert_revert(record))
     except TurnbackError:
         if undo is not None and checkpoints is not None:
@@ -297,6 +317,7 @@ def start_revert(
     except RevertConflict as error:  # it wrote nothing: there is nothing to roll back
         with store.atomic() as tx:
             tx.lock_sessions([record.session_id])
+            _require_unfinished(tx, record)
             now = time.time()
             tx.set_revert_state(record.id, RevertState.ROLLED_BACK, now, f"{REFUSED}{error}")
             tx.insert_activity(
@@ -443,6 +464,8 @@ def _roll_back(
             snapshots.restore(path, record.undo_checkpoint, current=current.commit)
         except RestoreIncomplete as error:
             with store.atomic() as tx:
+                tx.lock_sessions([record.session_id])
+                _require_unfinished(tx, record)
                 tx.insert_activity(
                     record.session_id,
                     None,
@@ -462,6 +485,7 @@ def _roll_back(
     faults.point("revert.rollback.files")
     with store.atomic() as tx:
         tx.lock_sessions([record.session_id])
+        _require_unfinished(tx, record)
         now = time.time()
         tx.set_revert_state(record.id, RevertState.ROLLED_BACK, now, why)
         tx.insert_activity(
@@ -475,11 +499,13 @@ def _roll_back(
         )
 
 
-def undo_revert(store: Store, checkpoints: WorkspaceCheckpoints | None, session_id: str) -> Revert:
+def undo_revert(
+    store: Store, checkpoints: WorkspaceCheckpoints | None, session_id: str, *, lease: Lease
+) -> Revert:
     """Undo the session's last revert: files, turns and head as they were just before it.
 
-    It is checked and marked ``undoing`` in one transaction, so no turn can begin in between."""
-    owner = current_owner()
+    It is checked and marked ``undoing`` in one transaction, so no turn can begin in between;
+    its owner holds ``lease`` until it is done."""
     with store.atomic() as tx:
         tx.lock_workspace(session_id)
         session = tx.get_session(session_id)
@@ -508,7 +534,7 @@ def undo_revert(store: Store, checkpoints: WorkspaceCheckpoints | None, session_
             raise CheckpointUnavailable(
                 "workspace checkpoints are turned off; cannot undo a files revert"
             )
-        tx.upsert_owner(owner)
+        owner = lease.claim(tx)
         tx.set_revert_state(record.id, RevertState.UNDOING, time.time(), owner_id=owner.id)
     record = replace(record, state=RevertState.UNDOING, owner_id=owner.id)
     faults.point("undo.started")
@@ -529,9 +555,7 @@ def _finish_undo(
     faults.point("undo.files")
     with store.atomic() as tx:
         tx.lock_sessions([record.session_id])
-        settled = tx.get_revert(record.id)
-        if settled is None or settled.state is not RevertState.UNDOING:
-            return settled or record  # another process's recovery finished it meanwhile
+        _require_unfinished(tx, record)  # another process's recovery may have taken it over
         now = time.time()
         tokens = tx.unmark_reverted(record.id)
         if record.conversation:
@@ -561,25 +585,59 @@ def _finish_undo(
 
 
 def recover_reverts(
-    store: Store, checkpoints: WorkspaceCheckpoints | None, session_id: str | None = None
+    store: Store,
+    checkpoints: WorkspaceCheckpoints | None,
+    session_id: str | None = None,
+    *,
+    lease: Lease,
 ) -> list[Revert]:
-    """Settle reverts a dead process left half done: roll back a revert, finish an undo."""
+    """Settle reverts a dead process left half done: roll back a revert, finish an undo. Each
+    is taken over first (its row moved to this process, which then holds ``lease``), so the
+    process that left it, were it only stopped, can write nothing more of it."""
     with store.read() as tx:
         unfinished = [
             (r, tx.get_owner(r.owner_id) if r.owner_id else None, tx.get_session(r.session_id))
             for r in tx.reverts(session_id, UNFINISHED_REVERTS)
         ]
         now = tx.now()
+    here = host_identity()[0]
     settled = []
     for record, owner, session in unfinished:
         if is_alive(owner, now) or session is None:
             continue
+        if record.files and owner is not None and owner.host != here:
+            continue  # its files and checkpoints are on that host: it is settled there
+        taken = _take_over(store, record, lease)
+        if taken is None:
+            continue  # settled, or taken over, by another process since it was read
         why = "the process running it stopped before it finished"
         try:
-            settled.append(_settle(store, checkpoints, record, session.workspace, why))
+            settled.append(_settle(store, checkpoints, taken, session.workspace, why))
         except RestoreIncomplete:
             continue  # still unfinished, holding the workspace; the next recovery retries
     return settled
+
+
+def _take_over(store: Store, record: Revert, lease: Lease) -> Revert | None:
+    """Move a dead owner's unfinished revert to this process, in one transaction: only while
+    its row still names that owner and the owner is still dead in the database's clock. The
+    revert as now owned, or None when another process settled or took it first."""
+    with store.atomic() as tx:
+        tx.lock_sessions([record.session_id])
+        current = tx.get_revert(record.id)
+        if (
+            current is None
+            or current.state not in UNFINISHED_REVERTS
+            or current.owner_id != record.owner_id
+        ):
+            return None
+        if current.owner_id and is_alive(tx.get_owner(current.owner_id), tx.now()):
+            return None
+        owner = lease.claim(tx)
+        if not tx.take_revert(record.id, record.owner_id, owner.id):
+            return None
+    faults.point("revert.takeover")
+    return replace(current, owner_id=owner.id)
 
 
 def settle_interrupted(

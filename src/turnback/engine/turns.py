@@ -48,7 +48,7 @@ from turnback.engine.fold import (
     superseded,
     unfinished_tool_calls,
 )
-from turnback.engine.owners import is_alive
+from turnback.engine.owners import host_identity, is_alive
 from turnback.errors import (
     RECOVER,
     TURNS,
@@ -66,6 +66,7 @@ from turnback.errors import (
 )
 from turnback.model import (
     JSON,
+    UNFINISHED_REVERTS,
     EventKind,
     JournalEntry,
     Message,
@@ -392,10 +393,6 @@ def require_idle(tx: Tx, session_id: str, before: str) -> None:
         )
 
 
-#: Revert states that hold the workspace: the files may be moving.
-UNFINISHED_REVERTS = (RevertState.STARTED, RevertState.FILES_RESTORED, RevertState.UNDOING)
-
-
 def unfinished(reverts: Iterable[Revert]) -> list[Revert]:
     """The reverts and undos of ``reverts`` that have not finished: their files may be moving."""
     return [r for r in reverts if r.state in UNFINISHED_REVERTS]
@@ -421,10 +418,12 @@ def require_no_revert(tx: Tx, workspace: str, then: str) -> None:
                 record.id,
                 record.owner_id,
             )
+        away = owner is not None and record.files and owner.host != host_identity()[0]
         raise RevertInProgress(
             f"{what} was interrupted midway and its process is gone: the files of {workspace} "
             f"are partly {'put back' if undoing else 'reverted'} until recovery "
-            f"{'finishes the undo' if undoing else 'rolls the revert back'}",
+            + (f"on host {owner.host} " if away and owner is not None else "")
+            + f"{'finishes the undo' if undoing else 'rolls the revert back'}",
             record.id,
             record.owner_id,
         ).settled_by(RECOVER, state="interrupted")
@@ -541,15 +540,53 @@ def commit_turn(
         and status is TurnStatus.COMPLETED
         and tx.journal_size(turn.token) == (prefolded[0], prefolded[0])
     ):
-        tx.insert_messages(
-            [
-                Message(turn.session_id, turn.token, i, kind, data)
-                for i, (kind, data) in enumerate(prefolded[1])
-            ]
+        messages = [
+            Message(turn.session_id, turn.token, i, kind, data)
+            for i, (kind, data) in enumerate(prefolded[1])
+        ]
+        ending = Ending(current, status, detail, prefolded[0], now, messages)
+    else:
+        ending = fold_ending(
+            current,
+            tx.journal(turn.token),
+            status,
+            detail=detail,
+            extra=extra,
+            keep_unreadable=keep_unreadable,
+            now=now,
         )
-        _end(tx, turn, status, detail, prefolded[0], now, expected)
-        return True
-    entries = tx.journal(turn.token)
+    write_endings(tx, [ending], expected=expected)
+    return True
+
+
+@dataclasses.dataclass(slots=True)
+class Ending:
+    """What ending a turn writes: its folded messages, the run events that had to be rewritten
+    (``replaced``) or were added after its journal (``added``), and its row's end."""
+
+    turn: Turn
+    status: TurnStatus
+    detail: str | None
+    events: int  # the journal's entries, the event count of its row
+    now: float
+    messages: list[Message]
+    replaced: list[RunEvent] = dataclasses.field(default_factory=list)
+    added: list[RunEvent] = dataclasses.field(default_factory=list)
+
+
+def fold_ending(
+    turn: Turn,
+    entries: Sequence[JournalEntry],
+    status: TurnStatus,
+    *,
+    detail: str | None = None,
+    extra: Sequence[JSON] = (),
+    keep_unreadable: bool = False,
+    now: float,
+) -> Ending:
+    """How ``turn`` ends with the journal ``entries``: pure, so recovery folds many turns
+    before it writes any. Raises UnreadableEntry for an entry that cannot be read, unless
+    ``keep_unreadable`` keeps it in the run timeline as such."""
     events = [parse(entry, keep_unreadable=keep_unreadable) for entry in entries]
     last_seq = entries[-1].seq if entries else 0
     if status is not TurnStatus.COMPLETED:
@@ -574,25 +611,38 @@ def commit_turn(
         for i, e in enumerate(extra, start=1)
     ]
     void = superseded((event.seq, event.event) for event in timeline)
-    folder = Folder(current.prompt, refer=True)  # text chunks stored as the seqs they join
+    folder = Folder(turn.prompt, refer=True)  # text chunks stored as the seqs they join
     for event in timeline:
         if event.seq not in void:
             folder.add(event.event, event.seq)
-    folded = folder.messages()
-    tx.insert_messages(
-        [
-            Message(turn.session_id, turn.token, i, kind, data)
-            for i, (kind, data) in enumerate(folded)
-        ]
-    )
+    messages = [
+        Message(turn.session_id, turn.token, i, kind, data)
+        for i, (kind, data) in enumerate(folder.messages())
+    ]
     # The journal's rows become the run timeline as they are; only rows that had to be wrapped
     # (unreadable ones, on an explicit apply) are rewritten, and the extra events added.
-    tx.replace_run_events(
-        [e for e, entry in zip(timeline, entries, strict=False) if e.kind != entry.kind]
+    replaced = [e for e, entry in zip(timeline, entries, strict=False) if e.kind != entry.kind]
+    return Ending(
+        turn, status, detail, len(entries), now, messages, replaced, timeline[len(entries) :]
     )
-    tx.insert_run_events(timeline[len(entries) :])
-    _end(tx, turn, status, detail, len(entries), now, expected)
-    return True
+
+
+def write_endings(tx: Tx, endings: Sequence[Ending], *, expected: TurnStatus) -> None:
+    """Write the ends of turns, each of a session of its own and found in ``expected`` status
+    by the caller under their sessions' locks: in statements whose results nobody waits for,
+    so on PostgreSQL all of them go to the server with what the transaction sends next."""
+    tx.insert_messages([m for ending in endings for m in ending.messages])
+    tx.replace_run_events([e for ending in endings for e in ending.replaced])
+    tx.insert_run_events([e for ending in endings for e in ending.added])
+    for ending in endings:
+        if ending.status is not TurnStatus.INTERRUPTED:
+            tx.delete_step_checkpoints(ending.turn.token)
+    tx.end_turns(
+        [(e.turn.token, e.status, e.now, e.detail, e.events) for e in endings], expected=expected
+    )
+    for ending in endings:
+        tx.set_head(ending.turn.session_id, ending.turn.token, ending.now)
+    tx.clear_pending_requests([ending.turn.token for ending in endings])
 
 
 def journal_messages(tx: Tx, turn: Turn) -> list[Message]:
@@ -608,26 +658,10 @@ def journal_messages(tx: Tx, turn: Turn) -> list[Message]:
     ]
 
 
-def _end(
-    tx: Tx,
-    turn: Turn,
-    status: TurnStatus,
-    detail: str | None,
-    count: int,
-    now: float,
-    expected: TurnStatus,
-) -> None:
-    if status is not TurnStatus.INTERRUPTED:
-        tx.delete_step_checkpoints(turn.token)
-    tx.end_turn(turn.token, status, now, detail, count, expected=expected)
-    tx.set_head(turn.session_id, turn.token, now)
-    clear_requests(tx, turn.token)
-
-
 def clear_requests(tx: Tx, token: str) -> None:
     """Drop a turn's pending permission and input requests: once it has ended nobody can answer
     them."""
-    tx.clear_pending_requests(token)
+    tx.clear_pending_requests([token])
 
 
 def _validate_step(update: JSON) -> None:

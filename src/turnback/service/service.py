@@ -102,7 +102,12 @@ class Service:
         """Steps 1 to 4 of the engine's revert, once the journal is on disk (they read turns)."""
         self.tb.journal.flush()
         return revert.start_revert(
-            self.tb.store, self.tb.checkpoints, command.session, command.request, command.rollback
+            self.tb.store,
+            self.tb.checkpoints,
+            command.session,
+            command.request,
+            command.rollback,
+            lease=self.tb.lease,
         )
 
     def _revert(self, command: RevertSession) -> Revert:

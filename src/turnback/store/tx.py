@@ -12,7 +12,7 @@ transaction that changes a session or its turns locks the session first.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 from turnback.model import (
@@ -32,6 +32,11 @@ from turnback.model import (
     Turn,
     TurnStatus,
 )
+
+#: A turn's end: (token, status, ended at, detail, event count).
+TurnEnd = tuple[str, TurnStatus, float, str | None, int]
+#: An activity to insert: (session id, turn, level, code, message, data, at).
+NewActivity = tuple[str | None, str | None, ActivityLevel, str, str, dict[str, object], float]
 
 
 class LocksTx(Protocol):
@@ -63,8 +68,12 @@ class OwnersTx(Protocol):
 
     def upsert_owner(self, owner: Owner) -> None: ...
     def get_owner(self, owner_id: str) -> Owner | None: ...
+    def get_owners(self, owner_ids: Collection[str]) -> dict[str, Owner]:
+        """The owners of these ids that exist, by id, in one query."""
+        ...
+
     def unreferenced_owners(self) -> list[Owner]:
-        """Owners that no running turn names."""
+        """Owners that no running turn and no unfinished revert names."""
         ...
 
     def delete_owner(self, owner_id: str, *, lease: float | None = None) -> bool:
@@ -76,6 +85,10 @@ class OwnersTx(Protocol):
 class SessionsTx(Protocol):
     def insert_session(self, session: SessionRecord) -> None: ...
     def get_session(self, session_id: str) -> SessionRecord | None: ...
+    def session_heads(self, session_ids: Collection[str]) -> dict[str, str | None]:
+        """The head of each of these sessions that exists, by id, in one query."""
+        ...
+
     def find_sessions(self, prefix: str, limit: int = 10) -> list[SessionRecord]: ...
     def list_sessions(self) -> list[SessionRecord]: ...
     def delete_session(self, session_id: str) -> None:
@@ -103,14 +116,18 @@ class RequestsTx(Protocol):
         """The request was answered; whether it was pending."""
         ...
 
-    def clear_pending_requests(self, turn: str) -> int:
-        """Drop every pending request of ``turn`` (nobody can answer them any more); how many."""
+    def clear_pending_requests(self, turns: Sequence[str]) -> None:
+        """Drop every pending request of these turns (nobody can answer them any more)."""
         ...
 
 
 class TurnsTx(Protocol):
     def insert_turn(self, turn: Turn) -> None: ...
     def get_turn(self, token: str) -> Turn | None: ...
+    def turns(self, tokens: Sequence[str]) -> list[Turn]:
+        """The turns of these tokens that exist, in one query."""
+        ...
+
     def running_turn(self, session_id: str) -> Turn | None: ...
     def running_turns_in_workspace(self, workspace: str) -> list[Turn]:
         """Running turns of every session on ``workspace``."""
@@ -133,6 +150,12 @@ class TurnsTx(Protocol):
         expected: TurnStatus,
     ) -> bool:
         """Move a turn out of ``expected``; False when it was no longer in that status."""
+        ...
+
+    def end_turns(self, ends: Sequence[TurnEnd], *, expected: TurnStatus) -> None:
+        """:meth:`end_turn` of many turns at once, each moved only out of ``expected``, in
+        statements sent together: the caller, holding their sessions' locks, has read that
+        they are in it."""
         ...
 
     def reopen_turn(self, token: str, owner_id: str, fence: str) -> bool:
@@ -166,6 +189,10 @@ class JournalTx(Protocol):
         ...
 
     def journal(self, token: str) -> list[JournalEntry]: ...
+    def journals(self, tokens: Sequence[str]) -> dict[str, list[JournalEntry]]:
+        """:meth:`journal` of many turns in one query, by token."""
+        ...
+
     def journal_size(self, token: str) -> tuple[int, int]:
         """(number of entries, highest seq or 0)."""
         ...
@@ -215,6 +242,10 @@ class ActivitiesTx(Protocol):
         data: dict[str, object],
         at: float,
     ) -> int: ...
+    def insert_activities(self, activities: Sequence[NewActivity]) -> None:
+        """Many activities at once, as :meth:`insert_activity` each (without their ids)."""
+        ...
+
     def activities(self, session_id: str | None, limit: int = 1000) -> list[Activity]: ...
 
 
@@ -262,6 +293,11 @@ class RevertsTx(Protocol):
         detail: str | None = None,
         owner_id: str | None = None,
     ) -> None: ...
+    def take_revert(self, revert_id: int, from_owner: str | None, to_owner: str) -> bool:
+        """Move an unfinished revert from ``from_owner`` to ``to_owner``; False, changing
+        nothing, when it is finished or names another owner (the row's owner is its fence)."""
+        ...
+
     def mark_reverted(self, tokens: Sequence[str], revert_id: int | None) -> None: ...
     def unmark_reverted(self, revert_id: int) -> list[str]:
         """Put the turns a revert took out back into the conversation; returns their tokens."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from turnback.model import Activity, ActivityLevel
 from turnback.store.sql.base import Queries
 from turnback.store.sql.rows import ACTIVITY, dumps, readable
-from turnback.store.tx import ActivitiesTx
+from turnback.store.tx import ActivitiesTx, NewActivity
 
 
 class ActivityQueries(Queries, ActivitiesTx):
@@ -26,6 +28,16 @@ class ActivityQueries(Queries, ActivitiesTx):
         )
         assert row is not None
         return int(row[0])
+
+    def insert_activities(self, activities: Sequence[NewActivity]) -> None:
+        self._run_many(
+            "INSERT INTO activities (session_id, turn, level, code, message, data, at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                (session, turn, level.value, code, readable(message), dumps(data), at)
+                for session, turn, level, code, message, data, at in activities
+            ],
+        )
 
     def activities(self, session_id: str | None, limit: int = 1000) -> list[Activity]:
         where, params = ("WHERE session_id = ?", (session_id,)) if session_id else ("", ())

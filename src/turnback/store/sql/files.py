@@ -28,7 +28,7 @@ class FileQueries(Queries, FilesTx):
 
     def set_checkpoint(self, token: str, which: str, commit: str | None) -> None:
         column = {"begin": "begin_checkpoint", "end": "end_checkpoint"}[which]
-        self._run(f"UPDATE turns SET {column} = ? WHERE token = ?", (commit, token))
+        self._run_many(f"UPDATE turns SET {column} = ? WHERE token = ?", [(commit, token)])
 
     def insert_file_changes(self, token: str, scope: str, changes: Sequence[FileChange]) -> None:
         self._run_many(

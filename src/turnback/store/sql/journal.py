@@ -63,6 +63,20 @@ class JournalQueries(Queries, JournalTx):
         )
         return JOURNAL_ENTRY.records(rows)
 
+    def journals(self, tokens: Sequence[str]) -> dict[str, list[JournalEntry]]:
+        found: dict[str, list[JournalEntry]] = {token: [] for token in tokens}
+        if not tokens:
+            return found
+        rows = self._all(
+            f"SELECT {JOURNAL_ENTRY.select()} FROM turns t JOIN events e "
+            f"ON {OF_TURN} WHERE t.token IN ({marks(tokens)}) AND t.status IN (?, ?) "
+            "ORDER BY e.id",
+            (*tokens, *KEEPS_JOURNAL),
+        )
+        for entry in JOURNAL_ENTRY.records(rows):
+            found[entry.turn].append(entry)
+        return found
+
     def journal_size(self, token: str) -> tuple[int, int]:
         row = self._one(
             f"SELECT count(*), coalesce(max({SEQ}), 0) FROM turns t JOIN events e "

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from turnback.model import Owner
+from collections.abc import Collection
+
+from turnback.model import UNFINISHED_REVERTS, Owner
 from turnback.store.sql.base import Queries
 from turnback.store.sql.rows import OWNER, marks
 from turnback.store.tx import OwnersTx
+
+_UNFINISHED = tuple(state.value for state in UNFINISHED_REVERTS)
 
 
 class OwnerQueries(Queries, OwnersTx):
@@ -24,7 +28,7 @@ class OwnerQueries(Queries, OwnersTx):
         self._run(
             f"INSERT INTO owners ({OWNER.select()}) VALUES ({marks(OWNER.names)}) "
             "ON CONFLICT (id) DO UPDATE SET "
-            # an owner recorded without a lease (by a revert, say) keeps the lease it holds
+            # an owner recorded without a lease (an agent's process, say) keeps the one it holds
             "lease_expires = coalesce(excluded.lease_expires, owners.lease_expires)",
             [getattr(owner, name) for name in OWNER.names],
         )
@@ -33,10 +37,20 @@ class OwnerQueries(Queries, OwnersTx):
         row = self._one(f"SELECT {OWNER.select()} FROM owners WHERE id = ?", (owner_id,))
         return OWNER.record(row) if row else None
 
+    def get_owners(self, owner_ids: Collection[str]) -> dict[str, Owner]:
+        if not owner_ids:
+            return {}
+        ids = sorted(owner_ids)
+        rows = self._all(f"SELECT {OWNER.select()} FROM owners WHERE id IN ({marks(ids)})", ids)
+        return {owner.id: owner for owner in OWNER.records(rows)}
+
     def unreferenced_owners(self) -> list[Owner]:
         rows = self._all(
             f"SELECT {OWNER.select()} FROM owners WHERE id NOT IN "
-            "(SELECT owner_id FROM turns WHERE status = 'running' AND owner_id IS NOT NULL)"
+            "(SELECT owner_id FROM turns WHERE status = 'running' AND owner_id IS NOT NULL) "
+            "AND id NOT IN (SELECT owner_id FROM reverts WHERE owner_id IS NOT NULL "
+            f"AND state IN ({marks(_UNFINISHED)}))",
+            _UNFINISHED,
         )
         return OWNER.records(rows)
 

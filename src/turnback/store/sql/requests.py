@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from turnback.store.sql.base import Queries
 from turnback.store.sql.rows import dumps
 from turnback.store.tx import RequestsTx
@@ -27,5 +29,5 @@ class RequestQueries(Queries, RequestsTx):
             > 0
         )
 
-    def clear_pending_requests(self, turn: str) -> int:
-        return self._run("DELETE FROM pending_requests WHERE turn = ?", (turn,)).rowcount
+    def clear_pending_requests(self, turns: Sequence[str]) -> None:
+        self._run_many("DELETE FROM pending_requests WHERE turn = ?", [(t,) for t in turns])

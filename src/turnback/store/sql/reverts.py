@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from turnback.model import Revert, RevertState
+from turnback.model import UNFINISHED_REVERTS, Revert, RevertState
 from turnback.store.sql.base import Queries
 from turnback.store.sql.rows import REVERT, marks
 from turnback.store.tx import RevertsTx
@@ -56,6 +56,15 @@ class RevertQueries(Queries, RevertsTx):
             "owner_id = coalesce(?, owner_id) WHERE id = ?",
             (state.value, now, detail, owner_id, revert_id),
         )
+
+    def take_revert(self, revert_id: int, from_owner: str | None, to_owner: str) -> bool:
+        unfinished = [s.value for s in UNFINISHED_REVERTS]
+        cursor = self._run(
+            "UPDATE reverts SET owner_id = ? WHERE id = ? AND coalesce(owner_id, '') = ? "
+            f"AND state IN ({marks(unfinished)})",
+            (to_owner, revert_id, from_owner or "", *unfinished),
+        )
+        return cursor.rowcount == 1
 
     def mark_reverted(self, tokens: Sequence[str], revert_id: int | None) -> None:
         self._run_many(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from turnback.model import SessionRecord
@@ -38,6 +38,13 @@ class SessionQueries(Queries, SessionsTx):
         rows = self._all(f"SELECT {SESSION.select()} FROM sessions ORDER BY updated_at DESC")
         return self._sessions(rows)
 
+    def session_heads(self, session_ids: Collection[str]) -> dict[str, str | None]:
+        if not session_ids:
+            return {}
+        ids = sorted(session_ids)
+        rows = self._all(f"SELECT id, head FROM sessions WHERE id IN ({marks(ids)})", ids)
+        return {session_id: head for session_id, head in rows}
+
     def _sessions(self, rows: Sequence[Sequence[Any]]) -> list[SessionRecord]:
         """Sessions from their rows, each with its pending requests in the order asked."""
         sessions = SESSION.records(rows)
@@ -64,8 +71,8 @@ class SessionQueries(Queries, SessionsTx):
         self._run("DELETE FROM sessions WHERE id = ?", (session_id,))  # other rows cascade
 
     def set_head(self, session_id: str, head: str | None, now: float) -> None:
-        self._run(
-            "UPDATE sessions SET head = ?, updated_at = ? WHERE id = ?", (head, now, session_id)
+        self._run_many(
+            "UPDATE sessions SET head = ?, updated_at = ? WHERE id = ?", [(head, now, session_id)]
         )
 
     def set_agent_state(self, session_id: str, state: dict[str, object], now: float) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from turnback.model import Turn, TurnStatus
 from turnback.store.sql.base import Queries
 from turnback.store.sql.rows import TURN, dumps, loads, marks, readable
-from turnback.store.tx import TurnsTx
+from turnback.store.tx import TurnEnd, TurnsTx
 
 ENDED = tuple(status.value for status in TurnStatus if status.ended)
 
@@ -25,6 +26,14 @@ class TurnQueries(Queries, TurnsTx):
     def get_turn(self, token: str) -> Turn | None:
         row = self._one(f"SELECT {TURN.select()} FROM turns WHERE token = ?", (token,))
         return TURN.record(row) if row else None
+
+    def turns(self, tokens: Sequence[str]) -> list[Turn]:
+        if not tokens:
+            return []
+        rows = self._all(
+            f"SELECT {TURN.select()} FROM turns WHERE token IN ({marks(tokens)})", tuple(tokens)
+        )
+        return TURN.records(rows)
 
     def running_turn(self, session_id: str) -> Turn | None:
         row = self._one(
@@ -83,6 +92,16 @@ class TurnQueries(Queries, TurnsTx):
             (status.value, ended_at, readable(detail), event_count, token, expected.value),
         )
         return cursor.rowcount == 1
+
+    def end_turns(self, ends: Sequence[TurnEnd], *, expected: TurnStatus) -> None:
+        self._run_many(
+            "UPDATE turns SET status = ?, ended_at = ?, detail = ?, event_count = ? "
+            "WHERE token = ? AND status = ?",
+            [
+                (status.value, ended_at, readable(detail), count, token, expected.value)
+                for token, status, ended_at, detail, count in ends
+            ],
+        )
 
     def reopen_turn(self, token: str, owner_id: str, fence: str) -> bool:
         cursor = self._run(
