@@ -52,12 +52,13 @@ from pathlib import Path
 from typing import Any
 
 try:
+    import turnback
     from turnback.workspace import Snapshots
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    import turnback
     from turnback.workspace import Snapshots
 
-import turnback
 from rounds import DIR_HELP, interleaved, machine, scratch_dir
 
 GIT_ENV = {

@@ -172,6 +172,7 @@ class ShadowRepo:
         fsync: bool = False,
     ) -> None:
         self.git = git
+        self.fsync = fsync
         self.config = ("core.fsync=loose-object,pack,reference",) if fsync else ()
         self.workspace = workspace
         self.home = home
@@ -181,6 +182,9 @@ class ShadowRepo:
         self.report = report
         self._lock = ShadowLock.of(self.lock_path)
         self._sha256: bool | None = None
+        #: checkpoints this process wrote and the paths each left out (``Skipped:`` lines), so
+        #: comparing them asks git for neither; forgotten when a gc may have pruned one
+        self.captured: dict[str, frozenset[str]] = {}
 
     # -- running git ----------------------------------------------------------------------
 
@@ -366,6 +370,25 @@ class ShadowRepo:
                 lines.append(b"update " + ref.encode() + b"\0" + oid.encode() + b"\0\0")
         if lines:
             self.run("update-ref", "-z", "--stdin", deadline=deadline, input=b"".join(lines))
+
+    def point_refs(self, refs: Sequence[str], commit: str) -> None:
+        """Point ``refs`` (``HEAD`` detached) at ``commit``, an existing checkpoint, as git moves
+        a loose ref: its new content is written to ``<ref>.lock``, made exclusively, then renamed
+        over the ref, so a reader sees the old or the new, and a crash leaves at most a lock file
+        that the next holder of the shadow's lock removes. No git process is started: the
+        commit is already whole, so the order of invariant 4 holds. Call with the lock held."""
+        for ref in refs:
+            path = self.ref_path(ref)
+            lock = path.with_name(path.name + ".lock")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                os.write(fd, commit.encode() + b"\n")
+                if self.fsync:  # as git's own writes under core.fsync=reference
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(lock, path)
 
     def list_refs(self, deadline: float) -> list[tuple[str, str, int]]:
         """``(ref, commit, commit time)`` for every checkpoint ref."""
