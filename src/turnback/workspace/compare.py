@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from turnback.errors import CheckpointUnavailable, GitFailed
 from turnback.model import ChangeKind, FileChange
@@ -36,6 +36,8 @@ def changes(shadow: ShadowRepo, old: str, new: str) -> list[FileChange]:
     checkpoint left out (too large) is not taken for deleted or added."""
     deadline = operation_deadline()
     found = None
+    skipped_old: Collection[str]
+    skipped_new: Collection[str]
     if old in shadow.captured and new in shadow.captured:  # written by this process: no lookups
         skipped_old, skipped_new = shadow.captured[old], shadow.captured[new]
         with contextlib.suppress(GitFailed):  # pruned by another process's gc since
