@@ -8,7 +8,7 @@ from collections.abc import Collection, Sequence
 from turnback.errors import CheckpointUnavailable, GitFailed
 from turnback.model import ChangeKind, FileChange
 from turnback.workspace.plan import skipped_paths
-from turnback.workspace.shadow import Change, ShadowRepo, operation_deadline
+from turnback.workspace.shadow import NO_INDEX, Change, ShadowRepo, operation_deadline
 
 KINDS = {
     "A": ChangeKind.ADDED,
@@ -84,6 +84,7 @@ def patch(shadow: ShadowRepo, old: str, new: str, paths: Sequence[str] | None = 
         "--",
         *(paths or ()),
         deadline=deadline,
+        index=shadow.dir / NO_INDEX,
     ).stdout
     return out.decode("utf-8", "replace")
 
