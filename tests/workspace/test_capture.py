@@ -417,3 +417,17 @@ def test_a_long_capture_reports_its_progress_as_it_goes(
     heard: list[tuple[str, int, int]] = []
     Snapshots(home, progress=lambda *call: heard.append(call)).capture(workspace, "first")
     assert heard == [("capture", n, 250) for n in (0, 100, 200, 250)]
+
+
+def test_the_same_checkpoint_under_a_ref_that_cannot_be_written_fails_cleanly(
+    home: Path, any_workspace: Path
+) -> None:
+    """Nothing changed, so the capture moves the refs itself: a ref git could not write either
+    (a ref already stands where its directory would be) is a GitFailed, and leaves no lock."""
+    snapshots = Snapshots(home)
+    first = snapshots.capture(any_workspace, "t/0")
+    with pytest.raises(GitFailed, match="t/0/again"):
+        snapshots.capture(any_workspace, "t/0/again")
+    assert not list(home.glob("shadow/*.git/**/*.lock"))
+    assert snapshots.capture(any_workspace, "t/1").commit == first.commit
+    assert snapshots.exists(any_workspace, "t/1")

@@ -291,7 +291,7 @@ class ShadowRepo:
 
         Returns whether it was damaged. Call with the lock held."""
         path = self.ref_path(ref)
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             (path.with_name(path.name + ".lock")).unlink()
         try:
             data = path.read_bytes()
@@ -385,15 +385,26 @@ class ShadowRepo:
         for ref in refs:
             path = self.ref_path(ref)
             lock = path.with_name(path.name + ".lock")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            made = False
             try:
-                os.write(fd, commit.encode() + b"\n")
-                if self.fsync:  # as git's own writes under core.fsync=reference
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(lock, path)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                made = True
+                try:
+                    os.write(fd, commit.encode() + b"\n")
+                    if self.fsync:  # as git's own writes under core.fsync=reference
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(lock, path)
+            except OSError as error:
+                if made:
+                    with contextlib.suppress(OSError):
+                        lock.unlink()
+                raise GitFailed(
+                    f"checkpoint ref {ref} of {self.workspace} could not be moved to {commit}: "
+                    f"{error}"
+                ) from error
 
     def list_refs(self, deadline: float) -> list[tuple[str, str, int]]:
         """``(ref, commit, commit time)`` for every checkpoint ref."""
