@@ -231,11 +231,17 @@ class WorkspaceCheckpoints:
         """A turn of this process begins in ``workspace``: from its second on, the workspace is
         followed (:meth:`follow`), so the captures of a process that runs turns one after
         another need no scan, and one that runs a single turn sets up no watcher it would not
-        use."""
-        if workspace in self._begun:
-            self.follow(workspace)
-        else:
+        use. A workspace something else watches (a running ``AgentRuntime``) is left to it."""
+        if workspace not in self._begun:
             self._begun.add(workspace)
+        elif workspace in self._followed or not self._watched(workspace):
+            self.follow(workspace)
+
+    def _watched(self, workspace: str) -> bool:
+        try:
+            return self.snapshots.watching(Path(workspace))
+        except (TurnbackError, OSError):
+            return False
 
     def follow(self, workspace: str) -> None:
         """Watch ``workspace`` until :meth:`close`, at most :data:`FOLLOWED` workspaces at a
