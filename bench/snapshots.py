@@ -18,6 +18,12 @@ goal is a ratio of medians against a baseline measured in the same run:
 (c)  turnback's warm capture, 10 files changed        goal: <= 1.2x (a), and <= (s)
 (w)  the same, fed by a file watcher (no status)      goal at 200,000 files: <= (a) / 10, and
                                                      the absolute 50 ms
+Then, at each size, turns through the public API in rounds of their own (each turn edits 10
+files; nothing else changes the workspace between them), interleaved with a ``git status``:
+(ta) ``git status --porcelain``, as (a), measured in these rounds (baseline)
+(t0) ``with session.turn()`` with checkpoints off (its workspace a directory of 10 files)
+(t)  the same with checkpoints on (the default), in the generated tree
+(tc) (t) - (t0) round by round: a turn's two checkpoints and its diff   goal: <= 2.4x (ta)
 At 50,000 files (and the smoke size), medians:
 (d)  turnback's first capture of the git workspace   goal: <= 3x (a)
 (e0) ``git checkout -- <10 files>`` in the plain repository
@@ -46,12 +52,14 @@ from pathlib import Path
 from typing import Any
 
 try:
+    import turnback
     from turnback.workspace import Snapshots
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    import turnback
     from turnback.workspace import Snapshots
 
-from rounds import DIR_HELP, machine, scratch_dir
+from rounds import DIR_HELP, interleaved, machine, scratch_dir
 
 GIT_ENV = {
     "PATH": os.environ.get("PATH", os.defpath),
@@ -315,8 +323,80 @@ def run(ws: Path, scratch: Path, files: int, rounds: int, turns: int) -> list[di
                 "met": met,
             }
         )
+    found += turn_rows(ws, scratch, files, rounds)
     if turns:
         found += details(ws, scratch, files, rounds, turns, batches, a, plain)
+    return found
+
+
+def turn_rows(ws: Path, scratch: Path, files: int, rounds: int) -> list[dict[str, Any]]:
+    """A turn's checkpoint cost through the public API: the same turn with and without them."""
+    bare = scratch / "bare-workspace"
+    bare.mkdir()
+    step = max(1, files // 10)
+    edited = [[path_of((r * 7919 + j * step + 3) % files) for j in range(10)] for r in range(2)]
+    for path in edited[0]:
+        (bare / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ws / path, bare / path)
+    on = turnback.open(scratch / "turns-on")
+    off = turnback.open(scratch / "turns-off", checkpoints=False)
+    try:
+        with_checkpoints = on.create_session(workspace=ws)
+        without = off.create_session(workspace=bare)
+
+        def turn(session: Any, root: Path, paths: list[str], tag: str) -> float:
+            started = time.perf_counter()
+            with session.turn(f"edit 10 files ({tag})"):
+                edit(root, paths, tag)
+            return time.perf_counter() - started
+
+        for r in range(3):  # warm up: the shadow made, its index written, a watcher set
+            turn(with_checkpoints, ws, edited[r % 2], f"warm-up {r}")
+            turn(without, bare, edited[0], f"warm-up {r}")
+        times = interleaved(
+            rounds,
+            {
+                "(ta)": lambda r: timed(lambda: git(ws, "status", "--porcelain")),
+                "(t0)": lambda r: turn(without, bare, edited[0], f"t0 {r}"),
+                "(t)": lambda r: turn(with_checkpoints, ws, edited[r % 2], f"t {r}"),
+            },
+        )
+        kept = with_checkpoints.turns()[-1]
+        assert kept.begin_checkpoint and kept.end_checkpoint, "a turn took no checkpoint"
+    finally:
+        on.close()
+        off.close()
+    cost = [on_ - off_ for on_, off_ in zip(times["(t)"], times["(t0)"], strict=True)]
+    ta, t0, t, tc = (
+        statistics.median(v) for v in (times["(ta)"], times["(t0)"], times["(t)"], cost)
+    )
+    found: list[dict[str, Any]] = []
+    for key, what, values, ratio, met in (
+        ("ta", "git status --porcelain, in the turns' rounds", times["(ta)"], "baseline", None),
+        ("t0", "a turn editing 10 files, checkpoints off", times["(t0)"], "baseline", None),
+        ("t", "the same turn, checkpoints on", times["(t)"], f"{t / t0:.1f}x (t0)", None),
+        (
+            "tc",
+            "  its checkpoints: (t) - (t0), round by round",
+            cost,
+            f"{tc / ta:.2f}x (ta)",
+            tc <= 2.4 * ta,
+        ),
+    ):
+        found.append(
+            {
+                "id": key,
+                "files": files,
+                "what": what,
+                "min": min(values),
+                "median": statistics.median(values),
+                "max": max(values),
+                "value": statistics.median(values),
+                "unit": "s",
+                "ratio": ratio,
+                "met": met,
+            }
+        )
     return found
 
 

@@ -49,7 +49,7 @@ def test_a_capture_of_an_unchanged_workspace_names_the_last_commit_again(
     home: Path, tmp_path: Path, any_workspace: Path
 ) -> None:
     """Nothing changed since this object's last capture: the new ref names the same commit, with
-    no object written; one status and one fast-import ran."""
+    no object written; one status ran, and no fast-import: the refs are moved directly."""
     log = tmp_path / "git.log"
     wrapper = tmp_path / "logging-git"
     real = subprocess.run(["which", "git"], capture_output=True, text=True, check=True).stdout
@@ -67,8 +67,11 @@ def test_a_capture_of_an_unchanged_workspace_names_the_last_commit_again(
     first, tree, _, _ = captured(snapshots, "t/0")
     again, same_tree, ran, written = captured(snapshots, "t/1")
     assert (again, same_tree) == (first, tree)
-    assert ran.count(" status ") == 1 and ran.count(" fast-import ") == 1
-    assert len(ran.splitlines()) == 2 and not written
+    assert ran.count(" status ") == 1 and " fast-import " not in ran
+    assert len(ran.splitlines()) == 1 and not written
+    refs = home.glob("shadow/*.git/refs/turnback/t/1")
+    assert [ref.read_text() for ref in refs] == [first + "\n"]
+    assert not list(home.glob("shadow/*.git/**/*.lock"))
     assert snapshots.exists(any_workspace, "t/0") and snapshots.exists(any_workspace, "t/1")
 
     write(any_workspace, "src/app.py", "print('changed')\n")
@@ -414,3 +417,17 @@ def test_a_long_capture_reports_its_progress_as_it_goes(
     heard: list[tuple[str, int, int]] = []
     Snapshots(home, progress=lambda *call: heard.append(call)).capture(workspace, "first")
     assert heard == [("capture", n, 250) for n in (0, 100, 200, 250)]
+
+
+def test_the_same_checkpoint_under_a_ref_that_cannot_be_written_fails_cleanly(
+    home: Path, any_workspace: Path
+) -> None:
+    """Nothing changed, so the capture moves the refs itself: a ref git could not write either
+    (a ref already stands where its directory would be) is a GitFailed, and leaves no lock."""
+    snapshots = Snapshots(home)
+    first = snapshots.capture(any_workspace, "t/0")
+    with pytest.raises(GitFailed, match="t/0/again"):
+        snapshots.capture(any_workspace, "t/0/again")
+    assert not list(home.glob("shadow/*.git/**/*.lock"))
+    assert snapshots.capture(any_workspace, "t/1").commit == first.commit
+    assert snapshots.exists(any_workspace, "t/1")

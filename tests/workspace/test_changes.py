@@ -93,3 +93,22 @@ def test_missing_checkpoints_are_reported_clearly(
         snapshots.changes(any_workspace, before, "t/9")
     with pytest.raises(CheckpointUnavailable):
         snapshots.changes(any_workspace, before, "0" * 40)
+
+
+def test_diffs_between_checkpoints_read_no_index(
+    snapshots: Snapshots, any_workspace: Path, capture: Capture
+) -> None:
+    """A diff of two checkpoints reads their objects only: the shadow's index (which git's diff
+    reads, when there is one, to take contents from the workspace instead) is not opened, so a
+    large one costs nothing, and a damaged one breaks no diff."""
+    write(any_workspace, "a.txt", LINES)
+    before = capture("0")
+    write(any_workspace, "a.txt", LINES + "line 21\n")
+    after = capture("1")
+    index = snapshots.shadow_dir(any_workspace) / "index"
+    index.write_bytes(b"DIRC not an index")
+    fresh = Snapshots(snapshots.home)  # remembers nothing: looks the checkpoints up
+    for reader in (snapshots, fresh):
+        [change] = reader.changes(any_workspace, before, after)
+        assert (change.path, change.additions, change.deletions) == ("a.txt", 1, 0)
+        assert "+line 21" in reader.patch(any_workspace, before, after)

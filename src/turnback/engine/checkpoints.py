@@ -77,6 +77,11 @@ def ref_for(session_id: str, token: str, moment: str) -> str:
     return f"{session_id}/{token}/{moment}"
 
 
+#: The most workspaces one process follows with a file watcher at a time (:meth:`follow`): each
+#: watcher holds inotify watches, which the user has a limit of.
+FOLLOWED = 8
+
+
 class WorkspaceCheckpoints:
     """The engine's use of :class:`Snapshots`: captures, diffs and restores whose failures are
     returned as notes instead of raised, where a turn must go on regardless."""
@@ -96,6 +101,8 @@ class WorkspaceCheckpoints:
         self._snapshots: Snapshots | None = None
         self._backoff: dict[str, CaptureBackoff] = {}
         self._changes: dict[tuple[str, str, str], tuple[FileChange, ...]] = {}
+        self._begun: set[str] = set()  # workspaces where a turn of this process began
+        self._followed: dict[str, str | None] = {}  # the least recently followed first
 
     @property
     def snapshots(self) -> Snapshots:
@@ -219,6 +226,42 @@ class WorkspaceCheckpoints:
     def unwatch(self, workspace: str) -> None:
         with contextlib.suppress(TurnbackError, OSError):
             self.snapshots.unwatch(Path(workspace))
+
+    def begins(self, workspace: str) -> None:
+        """A turn of this process begins in ``workspace``: from its second on, the workspace is
+        followed (:meth:`follow`), so the captures of a process that runs turns one after
+        another need no scan, and one that runs a single turn sets up no watcher it would not
+        use. A workspace something else watches (a running ``AgentRuntime``) is left to it."""
+        if workspace not in self._begun:
+            self._begun.add(workspace)
+        elif workspace in self._followed or not self._watched(workspace):
+            self.follow(workspace)
+
+    def _watched(self, workspace: str) -> bool:
+        try:
+            return self.snapshots.watching(Path(workspace))
+        except (TurnbackError, OSError):
+            return False
+
+    def follow(self, workspace: str) -> None:
+        """Watch ``workspace`` until :meth:`close`, at most :data:`FOLLOWED` workspaces at a
+        time: the least recently followed one is let go first."""
+        if workspace in self._followed:
+            self._followed[workspace] = self._followed.pop(workspace)  # the most recent now
+            return
+        if len(self._followed) >= FOLLOWED:
+            oldest = next(iter(self._followed))
+            watched = self._followed.pop(oldest)
+            if watched is not None:
+                self.unwatch(watched)
+        self._followed[workspace] = self.watch(Path(workspace))
+
+    def close(self) -> None:
+        """Stop the watchers :meth:`follow` started."""
+        followed, self._followed = self._followed, {}
+        for watched in followed.values():
+            if watched is not None:
+                self.unwatch(watched)
 
     def changes(
         self, workspace: str, old: str | None, new: str | None

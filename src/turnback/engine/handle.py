@@ -239,6 +239,8 @@ class Turnback:
         try:
             for callback in reversed(self._closing):
                 callback()
+            if self.checkpoints is not None:
+                self.checkpoints.close()
             self.lease.close()
         finally:
             try:
@@ -407,6 +409,7 @@ class Session:
             raise SessionNotFound(f"session {self.id} no longer exists")
         token = uuid.uuid4().hex
         since = head.end_checkpoint if head else None
+        checkpoints.begins(record.workspace)
         capture = checkpoints.for_turn(record.workspace, self.id, token, "begin", since)
 
         def prepare(tx: Tx, turn: Turn) -> None:

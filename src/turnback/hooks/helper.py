@@ -40,10 +40,6 @@ def _read(connection: socket.socket) -> tuple[str, str, int, str]:
     return agent, event, int(owner), stdin
 
 
-#: The most workspaces one helper watches at a time.
-WATCHED = 8
-
-
 class Helper:
     """The helper of one home: ``serve`` until idle."""
 
@@ -51,7 +47,6 @@ class Helper:
         self.home = home
         self.idle = idle
         self.tb = Turnback(home, owner_pid=os.getpid())
-        self.watched: dict[str, None] = {}  # the workspaces watched, the least recent first
 
     def answer(self, agent: str, event: str, owner_pid: int, stdin: str) -> str | None:
         """Apply one event; what went wrong, if anything."""
@@ -79,20 +74,9 @@ class Helper:
         return cwd if isinstance(cwd, str) else None
 
     def _watch(self, workspace: str | None) -> None:
-        """Watch the workspace from its first event on, so its captures need no scan; at most
-        :data:`WATCHED` of them (each watcher holds inotify watches the user has a limit of)."""
-        checkpoints = self.tb.checkpoints
-        if workspace is None or checkpoints is None:
-            return
-        if workspace in self.watched:
-            self.watched[workspace] = self.watched.pop(workspace)  # the most recent now
-            return
-        if len(self.watched) >= WATCHED:
-            oldest = next(iter(self.watched))
-            del self.watched[oldest]
-            checkpoints.unwatch(oldest)
-        self.watched[workspace] = None
-        checkpoints.watch(Path(workspace))
+        """Watch the workspace from its first event on, so its captures need no scan."""
+        if workspace is not None and self.tb.checkpoints is not None:
+            self.tb.checkpoints.follow(workspace)
 
     def serve(self, server: socket.socket) -> None:
         server.settimeout(min(self.idle, 5.0))
@@ -116,11 +100,7 @@ class Helper:
                     connection.sendall(b"done\n" + (problem or "").encode())
 
     def close(self) -> None:
-        checkpoints = self.tb.checkpoints
-        if checkpoints is not None:
-            for workspace in self.watched:
-                checkpoints.unwatch(workspace)
-        self.tb.close()
+        self.tb.close()  # which stops its watchers
 
 
 def main(argv: list[str]) -> int:

@@ -11,10 +11,12 @@ fault point the crash suite kills the process at:
    so a crash here leaves an index that is merely ahead, never a note that lies about it.
 3. ``capture.commit`` – the whole checkpoint (blobs, trees, commit, and the ref and HEAD to move)
    has been handed to one ``git fast-import`` started with ``--done``; nothing is durable yet,
-   and if turnback dies now fast-import stops without moving a ref.
+   and if turnback dies now fast-import stops without moving a ref. A checkpoint the same as
+   the last one this process wrote starts no fast-import: its commit is whole already.
 4. ``capture.ref`` – fast-import has written the objects as one pack with its index, and only
    then moved the checkpoint ref and the shadow's HEAD (each atomically, a lock file renamed
-   over the ref, never a partial write).
+   over the ref, never a partial write); the same checkpoint again, turnback moves them so
+   itself (:meth:`ShadowRepo.point_refs`).
 5. :meth:`Capture.capture` returns; only now may the engine commit a row naming the commit.
 
 A crash before step 4 leaves unreferenced objects, which gc prunes after a grace period
@@ -47,6 +49,8 @@ from turnback.workspace.watched import Watching
 
 #: How many packs a capture may leave before it starts a repack in the background.
 PACKS = 32
+#: How many of its checkpoints a shadow remembers (:attr:`ShadowRepo.captured`).
+CAPTURED = 4096
 
 
 class Capture:
@@ -96,17 +100,18 @@ class Capture:
                         plan.fallback = fallback
                     if not plan.synced:
                         point("capture.index")  # a synced plan passed it before its write-tree
-                    if last is not None and not last.skipped and plan.same_as(last):
+                    shadow.repair_ref(full)
+                    same = last is not None and not last.skipped and plan.same_as(last)
+                    if same and last is not None:
                         commit, tree = last.commit, last.tree  # the same commit, a new ref
-                        shadow.repair_ref(full)
-                        writer.reset([full, "HEAD"], commit)
                     else:
-                        shadow.repair_ref(full)
                         commit, tree = writer.commit(
                             [full, "HEAD"], plan.base, plan.edits, plan.message()
                         )
                     point("capture.commit")
                     writer.finish()
+                if same:
+                    shadow.point_refs([full, "HEAD"], commit)
                 point("capture.ref")
                 if plan.watched:
                     shadow.note_tree(INDEX_NEXT, tree)
@@ -120,6 +125,9 @@ class Capture:
                 )
                 if watcher is not None:
                     watcher.baseline = tree
+                if len(shadow.captured) >= CAPTURED:
+                    shadow.captured.clear()
+                shadow.captured[commit] = frozenset(plan.skipped)
                 self._repack_when_due(shadow)  # last: the checkpoint is whole whatever it does
         except GitFailed as error:
             if time.monotonic() >= deadline:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Collection, Sequence
 
-from turnback.errors import CheckpointUnavailable
+from turnback.errors import CheckpointUnavailable, GitFailed
 from turnback.model import ChangeKind, FileChange
 from turnback.workspace.plan import skipped_paths
-from turnback.workspace.shadow import Change, ShadowRepo, operation_deadline
+from turnback.workspace.shadow import NO_INDEX, Change, ShadowRepo, operation_deadline
 
 KINDS = {
     "A": ChangeKind.ADDED,
@@ -34,10 +35,19 @@ def changes(shadow: ShadowRepo, old: str, new: str) -> list[FileChange]:
     """One :class:`FileChange` per path that differs from ``old`` to ``new``. A path a
     checkpoint left out (too large) is not taken for deleted or added."""
     deadline = operation_deadline()
-    old_commit, new_commit = shadow.resolve_all([old, new], deadline)
-    skipped_old, skipped_new = skipped_paths(shadow, (old_commit, new_commit), deadline)
+    found = None
+    skipped_old: Collection[str]
+    skipped_new: Collection[str]
+    if old in shadow.captured and new in shadow.captured:  # written by this process: no lookups
+        skipped_old, skipped_new = shadow.captured[old], shadow.captured[new]
+        with contextlib.suppress(GitFailed):  # pruned by another process's gc since
+            found = shadow.diff(old, new, deadline, renames=True, numstat=True)
+    if found is None:
+        old_commit, new_commit = shadow.resolve_all([old, new], deadline)
+        skipped_old, skipped_new = skipped_paths(shadow, (old_commit, new_commit), deadline)
+        found = shadow.diff(old_commit, new_commit, deadline, renames=True, numstat=True)
     result = []
-    for change in shadow.diff(old_commit, new_commit, deadline, renames=True, numstat=True):
+    for change in found:
         kind = KINDS[change.status]
         if change.status == "D" and change.path in skipped_new:
             continue  # still there, but too large to capture now
@@ -74,6 +84,7 @@ def patch(shadow: ShadowRepo, old: str, new: str, paths: Sequence[str] | None = 
         "--",
         *(paths or ()),
         deadline=deadline,
+        index=shadow.dir / NO_INDEX,
     ).stdout
     return out.decode("utf-8", "replace")
 

@@ -8,6 +8,7 @@ import hashlib
 import os
 import select
 import signal
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -50,17 +51,26 @@ class FastImport:
 
     def __init__(self, shadow: ShadowRepo, deadline: float) -> None:
         self._shadow = shadow
-        self._process = shadow.git.start(
-            ["fast-import", "--quiet", "--done", "--force"],
-            env=shadow.env(),
-            cwd=shadow.workspace,
-            pass_fds=shadow.lock_fds,
-            # fast-import would explode a small pack into loose objects, one file each
-            config=(*shadow.config, "fastimport.unpackLimit=0"),
-        )
         self._deadline = deadline
         self._output = b""
-        self._send(b"feature done\n")
+        self._started: subprocess.Popen[bytes] | None = None
+
+    @property
+    def _process(self) -> subprocess.Popen[bytes]:
+        """The fast-import, started when first needed: a capture that writes nothing and looks
+        nothing up (the same checkpoint again) starts no process."""
+        if self._started is None:
+            shadow = self._shadow
+            self._started = shadow.git.start(
+                ["fast-import", "--quiet", "--done", "--force"],
+                env=shadow.env(),
+                cwd=shadow.workspace,
+                pass_fds=shadow.lock_fds,
+                # fast-import would explode a small pack into loose objects, one file each
+                config=(*shadow.config, "fastimport.unpackLimit=0"),
+            )
+            self._send(b"feature done\n")
+        return self._started
 
     def __enter__(self) -> FastImport:
         return self
@@ -160,14 +170,10 @@ class FastImport:
             tree = answer.split(b"\t", 1)[0].decode("ascii").split(" ")[2]
         return self._answer().decode("ascii"), tree
 
-    def reset(self, refs: Sequence[str], commit: str) -> None:
-        """Move ``refs`` to an existing commit (at :meth:`finish`)."""
-        self._send(
-            b"".join(b"reset " + r.encode() + b"\nfrom " + commit.encode() + b"\n\n" for r in refs)
-        )
-
     def finish(self) -> None:
         """Send ``done``: fast-import completes the pack, then moves the refs."""
+        if self._started is None:
+            return  # never needed
         self._send(b"done\n")
         assert self._process.stdin is not None
         try:
@@ -182,6 +188,8 @@ class FastImport:
 
     def close(self) -> None:
         """Stop fast-import if it still runs (no ref moves) and release its pipes."""
+        if self._started is None:
+            return
         if self._process.returncode is None:
             if self._process.poll() is None:
                 self._process.kill()

@@ -52,6 +52,7 @@ class Housekeeping:
         if not dry_run:
             self.check(shadow)
         with shadow.locked(deadline):
+            shadow.captured.clear()  # what it remembers may be pruned now
             removed: list[str] = []
             if keep is not None:
                 kept = {ref_name(k) if not OID.fullmatch(k) else k for k in keep}

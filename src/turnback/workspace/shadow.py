@@ -51,6 +51,11 @@ NAMESPACE = "refs/turnback/"
 #: anything changes the index and written again after, so it never names a tree the index does
 #: not hold. ``INDEX_NEXT`` holds the tree of the last capture fed by a watcher, which never
 #: touches the index: the next capture that scans first brings the index to it.
+#: The index a diff between checkpoints runs with: a file never made. git's diff reads the
+#: index, when it has one, to take a blob's content from the workspace file where the index says
+#: that file holds it; reading a 50,000-file index costs a diff-tree five times its own work,
+#: and the objects hold the same content.
+NO_INDEX = "turnback-no-index"
 INDEX_TREE = "turnback-index-tree"
 INDEX_NEXT = "turnback-index-next"
 
@@ -172,6 +177,7 @@ class ShadowRepo:
         fsync: bool = False,
     ) -> None:
         self.git = git
+        self.fsync = fsync
         self.config = ("core.fsync=loose-object,pack,reference",) if fsync else ()
         self.workspace = workspace
         self.home = home
@@ -181,6 +187,9 @@ class ShadowRepo:
         self.report = report
         self._lock = ShadowLock.of(self.lock_path)
         self._sha256: bool | None = None
+        #: checkpoints this process wrote and the paths each left out (``Skipped:`` lines), so
+        #: comparing them asks git for neither; forgotten when a gc may have pruned one
+        self.captured: dict[str, frozenset[str]] = {}
 
     # -- running git ----------------------------------------------------------------------
 
@@ -282,7 +291,7 @@ class ShadowRepo:
 
         Returns whether it was damaged. Call with the lock held."""
         path = self.ref_path(ref)
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             (path.with_name(path.name + ".lock")).unlink()
         try:
             data = path.read_bytes()
@@ -367,6 +376,36 @@ class ShadowRepo:
         if lines:
             self.run("update-ref", "-z", "--stdin", deadline=deadline, input=b"".join(lines))
 
+    def point_refs(self, refs: Sequence[str], commit: str) -> None:
+        """Point ``refs`` (``HEAD`` detached) at ``commit``, an existing checkpoint, as git moves
+        a loose ref: its new content is written to ``<ref>.lock``, made exclusively, then renamed
+        over the ref, so a reader sees the old or the new, and a crash leaves at most a lock file
+        that the next holder of the shadow's lock removes. No git process is started: the
+        commit is already whole, so the order of invariant 4 holds. Call with the lock held."""
+        for ref in refs:
+            path = self.ref_path(ref)
+            lock = path.with_name(path.name + ".lock")
+            made = False
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                made = True
+                try:
+                    os.write(fd, commit.encode() + b"\n")
+                    if self.fsync:  # as git's own writes under core.fsync=reference
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(lock, path)
+            except OSError as error:
+                if made:
+                    with contextlib.suppress(OSError):
+                        lock.unlink()
+                raise GitFailed(
+                    f"checkpoint ref {ref} of {self.workspace} could not be moved to {commit}: "
+                    f"{error}"
+                ) from error
+
     def list_refs(self, deadline: float) -> list[tuple[str, str, int]]:
         """``(ref, commit, commit time)`` for every checkpoint ref."""
         out = self.run(
@@ -404,7 +443,7 @@ class ShadowRepo:
         args += ["-M"] if renames else ["--no-renames"]
         if numstat:
             args.append("--numstat")
-        out = self.run(*args, old, new, "--", deadline=deadline).stdout
+        out = self.run(*args, old, new, "--", deadline=deadline, index=self.dir / NO_INDEX).stdout
         return parse_diff(out, numstat=numstat)
 
     def blobs(self, oids: Iterable[str], deadline: float) -> dict[str, bytes]:
