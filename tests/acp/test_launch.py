@@ -390,6 +390,7 @@ HEAVY = (
     "turnback.store",
     "turnback.workspace",
     "turnback.runtime",
+    "turnback.model",  # its dataclasses: the answer needs only plain data (turnback.handshake)
 )
 #: ``turnback`` run with a gate in front of every import of those: each is held when it would
 #: run (and named on the ``said`` pipe) until the test closes the ``gate`` pipe. (Held there,

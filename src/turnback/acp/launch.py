@@ -19,7 +19,7 @@ answer's path it makes the answer wait for modules the answer does not need. So:
 3. the editor's first message, when it is ``initialize``, is sent to the agent as it is (the
    proxy would send the same), and when the agent's answer is a result the editor gets it at
    once with turnback's additions (:func:`initialized`), whether the proxy has loaded or not:
-   the answer's path is this module, :mod:`turnback.model` and :mod:`turnback.acp.offered`
+   the answer's path is this module, :mod:`turnback.handshake` and :mod:`turnback.acp.offered`
    (plain data), never the engine, the store, the workspace, asyncio or the CLI;
 4. the proxy waits for the relay to stop (:meth:`Launched.settled`) before it reads from
    either side, then takes over (:class:`Launched`): the pipes, the bytes read from each side
@@ -280,7 +280,7 @@ def relay(
     params = message.get("params")
     if not isinstance(params, dict) or "protocolVersion" not in params or "id" not in message:
         return
-    from turnback.model import agent_initialize
+    from turnback.handshake import agent_initialize
 
     launched.sent = agent_initialize(params, params["protocolVersion"])
     request = {"jsonrpc": "2.0", "id": INITIALIZE_ID, "method": "initialize"}
