@@ -374,6 +374,59 @@ def start(agent: Sequence[str], initialize_timeout: float | None = None) -> Laun
     return launched
 
 
+class Opening:
+    """turnback's store opened and recovered in a thread of its own (:func:`opening`) while the
+    proxy loads: its SQLite calls wait on the disk with the interpreter's lock released, so the
+    proxy's imports go on meanwhile. Every method but ``initialize`` waits for :meth:`result`."""
+
+    __slots__ = ("_error", "_tb", "_thread")
+
+    def __init__(self, home: str | os.PathLike[str] | None) -> None:
+        import threading
+
+        self._tb: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._open, args=(home,), name="turnback-open", daemon=True
+        )
+        self._thread.start()
+
+    def _open(self, home: str | os.PathLike[str] | None) -> None:
+        try:
+            self._tb = open_store(home)
+        except BaseException as error:  # the proxy's to report, from the thread that waits
+            self._error = error
+
+    def result(self) -> Any:
+        """The open :class:`~turnback.Turnback`, once it is; what stopped it, raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._tb
+
+
+def opening(home: str | os.PathLike[str] | None) -> Opening:
+    """Open the store at ``home`` beside the caller (:class:`Opening`). The engine is imported
+    first, here, so the thread imports little beside the caller's imports."""
+    import turnback.engine.handle  # noqa: F401
+
+    return Opening(home)
+
+
+def open_store(home: str | os.PathLike[str] | None) -> Any:
+    """turnback opened on ``home`` and recovered (turns a killed proxy left running), as the
+    proxy serves it; closed again when recovery fails."""
+    import turnback
+
+    tb = turnback.open(home)
+    try:
+        tb.recover()
+    except BaseException:
+        tb.close()
+        raise
+    return tb
+
+
 def _relay(launched: Launched, initialize_timeout: float) -> None:
     import contextlib
 
