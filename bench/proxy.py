@@ -55,6 +55,11 @@ waits for:
 (new-fast-c)        the same through the byte-copying process (no goal).
 (py)                ``python -c pass``, from spawning it to its exit: one interpreter's start,
                     the least CPU any process written in Python adds (no goal).
+(i-ts-cpu), (new-fast-cpu)  the CPU the process in front of the agent had used when it gave
+                    the answer of (i-ts) and of (new-fast), from ``/proc`` (10 ms ticks): the
+                    byte copier's and the proxy's, and what the proxy used beyond the copier
+                    (no goal): what the proxy's start-up costs, which a loaded machine turns
+                    into time.
 
 Then every start-up row again, ids ending in ``-load``, with ``--load N`` (default 2) processes
 keeping a core busy each the whole time (on a 2-core machine: the other work of a busy editor's
@@ -233,32 +238,39 @@ def through_proxy(home: Path, agent: tuple[str, ...] | list[str]) -> list[str]:
     return [sys.executable, "-m", "turnback", "--home", str(home), "acp", "--", *agent]
 
 
-async def start_up(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
-    """Milliseconds from spawning ``command`` to its answer to initialize, and for session/new."""
+#: What a start-up round measures of one process: milliseconds from spawning it to its answer to
+#: initialize, of the session/new round trip, and the CPU it had used by its first answer (ms).
+Start = tuple[float, float, float]
+
+
+async def start_up(command: list[str], cwd: Path, env: dict[str, str]) -> Start:
+    """Milliseconds from spawning ``command`` to its answer to initialize, and for session/new;
+    its CPU when it answered initialize (the agent's own not counted when it is not the agent)."""
     started = time.perf_counter()
     async with acp.spawn_agent_process(
         cast(acp.Client, Client()), command[0], *command[1:], cwd=cwd, env=env
-    ) as (conn, _):
+    ) as (conn, process):
         await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
         answered = time.perf_counter()
+        cpu = cpu_seconds(process.pid) * 1000
         await conn.new_session(cwd=str(cwd), mcp_servers=[])
         opened = time.perf_counter()
-    return (answered - started) * 1000, (opened - answered) * 1000
+    return (answered - started) * 1000, (opened - answered) * 1000, cpu
 
 
-async def at_once(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+async def at_once(command: list[str], cwd: Path, env: dict[str, str]) -> Start:
     """Milliseconds from spawning ``command`` to its answer to ``session/new``, sent together
-    with ``initialize`` (twice: the one time is both of :func:`start_up`'s)."""
+    with ``initialize`` (twice: it is both of :func:`start_up`'s first two), and its CPU then."""
     started = time.perf_counter()
     async with acp.spawn_agent_process(
         cast(acp.Client, Client()), command[0], *command[1:], cwd=cwd, env=env
-    ) as (conn, _):
+    ) as (conn, process):
         await asyncio.gather(
             conn.initialize(protocol_version=acp.PROTOCOL_VERSION),
             conn.new_session(cwd=str(cwd), mcp_servers=[]),
         )
         taken = (time.perf_counter() - started) * 1000
-        return taken, taken
+        return taken, taken, cpu_seconds(process.pid) * 1000
 
 
 async def bare_start(env: dict[str, str]) -> float:
@@ -309,7 +321,7 @@ async def start_ups(
     compileall.compile_dir(SRC, quiet=1)
     tag = "-load" if busy else ""
     home = scratch / f"start-up-home{tag}"
-    times: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    times: dict[tuple[str, str], list[Start]] = {}
     warm_up = 1 if rounds > 1 else 0  # not counted: it creates the home's database
     async with Busy(busy):
         for round_ in range(warm_up + rounds):
@@ -328,7 +340,7 @@ async def start_ups(
                         times.setdefault((key, side), []).append(measured)
             bare = await bare_start(env)
             if round_ >= warm_up:
-                times.setdefault(("bare", "p"), []).append((bare, bare))
+                times.setdefault(("bare", "p"), []).append((bare, bare, 0.0))
     rows = start_up_rows(times)
     if busy:
         for row in rows:
@@ -338,50 +350,43 @@ async def start_ups(
     return rows
 
 
-def start_up_rows(times: dict[tuple[str, str], list[tuple[float, float]]]) -> list[dict[str, Any]]:
+def start_up_rows(times: dict[tuple[str, str], list[Start]]) -> list[dict[str, Any]]:
     """The start-up rows from each side's times (see start_ups)."""
+
+    def of(key: str, side: str, index: int = 0) -> list[float]:
+        return [measured[index] for measured in times[(key, side)]]
+
     rows = []
     for index, (what, goal) in enumerate(
         (("initialize", INITIALIZE_GOAL_MS), ("session/new", NEW_SESSION_GOAL_MS))
     ):
         for key, (name, _) in STARTED_AGENTS.items():
-            # the row's side of each round: its initialize (0) or its session/new (1)
-            direct = [(t[index], t[index]) for t in times[(key, "d")]]
-            proxy = [(t[index], t[index]) for t in times[(key, "p")]]
-            row = f"{'i' if index == 0 else 'new'}-{key}"
-            rows.append(added_row(row, f"{what}, {name}, median (ms)", direct, proxy, goal))
+            row, what_of = f"{'i' if index == 0 else 'new'}-{key}", f"{what}, {name}, median (ms)"
+            rows.append(added_row(row, what_of, of(key, "d", index), of(key, "p", index), goal))
     at_once_what = "initialize and session/new sent at once, a fast-starting agent: spawn to "
-    rows.append(
-        added_row(
-            "new-fast",
-            f"{at_once_what}the session/new answer, median (ms)",
-            times[("fast", "d")],
-            times[("fast", "p")],
-            NEW_SESSION_GOAL_MS,
-        )
-    )
+    what = f"{at_once_what}the session/new answer, median (ms)"
+    rows.append(added_row("new-fast", what, of("fast", "d"), of("fast", "p"), NEW_SESSION_GOAL_MS))
     for key, (name, _) in STARTED_AGENTS.items():
         what = f"initialize, {name}, through the byte-copying process, median (ms)"
-        rows.append(added_row(f"i-{key}-c", what, times[(key, "d")], times[(key, "c")]))
+        rows.append(added_row(f"i-{key}-c", what, of(key, "d"), of(key, "c")))
     what = f"{at_once_what}the session/new answer, through the byte-copying process, median (ms)"
-    rows.append(added_row("new-fast-c", what, times[("fast", "d")], times[("fast", "c")]))
-    bare = times[("bare", "p")]
+    rows.append(added_row("new-fast-c", what, of("fast", "d"), of("fast", "c")))
+    bare = of("bare", "p")
     what = "a bare Python start (`python -c pass`, spawn to exit): the least a Python proxy adds"
-    rows.append(added_row("py", f"{what}, median (ms)", [(0.0, 0.0)] * len(bare), bare))
+    rows.append(added_row("py", f"{what}, median (ms)", [0.0] * len(bare), bare))
+    # CPU: the process in front of the agent, the copier (direct) and the proxy, at its answer
+    for key, answer in (("ts", "initialize, the TypeScript SDK agent"), ("fast", "session/new")):
+        what = f"CPU when it answered {answer} (ms): the byte copier's, the proxy's"
+        row = f"{'i' if key == 'ts' else 'new'}-{key}-cpu"
+        rows.append(added_row(row, what, of(key, "c", 2), of(key, "p", 2)))
     return rows
 
 
 def added_row(
-    row: str,
-    what: str,
-    direct_times: list[tuple[float, float]],
-    other_times: list[tuple[float, float]],
-    goal: float | None = None,
+    row: str, what: str, direct: list[float], other: list[float], goal: float | None = None
 ) -> dict[str, Any]:
-    """A start-up row: the medians of each side, and the time added in a round, its median and
-    its min to max over the rounds; met when that median is within ``goal`` ms."""
-    direct = [t[0] for t in direct_times]
-    other = [t[0] for t in other_times]
+    """A start-up row: the medians of each side, and what the other side added in a round, its
+    median and its min to max over the rounds; met when that median is within ``goal`` ms."""
     added = [o - d for o, d in zip(other, direct, strict=True)]
     median = statistics.median(added)
     return {

@@ -11,8 +11,9 @@ from pathlib import Path
 from .smoke import run_bench
 
 GOALS = ("i-ts", "i-py", "new-ts", "new-py", "new-fast")
-# through a process that only copies bytes, and a bare interpreter's start: no goal
-FLOORS = ("i-ts-c", "i-py-c", "new-fast-c", "py")
+# through a process that only copies bytes, a bare interpreter's start, and the CPU of the
+# process in front of the agent (the copier's, the proxy's): no goal
+FLOORS = ("i-ts-c", "i-py-c", "new-fast-c", "py", "i-ts-cpu", "new-fast-cpu")
 # each again beside busy processes (--load, default 2)
 STARTUP = tuple(f"({row}{load})" for row in GOALS for load in ("", "-load"))
 FLOOR = tuple(f"({row}{load})" for row in FLOORS for load in ("", "-load"))

@@ -29,7 +29,9 @@ answer's path it makes the answer wait for modules the answer does not need. So:
    ``initialize`` as though it had sent it itself.
 
 The proxy opens its store and recovers while ``initialize`` is relayed and before it serves
-any other method, as it does without this start, so what is durable, and when, does not change.
+any other method, as it does without this start, so what is durable, and when, does not change:
+in a thread of its own (:func:`opening`), begun before the proxy loads, whose SQLite calls wait
+on the disk while the proxy's imports use the CPU.
 
 This module imports only the standard library at its top: it runs before anything else.
 """
