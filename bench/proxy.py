@@ -4,6 +4,7 @@
     python bench/proxy.py --smoke      # 500 chunks, 100 timed updates, 1 start-up round
     python bench/proxy.py --json
     python bench/proxy.py --rounds 0   # the start-up rows only
+    python bench/proxy.py --load 0     # the start-up rows not measured again under load
 
 One SDK client (what an editor does: keep each update) drives the same agent -- a small SDK agent
 in this file (``python bench/proxy.py --agent``) -- over real pipes: (d) directly, (p) through
@@ -51,6 +52,19 @@ waits for:
                     standard library alone): from spawning the process to the answer to
                     ``session/new``, which no agent start-up hides the proxy's loading behind.
                     goal: at most 50 ms added
+(new-fast-c)        the same through the byte-copying process (no goal).
+(py)                ``python -c pass``, from spawning it to its exit: one interpreter's start,
+                    the least CPU any process written in Python adds (no goal).
+(i-ts-cpu), (new-fast-cpu)  the CPU the process in front of the agent had used when it gave
+                    the answer of (i-ts) and of (new-fast), from ``/proc`` (10 ms ticks): the
+                    byte copier's and the proxy's, and what the proxy used beyond the copier
+                    (no goal): what the proxy's start-up costs, which a loaded machine turns
+                    into time.
+
+Then every start-up row again, ids ending in ``-load``, with ``--load N`` (default 2) processes
+keeping a core busy each the whole time (on a 2-core machine: the other work of a busy editor's
+machine): (i-ts-load) and the rest, with the same goals, beside the floor under the same load --
+the copier's rows (i-ts-c-load), (i-py-c-load), (new-fast-c-load), and (py-load).
 
 Each shows the median of (d) and of (p), and the time added in a round ((p) - (d) of that round)
 as its median and its min-max over the rounds. turnback's modules are compiled to bytecode first,
@@ -224,124 +238,173 @@ def through_proxy(home: Path, agent: tuple[str, ...] | list[str]) -> list[str]:
     return [sys.executable, "-m", "turnback", "--home", str(home), "acp", "--", *agent]
 
 
-async def start_up(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
-    """Milliseconds from spawning ``command`` to its answer to initialize, and for session/new."""
+#: What a start-up round measures of one process: milliseconds from spawning it to its answer to
+#: initialize, of the session/new round trip, and the CPU it had used by its first answer (ms).
+Start = tuple[float, float, float]
+
+
+async def start_up(command: list[str], cwd: Path, env: dict[str, str]) -> Start:
+    """Milliseconds from spawning ``command`` to its answer to initialize, and for session/new;
+    its CPU when it answered initialize (the agent's own not counted when it is not the agent)."""
     started = time.perf_counter()
     async with acp.spawn_agent_process(
         cast(acp.Client, Client()), command[0], *command[1:], cwd=cwd, env=env
-    ) as (conn, _):
+    ) as (conn, process):
         await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
         answered = time.perf_counter()
+        cpu = cpu_seconds(process.pid) * 1000
         await conn.new_session(cwd=str(cwd), mcp_servers=[])
         opened = time.perf_counter()
-    return (answered - started) * 1000, (opened - answered) * 1000
+    return (answered - started) * 1000, (opened - answered) * 1000, cpu
 
 
-async def at_once(command: list[str], cwd: Path, env: dict[str, str]) -> float:
+async def at_once(command: list[str], cwd: Path, env: dict[str, str]) -> Start:
     """Milliseconds from spawning ``command`` to its answer to ``session/new``, sent together
-    with ``initialize``."""
+    with ``initialize`` (twice: it is both of :func:`start_up`'s first two), and its CPU then."""
     started = time.perf_counter()
     async with acp.spawn_agent_process(
         cast(acp.Client, Client()), command[0], *command[1:], cwd=cwd, env=env
-    ) as (conn, _):
+    ) as (conn, process):
         await asyncio.gather(
             conn.initialize(protocol_version=acp.PROTOCOL_VERSION),
             conn.new_session(cwd=str(cwd), mcp_servers=[]),
         )
-        return (time.perf_counter() - started) * 1000
+        taken = (time.perf_counter() - started) * 1000
+        return taken, taken, cpu_seconds(process.pid) * 1000
 
 
-async def start_ups(rounds: int, scratch: Path, env: dict[str, str]) -> list[dict[str, Any]]:
-    """The start-up rows: each agent started directly and through the proxy, interleaved."""
+async def bare_start(env: dict[str, str]) -> float:
+    """Milliseconds from spawning ``python -c pass`` to its exit: the least CPU any process
+    written in Python adds when it starts in front of an agent."""
+    started = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass", env=env)
+    await process.wait()
+    return (time.perf_counter() - started) * 1000
+
+
+#: A busy process's work: it ends when the benchmark does, however the benchmark ends.
+BUSY_LOOP = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    pass"
+
+
+class Busy:
+    """``count`` processes that keep a core busy each while the block runs: the load under
+    which the ``-load`` rows are measured (other work on a shared machine, an editor's own)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.processes: list[Any] = []
+
+    async def __aenter__(self) -> Busy:
+        for _ in range(self.count):
+            self.processes.append(
+                await asyncio.create_subprocess_exec(sys.executable, "-c", BUSY_LOOP)
+            )
+        await asyncio.sleep(0.2)  # they are running before anything is measured
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        for process in self.processes:
+            process.kill()
+            await process.wait()
+
+
+async def start_ups(
+    rounds: int, scratch: Path, env: dict[str, str], busy: int = 0
+) -> list[dict[str, Any]]:
+    """The start-up rows: each agent started directly, through the proxy and through the byte
+    copier, interleaved; with ``busy``, all of it beside that many busy processes (``-load``)."""
     if not (TS_AGENT / "node_modules").is_dir():
         raise RuntimeError(f"the TypeScript agent is not installed: run `npm ci` in {TS_AGENT}")
     # turnback's modules compiled, as an installed turnback has them (pip compiles them), even
     # where PYTHONDONTWRITEBYTECODE keeps the first run from doing it: each start-up would
     # otherwise measure Python compiling them, for the proxy and for the scripted agent.
     compileall.compile_dir(SRC, quiet=1)
-    home = scratch / "start-up-home"
-    times: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    tag = "-load" if busy else ""
+    home = scratch / f"start-up-home{tag}"
+    times: dict[tuple[str, str], list[Start]] = {}
     warm_up = 1 if rounds > 1 else 0  # not counted: it creates the home's database
-    for round_ in range(warm_up + rounds):
-        for key, (_, agent) in STARTED_AGENTS.items():
-            for side in ("d", "p", "c"):
-                work = scratch / f"start-{key}-{side}{round_}"
-                work.mkdir()
-                command = list(agent)
-                if side == "p":
-                    command = through_proxy(home, agent)
-                if side == "c":
-                    command = [*COPIER, *agent]
-                measured = await start_up(command, work, env)
-                if round_ >= warm_up:
-                    times.setdefault((key, side), []).append(measured)
-        for side in ("d", "p"):
-            work = scratch / f"start-fast-{side}{round_}"
-            work.mkdir()
-            command = through_proxy(home, FAST_AGENT) if side == "p" else list(FAST_AGENT)
-            taken = await at_once(command, work, env)
+    async with Busy(busy):
+        for round_ in range(warm_up + rounds):
+            agents = [(key, agent, start_up) for key, (_, agent) in STARTED_AGENTS.items()]
+            for key, agent, measure_start in [*agents, ("fast", FAST_AGENT, at_once)]:
+                for side in ("d", "p", "c"):
+                    work = scratch / f"start-{key}-{side}{round_}{tag}"
+                    work.mkdir()
+                    command = list(agent)
+                    if side == "p":
+                        command = through_proxy(home, agent)
+                    if side == "c":
+                        command = [*COPIER, *agent]
+                    measured = await measure_start(command, work, env)
+                    if round_ >= warm_up:
+                        times.setdefault((key, side), []).append(measured)
+            bare = await bare_start(env)
             if round_ >= warm_up:
-                times.setdefault(("fast", side), []).append((taken, taken))
+                times.setdefault(("bare", "p"), []).append((bare, bare, 0.0))
+    rows = start_up_rows(times)
+    if busy:
+        for row in rows:
+            row["id"] += tag
+            row["what"] = f"under load ({busy} busy processes): {row['what']}"
+            row["busy"] = busy
+    return rows
+
+
+def start_up_rows(times: dict[tuple[str, str], list[Start]]) -> list[dict[str, Any]]:
+    """The start-up rows from each side's times (see start_ups)."""
+
+    def of(key: str, side: str, index: int = 0) -> list[float]:
+        return [measured[index] for measured in times[(key, side)]]
+
     rows = []
     for index, (what, goal) in enumerate(
         (("initialize", INITIALIZE_GOAL_MS), ("session/new", NEW_SESSION_GOAL_MS))
     ):
         for key, (name, _) in STARTED_AGENTS.items():
-            direct = [t[index] for t in times[(key, "d")]]
-            proxy = [t[index] for t in times[(key, "p")]]
-            added = [p - d for p, d in zip(proxy, direct, strict=True)]
-            median = statistics.median(added)
-            rows.append(
-                {
-                    "id": f"{'i' if index == 0 else 'new'}-{key}",
-                    "what": f"{what}, {name}, median (ms)",
-                    "direct": statistics.median(direct),
-                    "proxy": statistics.median(proxy),
-                    "value": median,
-                    "unit": "ms",
-                    "spread": [min(added), max(added)],
-                    "goal": f"<= {goal:.0f} ms added",
-                    "met": median <= goal,
-                }
-            )
-    direct = [t[0] for t in times[("fast", "d")]]
-    proxy = [t[0] for t in times[("fast", "p")]]
-    added = [p - d for p, d in zip(proxy, direct, strict=True)]
-    rows.append(
-        {
-            "id": "new-fast",
-            "what": "initialize and session/new sent at once, a fast-starting agent: spawn to "
-            "the session/new answer, median (ms)",
-            "direct": statistics.median(direct),
-            "proxy": statistics.median(proxy),
-            "value": statistics.median(added),
-            "unit": "ms",
-            "spread": [min(added), max(added)],
-            "goal": f"<= {NEW_SESSION_GOAL_MS:.0f} ms added",
-            "met": statistics.median(added) <= NEW_SESSION_GOAL_MS,
-        }
-    )
+            row, what_of = f"{'i' if index == 0 else 'new'}-{key}", f"{what}, {name}, median (ms)"
+            rows.append(added_row(row, what_of, of(key, "d", index), of(key, "p", index), goal))
+    at_once_what = "initialize and session/new sent at once, a fast-starting agent: spawn to "
+    what = f"{at_once_what}the session/new answer, median (ms)"
+    rows.append(added_row("new-fast", what, of("fast", "d"), of("fast", "p"), NEW_SESSION_GOAL_MS))
     for key, (name, _) in STARTED_AGENTS.items():
-        direct = [t[0] for t in times[(key, "d")]]
-        copier = [t[0] for t in times[(key, "c")]]
-        added = [c - d for c, d in zip(copier, direct, strict=True)]
-        rows.append(
-            {
-                "id": f"i-{key}-c",
-                "what": f"initialize, {name}, through the byte-copying process, median (ms)",
-                "direct": statistics.median(direct),
-                "proxy": statistics.median(copier),
-                "value": statistics.median(added),
-                "unit": "ms",
-                "spread": [min(added), max(added)],
-                "goal": "-",
-                "met": None,
-            }
-        )
+        what = f"initialize, {name}, through the byte-copying process, median (ms)"
+        rows.append(added_row(f"i-{key}-c", what, of(key, "d"), of(key, "c")))
+    what = f"{at_once_what}the session/new answer, through the byte-copying process, median (ms)"
+    rows.append(added_row("new-fast-c", what, of("fast", "d"), of("fast", "c")))
+    bare = of("bare", "p")
+    what = "a bare Python start (`python -c pass`, spawn to exit): the least a Python proxy adds"
+    rows.append(added_row("py", f"{what}, median (ms)", [0.0] * len(bare), bare))
+    # CPU: the process in front of the agent, the copier (direct) and the proxy, at its answer
+    for key, answer in (("ts", "initialize, the TypeScript SDK agent"), ("fast", "session/new")):
+        what = f"CPU when it answered {answer} (ms): the byte copier's, the proxy's"
+        row = f"{'i' if key == 'ts' else 'new'}-{key}-cpu"
+        rows.append(added_row(row, what, of(key, "c", 2), of(key, "p", 2)))
     return rows
 
 
-async def bench(sizes: dict[str, int], rounds: int, startups: int, scratch: Path) -> dict[str, Any]:
+def added_row(
+    row: str, what: str, direct: list[float], other: list[float], goal: float | None = None
+) -> dict[str, Any]:
+    """A start-up row: the medians of each side, and what the other side added in a round, its
+    median and its min to max over the rounds; met when that median is within ``goal`` ms."""
+    added = [o - d for o, d in zip(other, direct, strict=True)]
+    median = statistics.median(added)
+    return {
+        "id": row,
+        "what": what,
+        "direct": statistics.median(direct),
+        "proxy": statistics.median(other),
+        "value": median,
+        "unit": "ms",
+        "spread": [min(added), max(added)],
+        "goal": "-" if goal is None else f"<= {goal:.0f} ms added",
+        "met": None if goal is None else median <= goal,
+    }
+
+
+async def bench(
+    sizes: dict[str, int], rounds: int, startups: int, scratch: Path, busy: int = 0
+) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNBACK_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
     best: dict[str, dict[str, float]] = {}
@@ -363,7 +426,9 @@ async def bench(sizes: dict[str, int], rounds: int, startups: int, scratch: Path
     rows = stream_rows(best, sizes) if rounds > 0 else []
     if startups > 0:
         rows += await start_ups(startups, scratch, env)
-    return {"rows": rows, **sizes, "rounds": rounds, "startups": startups}
+    if startups > 0 and busy > 0:
+        rows += await start_ups(startups, scratch, env, busy)
+    return {"rows": rows, **sizes, "rounds": rounds, "startups": startups, "load": busy}
 
 
 def stream_rows(best: dict[str, dict[str, float]], sizes: dict[str, int]) -> list[dict[str, Any]]:
@@ -483,6 +548,13 @@ def main() -> int:
     parser.add_argument(
         "--startups", type=int, help="start-up rounds (default 7, 1 with --smoke; 0: none)"
     )
+    parser.add_argument(
+        "--load",
+        type=int,
+        default=2,
+        help="busy processes beside the start-up rows measured again under load (default 2; "
+        "0: not measured under load)",
+    )
     parser.add_argument("--dir", type=Path, help=DIR_HELP)
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     args = parser.parse_args()
@@ -496,7 +568,7 @@ def main() -> int:
         startups = 1 if args.startups is None else args.startups
     scratch = scratch_dir(args.dir, "turnback-bench-proxy-")
     try:
-        report = asyncio.run(bench(sizes, rounds, startups, scratch))
+        report = asyncio.run(bench(sizes, rounds, startups, scratch, max(args.load, 0)))
     except RuntimeError as error:
         print(f"the benchmark went wrong: {error}", file=sys.stderr)
         return 1

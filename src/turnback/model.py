@@ -541,15 +541,3 @@ class HealthCheck:
     fix: str | None = None
     remedy: str | None = None
     session: str | None = None
-
-
-def agent_initialize(params: Mapping[str, Any], protocol_version: int) -> dict[str, Any]:
-    """The ``initialize`` params turnback sends an agent: the client's own (an editor's, through
-    the proxy) over turnback's defaults."""
-    client = {"name": "turnback", "title": "turnback", "version": "1"}
-    return {
-        "protocolVersion": protocol_version,
-        "clientCapabilities": {},
-        "clientInfo": client,
-        **params,
-    }

@@ -390,6 +390,7 @@ HEAVY = (
     "turnback.store",
     "turnback.workspace",
     "turnback.runtime",
+    "turnback.model",  # its dataclasses: the answer needs only plain data (turnback.handshake)
 )
 #: ``turnback`` run with a gate in front of every import of those: each is held when it would
 #: run (and named on the ``said`` pipe) until the test closes the ``gate`` pipe. (Held there,
@@ -440,51 +441,75 @@ def _line(fd: int) -> bytes:
     return line
 
 
+class Gated:
+    """``turnback --home HOME acp -- SCRIPTED`` run with ``held`` modules held at the door
+    (:data:`GATED`) until :meth:`let_in`; the editor's side of its pipes."""
+
+    def __init__(self, home: Path, cwd: Path, held: tuple[str, ...]) -> None:
+        gate, self.opener = os.pipe()
+        self.heard, said = os.pipe()
+        argv = ["--home", str(home), "acp", "--", *SCRIPTED]
+        code = GATED.format(heavy=held, gate=gate, said=said, argv=argv)
+        self.proxy = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=cwd,
+            pass_fds=(gate, said),
+        )
+        os.close(gate)
+        os.close(said)
+
+    def let_in(self) -> None:
+        os.close(self.opener)
+        self.opener = -1
+
+    def send(self, rpc_id: int, method: str, params: dict[str, Any]) -> None:
+        assert self.proxy.stdin is not None
+        request = {"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params}
+        self.proxy.stdin.write(json.dumps(request).encode() + b"\n")
+        self.proxy.stdin.flush()
+
+    def answer(self, rpc_id: int) -> dict[str, Any]:
+        """The answer to request ``rpc_id``, a result (the proxy's notifications skipped)."""
+        assert self.proxy.stdout is not None
+        while (message := json.loads(_line(self.proxy.stdout.fileno()))).get("id") != rpc_id:
+            pass
+        assert "result" in message, message
+        return dict(message["result"])
+
+    def ended(self) -> int:
+        assert self.proxy.stdin is not None
+        self.proxy.stdin.close()
+        return self.proxy.wait(timeout=60)
+
+    def __enter__(self) -> Gated:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.proxy.kill()
+        for fd in (self.opener, self.heard):
+            if fd >= 0:
+                os.close(fd)
+
+
 def test_initialize_is_answered_while_the_proxy_is_still_loading(
     home: Path, tmp_path: Path
 ) -> None:
     """The proxy's modules (engine, store, workspace, runtime, asyncio, the CLI) are held at
     the door while the editor is answered: the answer's path needs none of them. Let in, they
     serve session/new as ever."""
-    gate, opener = os.pipe()
-    heard, said = os.pipe()
-    argv = ["--home", str(home), "acp", "--", *SCRIPTED]
-    code = GATED.format(heavy=HEAVY, gate=gate, said=said, argv=argv)
-    proxy = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        cwd=tmp_path,
-        pass_fds=(gate, said),
-    )
-    os.close(gate)
-    os.close(said)
-    assert proxy.stdin is not None and proxy.stdout is not None
-    try:
-        held = _line(heard).decode().strip()  # the proxy has begun to load, and is held
+    with Gated(home, tmp_path, HEAVY) as gated:
+        held = _line(gated.heard).decode().strip()  # the proxy has begun to load, and is held
         assert held.startswith(HEAVY)
-        proxy.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
-        proxy.stdin.flush()
-        answer = json.loads(_line(proxy.stdout.fileno()))
-        assert answer["id"] == 7
-        assert answer["result"]["agentCapabilities"]["loadSession"] is True
-        assert answer["result"]["_meta"]["turnback"]["commands"]
-        os.close(opener)  # let the proxy load
-        opener = -1
-        new = {"cwd": str(tmp_path), "mcpServers": []}
-        request = {"jsonrpc": "2.0", "id": 8, "method": "session/new", "params": new}
-        proxy.stdin.write(json.dumps(request).encode() + b"\n")
-        proxy.stdin.flush()
-        while (message := json.loads(_line(proxy.stdout.fileno()))).get("id") != 8:
-            pass  # the proxy's notifications
-        assert message["result"]["sessionId"]
-        proxy.stdin.close()
-        assert proxy.wait(timeout=60) == 0
-    finally:
-        proxy.kill()
-        for fd in (opener, heard):
-            if fd >= 0:
-                os.close(fd)
+        gated.send(7, "initialize", INITIALIZE["params"])
+        answer = gated.answer(7)
+        assert answer["agentCapabilities"]["loadSession"] is True
+        assert answer["_meta"]["turnback"]["commands"]
+        gated.let_in()
+        gated.send(8, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        assert gated.answer(8)["sessionId"]
+        assert gated.ended() == 0
 
 
 def test_the_start_imports_only_what_starting_a_process_needs() -> None:
@@ -509,3 +534,32 @@ def test_the_start_imports_only_what_starting_a_process_needs() -> None:
         "turnback.acp.launch",
         "turnback.launcher",
     ]
+
+
+#: What the proxy loads only when it first needs it, never to serve ``initialize`` and
+#: ``session/new``: the workspace (git, captures: a session's first prompt), the CLI and its
+#: views (only for a command line it cannot serve itself).
+NOT_TO_OPEN_A_SESSION = ("turnback.workspace", "turnback.cli", "turnback.views", "click")
+
+
+def test_a_session_is_opened_without_the_modules_a_prompt_needs(home: Path, tmp_path: Path) -> None:
+    """``initialize`` and ``session/new``, sent at once, are both answered while the workspace,
+    the CLI and the views are held at the door -- their loading is not on an editor's way to a
+    session -- and the session is in the store when its id is given. Let in, the prompt that
+    follows is a durable turn as ever."""
+    with Gated(home, tmp_path, NOT_TO_OPEN_A_SESSION) as gated:
+        gated.send(7, "initialize", INITIALIZE["params"])
+        gated.send(8, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        gated.answer(7)
+        session = gated.answer(8)["sessionId"]
+        with turnback.open(home, create=False) as tb:  # durable before it was given
+            assert tb.session(session).id == session
+        gated.let_in()  # whatever was held goes on
+        prompt = [{"type": "text", "text": "write a.txt hello"}]  # a capture's work
+        gated.send(9, "session/prompt", {"sessionId": session, "prompt": prompt})
+        assert gated.answer(9)["stopReason"] == "end_turn"
+        assert gated.ended() == 0
+    with turnback.open(home, create=False) as tb:
+        (turn,) = tb.session(session).turns()
+        assert turn.status.value == "completed"
+        assert [change.path for change in tb.session(session).diff(turn.number).files] == ["a.txt"]

@@ -10,7 +10,9 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-def run_bench(name: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def run_bench(
+    name: str, tmp_path: Path, *extra: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """``bench/<name>.py --smoke --dir tmp_path …`` in a clean environment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNBACK_")}
     return subprocess.run(
@@ -18,6 +20,6 @@ def run_bench(name: str, tmp_path: Path, *extra: str) -> subprocess.CompletedPro
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )

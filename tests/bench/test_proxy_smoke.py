@@ -10,12 +10,19 @@ from pathlib import Path
 
 from .smoke import run_bench
 
-STARTUP = ("(i-ts)", "(i-py)", "(new-ts)", "(new-py)", "(new-fast)")
-FLOOR = ("(i-ts-c)", "(i-py-c)")  # initialize through a process that only copies bytes
+GOALS = ("i-ts", "i-py", "new-ts", "new-py", "new-fast")
+# through a process that only copies bytes, a bare interpreter's start, and the CPU of the
+# process in front of the agent (the copier's, the proxy's): no goal
+FLOORS = ("i-ts-c", "i-py-c", "new-fast-c", "py", "i-ts-cpu", "new-fast-cpu")
+# each again beside busy processes (--load, default 2)
+STARTUP = tuple(f"({row}{load})" for row in GOALS for load in ("", "-load"))
+FLOOR = tuple(f"({row}{load})" for row in FLOORS for load in ("", "-load"))
 
 
 def test_smoke_run_prints_the_table_and_cleans_up(tmp_path: Path) -> None:
-    done = run_bench("proxy", tmp_path)
+    # every agent started four ways, then again beside busy processes: on a loaded machine the
+    # scripted agent alone takes seconds to start
+    done = run_bench("proxy", tmp_path, timeout=300)
 
     assert done.returncode == 0, done.stderr
     for row in ("(n)", "(s)", "(c)", "(cpu)", "(cpu-c)", "(cpu-a)", "(r)", *STARTUP, *FLOOR):

@@ -22,6 +22,9 @@ def run(line: AcpLine, early: Launched | None) -> int:
     """Run the proxy for a ``turnback acp`` command line (``early``: the agent as
     :func:`turnback.acp.launch.start` or ``started`` started it); returns its exit status. The
     seam through which the command line and the launcher start the proxy."""
+    from turnback.acp.launch import opening
+
+    store = opening(line.home)  # beside the proxy's loading: it waits on the disk, not the CPU
     from turnback.acp.proxy import main as proxy
     from turnback.runtime import OnCrash, ResumePolicy
 
@@ -30,7 +33,14 @@ def run(line: AcpLine, early: Launched | None) -> int:
         on_crash=OnCrash(line.on_agent_crash),
         initialize_timeout=line.initialize_timeout,
     )
-    return proxy(line.agent, home=line.home, max_frame=line.max_frame, policy=policy, early=early)
+    return proxy(
+        line.agent,
+        home=line.home,
+        max_frame=line.max_frame,
+        policy=policy,
+        early=early,
+        store=store,
+    )
 
 
 def __getattr__(name: str) -> Any:

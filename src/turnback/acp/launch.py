@@ -19,7 +19,7 @@ answer's path it makes the answer wait for modules the answer does not need. So:
 3. the editor's first message, when it is ``initialize``, is sent to the agent as it is (the
    proxy would send the same), and when the agent's answer is a result the editor gets it at
    once with turnback's additions (:func:`initialized`), whether the proxy has loaded or not:
-   the answer's path is this module, :mod:`turnback.model` and :mod:`turnback.acp.offered`
+   the answer's path is this module, :mod:`turnback.handshake` and :mod:`turnback.acp.offered`
    (plain data), never the engine, the store, the workspace, asyncio or the CLI;
 4. the proxy waits for the relay to stop (:meth:`Launched.settled`) before it reads from
    either side, then takes over (:class:`Launched`): the pipes, the bytes read from each side
@@ -29,7 +29,9 @@ answer's path it makes the answer wait for modules the answer does not need. So:
    ``initialize`` as though it had sent it itself.
 
 The proxy opens its store and recovers while ``initialize`` is relayed and before it serves
-any other method, as it does without this start, so what is durable, and when, does not change.
+any other method, as it does without this start, so what is durable, and when, does not change:
+in a thread of its own (:func:`opening`), begun before the proxy loads, whose SQLite calls wait
+on the disk while the proxy's imports use the CPU.
 
 This module imports only the standard library at its top: it runs before anything else.
 """
@@ -280,7 +282,7 @@ def relay(
     params = message.get("params")
     if not isinstance(params, dict) or "protocolVersion" not in params or "id" not in message:
         return
-    from turnback.model import agent_initialize
+    from turnback.handshake import agent_initialize
 
     launched.sent = agent_initialize(params, params["protocolVersion"])
     request = {"jsonrpc": "2.0", "id": INITIALIZE_ID, "method": "initialize"}
@@ -372,6 +374,59 @@ def start(agent: Sequence[str], initialize_timeout: float | None = None) -> Laun
         )
         launched.relaying.start()
     return launched
+
+
+class Opening:
+    """turnback's store opened and recovered in a thread of its own (:func:`opening`) while the
+    proxy loads: its SQLite calls wait on the disk with the interpreter's lock released, so the
+    proxy's imports go on meanwhile. Every method but ``initialize`` waits for :meth:`result`."""
+
+    __slots__ = ("_error", "_tb", "_thread")
+
+    def __init__(self, home: str | os.PathLike[str] | None) -> None:
+        import threading
+
+        self._tb: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._open, args=(home,), name="turnback-open", daemon=True
+        )
+        self._thread.start()
+
+    def _open(self, home: str | os.PathLike[str] | None) -> None:
+        try:
+            self._tb = open_store(home)
+        except BaseException as error:  # the proxy's to report, from the thread that waits
+            self._error = error
+
+    def result(self) -> Any:
+        """The open :class:`~turnback.Turnback`, once it is; what stopped it, raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._tb
+
+
+def opening(home: str | os.PathLike[str] | None) -> Opening:
+    """Open the store at ``home`` beside the caller (:class:`Opening`). The engine is imported
+    first, here, so the thread imports little beside the caller's imports."""
+    import turnback.engine.handle  # noqa: F401
+
+    return Opening(home)
+
+
+def open_store(home: str | os.PathLike[str] | None) -> Any:
+    """turnback opened on ``home`` and recovered (turns a killed proxy left running), as the
+    proxy serves it; closed again when recovery fails."""
+    import turnback
+
+    tb = turnback.open(home)
+    try:
+        tb.recover()
+    except BaseException:
+        tb.close()
+        raise
+    return tb
 
 
 def _relay(launched: Launched, initialize_timeout: float) -> None:

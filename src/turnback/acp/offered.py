@@ -4,7 +4,9 @@ its early answer to ``initialize`` before the rest of the proxy has loaded."""
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # not at run time: the start's answer to initialize names these early
+    from typing import Any
 
 COMMANDS: tuple[dict[str, Any], ...] = (
     {

@@ -40,11 +40,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import turnback
 from turnback.acp import commands, rewind
 from turnback.acp.chain import ENVELOPES, INITIALIZE, Successor
 from turnback.acp.editor import Editor, cancel_notice
-from turnback.acp.launch import DEFAULT_MAX_FRAME, INITIALIZE_ID, Launched, initialized
+from turnback.acp.launch import (
+    DEFAULT_MAX_FRAME,
+    INITIALIZE_ID,
+    Launched,
+    Opening,
+    initialized,
+)
 from turnback.acp.sessions import SessionRelay, Sessions, internal_error
 from turnback.acp.wire import REQUEST_ID, EditorWire, open_stdio
 from turnback.engine.handle import Turnback
@@ -296,9 +301,11 @@ async def serve(
     max_frame: int = DEFAULT_MAX_FRAME,
     policy: ResumePolicy | None = None,
     early: Launched | None = None,
+    store: Opening | None = None,
 ) -> int:
     """Run the proxy on this process's stdin and stdout until the editor goes away or SIGTERM;
-    returns the exit status. ``early``: how :mod:`turnback.acp.launch` started."""
+    returns the exit status. ``early``: how :mod:`turnback.acp.launch` started; ``store``: the
+    store's opening it began (at ``home``), else it is opened here."""
     if command and shutil.which(command[0]) is None:
         print(
             f"turnback acp: the agent command {command[0]!r} was not found; every request will "
@@ -308,7 +315,8 @@ async def serve(
     early = early or Launched(None)
     # Opened and recovered (turns a killed proxy left running) while initialize is answered;
     # every other method waits for it.
-    opening = asyncio.ensure_future(asyncio.to_thread(_open_store, home))
+    store = store or Opening(home)
+    opening = asyncio.ensure_future(asyncio.to_thread(store.result))
     await asyncio.to_thread(early.settled)  # the start's relay of initialize is done
     env = dict(os.environ)
     agent = agent_connection(command, env, policy or ResumePolicy())
@@ -355,16 +363,6 @@ async def serve(
     return 0
 
 
-def _open_store(home: str | os.PathLike[str] | None) -> Turnback:
-    tb = turnback.open(home)
-    try:
-        tb.recover()
-    except BaseException:
-        tb.close()
-        raise
-    return tb
-
-
 def main(
     command: Sequence[str],
     *,
@@ -372,6 +370,9 @@ def main(
     max_frame: int = DEFAULT_MAX_FRAME,
     policy: ResumePolicy | None = None,
     early: Launched | None = None,
+    store: Opening | None = None,
 ) -> int:
-    """:func:`serve`; ``early``: how :mod:`turnback.acp.launch` started."""
-    return asyncio.run(serve(command, home=home, max_frame=max_frame, policy=policy, early=early))
+    """:func:`serve`; ``early`` and ``store``: what :mod:`turnback.acp.launch` began."""
+    return asyncio.run(
+        serve(command, home=home, max_frame=max_frame, policy=policy, early=early, store=store)
+    )

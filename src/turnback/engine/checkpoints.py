@@ -34,7 +34,10 @@ from turnback.model import (
     conversation,
 )
 from turnback.store import Store, Tx
-from turnback.workspace import CaptureBackoff, Snapshots
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # at run time imported on first use: opening turnback and a session/new need
+    from turnback.workspace import CaptureBackoff, Snapshots  # no capture (``turnback acp``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,8 @@ class WorkspaceCheckpoints:
     def snapshots(self) -> Snapshots:
         """Made on first use, so opening turnback writes nothing and needs no git."""
         if self._snapshots is None:
+            from turnback.workspace import Snapshots
+
             self._snapshots = Snapshots(
                 self._home,
                 progress=self.progress,
@@ -146,6 +151,8 @@ class WorkspaceCheckpoints:
 
     def capture(self, workspace: str, ref: str) -> tuple[WorkspaceCheckpoint | None, list[Note]]:
         """Capture ``workspace``; never raises a turnback error (it becomes a note)."""
+        from turnback.workspace import CaptureBackoff
+
         backoff = self._backoff.setdefault(workspace, CaptureBackoff())
         now = time.time()
         if not backoff.should_try(now):

@@ -66,7 +66,6 @@ from turnback.model import (
     conversation,
 )
 from turnback.store import DEFAULT_DATABASE, Store, Tx, open_store, sqlite_url
-from turnback.workspace.snapshots import holds_checkpoints
 
 
 def default_home() -> Path:
@@ -91,7 +90,11 @@ def _refuse_an_emptied_database(home: Path) -> None:
         emptied = database.stat().st_size == 0 and not (log.exists() and log.stat().st_size)
     except OSError:
         return  # no file (a new home), or one the store reports on itself
-    if emptied and holds_checkpoints(home):
+    if not emptied:
+        return
+    from turnback.workspace.snapshots import holds_checkpoints
+
+    if holds_checkpoints(home):
         raise StoreCorrupt(
             f"the database {database} is empty (0 bytes), yet {home} holds the workspace "
             "checkpoints of earlier sessions: it was emptied (a full disk or a bad copy, say) and "

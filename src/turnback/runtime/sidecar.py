@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from turnback.errors import INITIALIZE_TIMEOUT, AgentDied, AgentUnavailable
-from turnback.model import agent_initialize
+from turnback.handshake import agent_initialize
 from turnback.runtime.rpc import PROTOCOL_VERSION, Connection, Handler, RequestError
 from turnback.runtime.wire import Frame, Output, Pace, Rejected, Watch, Wire
 
