@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Unpack
 
 from turnback.engine import diffs, owners, recovery, rescue, revert, sessions
-from turnback.engine.checkpoints import WorkspaceCheckpoints, collect_garbage
+from turnback.engine.checkpoints import PushReports, WorkspaceCheckpoints, collect_garbage
 from turnback.engine.journal import Journal
-from turnback.engine.owners import Lease, is_alive, require_here
+from turnback.engine.owners import Lease, is_alive
 from turnback.engine.sessions import normalise_id
 from turnback.engine.turns import (
     UNFINISHED_REVERTS,
@@ -66,6 +66,7 @@ from turnback.model import (
     conversation,
 )
 from turnback.store import DEFAULT_DATABASE, Store, Tx, open_store, sqlite_url
+from turnback.workspace.remote import check_url
 from turnback.workspace.snapshots import holds_checkpoints
 
 
@@ -116,9 +117,12 @@ class Turnback:
         progress: Callable[[str, int, int], None] | None = None,
         lease_seconds: float | None = None,
         owner_pid: int | None = None,
+        checkpoint_remote: str | None = None,
     ) -> None:
         """``owner_pid``: the process of this host that owns the turns this handle begins, when
-        not this one -- an agent whose hooks, each a short-lived process, write its turns."""
+        not this one -- an agent whose hooks, each a short-lived process, write its turns.
+        ``checkpoint_remote`` (else ``TURNBACK_CHECKPOINT_REMOTE``): a git remote that a fleet's
+        machines share their workspace checkpoints through (see ``turnback.workspace.remote``)."""
         try:
             mode = Durability(durability)
         except ValueError:
@@ -141,9 +145,19 @@ class Turnback:
             on_lost=self.journal.lose_all,
             process=owner_pid,
         )
+        remote = checkpoint_remote or os.environ.get("TURNBACK_CHECKPOINT_REMOTE") or None
+        #: what records the background pushes' failures (its own connection, as the lease's)
+        self.pushes = PushReports(lambda: open_store(url, busy_timeout=busy_timeout))
         #: workspace checkpoints of turns; None when turned off (``checkpoints=False``)
         self.checkpoints = (
-            WorkspaceCheckpoints(self.home, progress=progress) if checkpoints else None
+            WorkspaceCheckpoints(
+                self.home,
+                progress=progress,
+                remote=check_url(remote) if remote else None,
+                on_push=self.pushes.record,
+            )
+            if checkpoints
+            else None
         )
         self._closed = False
         self._closing: list[Callable[[], None]] = []
@@ -189,6 +203,9 @@ class Turnback:
         every revert a dead process left half done (roll it back, or finish its undo)."""
         reverts = revert.recover_reverts(self.store, self.checkpoints)
         report = recovery.recover(self.store, checkpoints=self.checkpoints)
+        if self.checkpoints is not None and self.checkpoints.remote is not None:
+            # checkpoints a failed push, or a process that died first, left unpushed
+            self.checkpoints.push(sorted({s.workspace for s in self.sessions()}))
         return dataclasses.replace(report, reverts=tuple(reverts))
 
     def unrecovered(self) -> list[UnrecoveredTurn]:
@@ -240,6 +257,9 @@ class Turnback:
             for callback in reversed(self._closing):
                 callback()
             self.lease.close()
+            if self.checkpoints is not None:
+                self.checkpoints.close()
+            self.pushes.close()
         finally:
             try:
                 self.journal.close()
@@ -508,7 +528,7 @@ class Session:
             )
         checkpoints = self._tb.checkpoints
         old, new = (
-            diffs.checkpoint_after(checkpoints, self.get_turn(max(n, 1)), n)
+            diffs.checkpoint_after(checkpoints, self.record.workspace, self.get_turn(max(n, 1)), n)
             for n in (from_turn, to_turn)
         )
         assert checkpoints is not None
@@ -592,7 +612,7 @@ class Session:
             raise CheckpointUnavailable("workspace checkpoints are turned off for this handle")
         self._tb.journal.flush()
         turn = self.rescue_turn(ref)
-        require_here([turn], "a rescue")
+        checkpoints.bring(self.record.workspace, [turn], "a rescue")
         relative = rescue.relative_paths(self.record.workspace, paths)
         return rescue.rescue(
             self._tb.store, checkpoints, self.id, turn, before_tool, relative, force=force

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
+from turnback.errors import CheckpointUnavailable
 from turnback.model import FileChange, RevertPlan, WorkspaceCheckpoint
 from turnback.workspace import compare, restore
 from turnback.workspace.capture import Capture
@@ -25,8 +26,9 @@ from turnback.workspace.git import Git
 from turnback.workspace.housekeeping import OBJECT_GRACE, Housekeeping
 from turnback.workspace.plan import FileReader
 from turnback.workspace.plans import revert_plan
+from turnback.workspace.remote import CheckpointRemote, PushResult
 from turnback.workspace.scan import Scan
-from turnback.workspace.shadow import ShadowRepo, ensure_workspace
+from turnback.workspace.shadow import ShadowRepo, ensure_workspace, operation_deadline
 from turnback.workspace.watched import Watching
 from turnback.workspace.watcher import LIMIT
 
@@ -68,6 +70,11 @@ class Snapshots:
 
     One object may serve several threads: operations on one workspace that write its shadow
     repository wait for each other, as they do across processes.
+
+    With ``remote`` (a URL git accepts), every capture's ref is pushed there in the background
+    and :meth:`fetch` brings a session's checkpoints from it (:mod:`turnback.workspace.remote`);
+    ``on_push`` hears each background push that failed, or succeeded after failing. Call
+    :meth:`close` when done, which lets the pushes asked for run.
     """
 
     def __init__(
@@ -80,8 +87,11 @@ class Snapshots:
         progress: Progress | None = None,
         problems: Problem | None = None,
         fsync: bool = False,
+        remote: str | None = None,
+        on_push: Callable[[PushResult], None] | None = None,
     ) -> None:
         self.home = Path(home)
+        self.remote = CheckpointRemote(remote, on_push=on_push) if remote else None
         self.fsync = fsync
         self.git = Git(git, home=self.home / "shadow" / "home")
         self.problems = problems
@@ -114,13 +124,50 @@ class Snapshots:
 
     # -- capture --------------------------------------------------------------------------
 
-    def capture(self, workspace: Path, ref: str) -> WorkspaceCheckpoint:
-        """Snapshot the workspace's files as a commit and point ``refs/turnback/<ref>`` at it.
+    def capture(self, workspace: Path, ref: str, *, share: bool = True) -> WorkspaceCheckpoint:
+        """Snapshot the workspace's files as a commit and point ``refs/turnback/<ref>`` at it;
+        with a remote and ``share``, push it there in the background.
 
         Objects and ref are written before this returns (synced as the class says). Raises
         :class:`GitFailed` (the time budget ran out, or git failed) or :class:`GitUnavailable`.
         """
-        return self._capture.capture(self._shadow(workspace), ref)
+        shadow = self._shadow(workspace)
+        checkpoint = self._capture.capture(shadow, ref)
+        if self.remote is not None and share:
+            self.remote.push_later(shadow, ref.split("/", 1)[0])
+        return checkpoint
+
+    # -- sharing through a remote ---------------------------------------------------------
+
+    def push(self, workspace: Path) -> str | None:
+        """Push the workspace's checkpoints the remote lacks now (not in the background);
+        the error, or ``None`` (also when no remote is set)."""
+        if self.remote is None:
+            return None
+        return self.remote.push_now(self._shadow(workspace))
+
+    def unpushed(self, workspace: Path) -> str | None:
+        """Why the workspace holds checkpoints the remote may lack (the last push's error, or
+        ``""`` when its push has not run yet); ``None`` when it holds none or no remote is set."""
+        if self.remote is None:
+            return None
+        mark = self.remote.unpushed(self._shadow(workspace))
+        return None if mark is None else mark.split("\n")[0]
+
+    def fetch(self, workspace: Path, sessions: Sequence[str]) -> None:
+        """Bring the checkpoints of ``sessions`` (their refs ``<session>/…``) from the remote;
+        :class:`CheckpointUnavailable` when no remote is set or it cannot give them."""
+        if self.remote is None:
+            raise CheckpointUnavailable(
+                "no checkpoint remote is set, so checkpoints taken elsewhere cannot be fetched"
+            )
+        self.remote.fetch(self._shadow(workspace), sessions, operation_deadline())
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Let the background pushes asked for run (up to ``timeout`` seconds); one that has
+        not run by then is pushed by the next capture, ``push`` or recovery."""
+        if self.remote is not None:
+            self.remote.close(timeout)
 
     def repository_state(self, workspace: Path) -> dict[str, object]:
         """The workspace repository's refs, stash and ``HEAD`` reflog, read without writing
