@@ -1,0 +1,149 @@
+"""Benchmark of sharing checkpoints through a git remote: bytes and time a small edit's push costs.
+
+    python bench/remote.py                    # the recorded run: 2,000 files, 20 edits
+    python bench/remote.py --smoke            # 100 files, 3 edits: a few seconds
+    python bench/remote.py --files 20000 --edits 10 --json
+
+A workspace of N files is captured and pushed once to a bare remote (a path). Then, per edit,
+one line is appended to one file, the workspace is captured (``Snapshots.capture``, not timed)
+and its checkpoints are pushed the way a capture's background push does (``Snapshots.push``:
+every checkpoint ref the remote lacks). The baseline, in the same run: a plain ``git push`` of
+the same commit to a second bare remote, as one branch (``git push URL +COMMIT:refs/heads/main``).
+Both remotes keep what they receive as a pack (``receive.unpackLimit=1``), so the bytes pushed
+are the pack the push wrote.
+
+(bytes)  pack bytes a small edit's push sends; goal: <= 1.05x the plain push's (nothing but
+         the edit's blob, trees and commit travels: no bundle, no re-send).
+(time)   seconds a small edit's push takes; goal: <= 2x the plain push's (turnback's push
+         names every checkpoint ref, the plain one one branch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+try:
+    import turnback  # noqa: F401
+except ImportError:  # run from a checkout without installing
+    sys.path.insert(0, str(SRC))
+
+from rounds import DIR_HELP, machine, scratch_dir, verdict  # noqa: E402
+
+from turnback.workspace import Snapshots  # noqa: E402
+
+GOALS = {"bytes": 1.05, "time": 2.0}
+
+
+def bare(path: Path) -> Path:
+    subprocess.run(["git", "init", "--quiet", "--bare", str(path)], check=True)
+    subprocess.run(["git", "-C", str(path), "config", "receive.unpackLimit", "1"], check=True)
+    return path
+
+
+def pack_bytes(remote: Path) -> int:
+    return sum(p.stat().st_size for p in (remote / "objects" / "pack").glob("*.pack"))
+
+
+def plain_push(shadow: Path, remote: Path, commit: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_DIR"] = str(shadow)
+    subprocess.run(
+        ["git", "push", "--quiet", str(remote), f"+{commit}:refs/heads/main"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+
+
+def run(root: Path, files: int, edits: int) -> dict[str, object]:
+    workspace = root / "workspace"
+    for n in range(files):
+        path = workspace / f"d{n % 50}" / f"f{n}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"file {n}\n" * 20)
+    ours, theirs = bare(root / "ours.git"), bare(root / "plain.git")
+    snapshots = Snapshots(root / "home", remote=str(ours))
+    first = snapshots.capture(workspace, "bench/0/end", share=False)
+    assert snapshots.push(workspace) is None
+    shadow = snapshots.shadow_dir(workspace)
+    plain_push(shadow, theirs, first.commit)
+    sent: dict[str, list[float]] = {"ours": [], "plain": []}
+    took: dict[str, list[float]] = {"ours": [], "plain": []}
+    for edit in range(1, edits + 1):
+        target = workspace / f"d{edit % 50}" / f"f{edit}.txt"
+        with target.open("a") as out:
+            out.write(f"edit {edit}\n")
+        commit = snapshots.capture(workspace, f"bench/{edit}/end", share=False).commit
+        # alternate which goes first, so neither always finds the other's page cache warm
+        sides = [("ours", ours), ("plain", theirs)]
+        for side, remote in sides if edit % 2 else reversed(sides):
+            before = pack_bytes(remote)
+            started = time.perf_counter()
+            if side == "ours":
+                assert snapshots.push(workspace) is None
+            else:
+                plain_push(shadow, theirs, commit)
+            took[side].append(time.perf_counter() - started)
+            sent[side].append(pack_bytes(remote) - before)
+    snapshots.close()
+    rows = []
+    for key, values, unit in (("bytes", sent, "B"), ("time", took, "s")):
+        ours_median = statistics.median(values["ours"])
+        plain_median = statistics.median(values["plain"])
+        ratio = ours_median / plain_median if plain_median else 1.0
+        rows.append(
+            {
+                "id": key,
+                "ours": ours_median,
+                "plain": plain_median,
+                "unit": unit,
+                "ratio": ratio,
+                "goal": GOALS[key],
+                "met": ratio <= GOALS[key],
+            }
+        )
+    return {"files": files, "edits": edits, "machine": machine(), "rows": rows}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--files", type=int, default=2000)
+    parser.add_argument("--edits", type=int, default=20)
+    parser.add_argument("--smoke", action="store_true", help="100 files, 3 edits")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--dir", type=Path, help=DIR_HELP)
+    args = parser.parse_args()
+    files, edits = (100, 3) if args.smoke else (args.files, args.edits)
+    root = scratch_dir(args.dir, "turnback-bench-remote-")
+    try:
+        report = run(root, files, edits)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"{files} files, {edits} small edits, one line each; {report['machine']}\n")
+    print("| row | what | turnback | plain `git push` | ratio | goal |")
+    print("|---|---|---|---|---|---|")
+    for row in report["rows"]:  # type: ignore[attr-defined]
+        what = "pack bytes per edit" if row["id"] == "bytes" else "seconds per push (median)"
+        fmt = "{:,.0f} B" if row["id"] == "bytes" else "{:.4f} s"
+        print(
+            f"| ({row['id']}) | {what} | {fmt.format(row['ours'])} | "
+            f"{fmt.format(row['plain'])} | {row['ratio']:.2f}x | <= {row['goal']}x "
+            f"{verdict(row['met'])} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
