@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # not at run time: ``turnback acp`` starts its agent before `
         RevertInProgress,
         RollbackUnavailable,
         SchemaTooNew,
+        SessionElsewhere,
         SessionNotFound,
         StoreCorrupt,
         StoreError,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # not at run time: ``turnback acp`` starts its agent before `
         TurnInProgress,
         TurnNotFound,
         TurnNotRunning,
+        WorkspaceDiverged,
         WorkspaceError,
     )
     from turnback.model import (
@@ -185,6 +187,7 @@ __all__ = [
     "RunningTurn",
     "SchemaTooNew",
     "Session",
+    "SessionElsewhere",
     "SessionNotFound",
     "SessionRecord",
     "StepCheckpoint",
@@ -204,6 +207,7 @@ __all__ = [
     "TurnbackError",
     "UnrecoveredTurn",
     "WorkspaceCheckpoint",
+    "WorkspaceDiverged",
     "WorkspaceError",
     "__version__",
     "open",

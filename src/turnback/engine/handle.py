@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Unpack
 
-from turnback.engine import diffs, owners, recovery, rescue, revert, sessions
+from turnback.engine import diffs, handoff, owners, recovery, rescue, revert, sessions
 from turnback.engine.checkpoints import PushReports, WorkspaceCheckpoints, collect_garbage
 from turnback.engine.journal import Journal
 from turnback.engine.owners import Lease, is_alive
@@ -45,6 +45,7 @@ from turnback.model import (
     Durability,
     FileChange,
     GcReport,
+    Handoff,
     HealthCheck,
     Message,
     RangeDiff,
@@ -617,6 +618,16 @@ class Session:
         return rescue.rescue(
             self._tb.store, checkpoints, self.id, turn, before_tool, relative, force=force
         )
+
+    def handoff(self, to_host: str) -> Handoff:
+        """Give this session to this machine (``to_host`` must name it): the workspace here is
+        brought to the session's head -- from the checkpoint remote when another machine took
+        its checkpoints -- and the session moves here under a new fencing token, after which
+        its turns begin only here. Refused while a turn runs (TurnInProgress) and when the
+        workspace here holds changes that are not the session's (WorkspaceDiverged, naming
+        them, nothing written). See ``turnback.engine.handoff``."""
+        self._tb.journal.flush()
+        return handoff.handoff(self._tb.store, self._tb.checkpoints, self.id, to_host)
 
     def rescue_turn(self, ref: int | str | None = None) -> Turn:
         """The turn ``ref``, else the one a rescue is about when none is named: the running

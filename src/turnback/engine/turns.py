@@ -57,6 +57,7 @@ from turnback.errors import (
     OwnershipLost,
     ResumeUnavailable,
     RevertInProgress,
+    SessionElsewhere,
     SessionNotFound,
     StoreError,
     TurnbackError,
@@ -295,6 +296,13 @@ def begin(
             require_no_revert(tx, session.workspace, "begin")
             head = tx.get_turn(session.head) if session.head else None
             owner = lease.claim(tx)
+            if session.host is not None and session.host != owner.host:
+                raise SessionElsewhere(
+                    f"session {session_id[:12]} was handed off to host {session.host}, so its "
+                    f"turns run there, not on this one ({owner.host}); hand it off to this host "
+                    "first to run it here",
+                    session.host,
+                )
             turn = planned = Turn(
                 token=token,
                 session_id=session_id,

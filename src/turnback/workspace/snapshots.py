@@ -215,6 +215,23 @@ class Snapshots:
         A damaged ref found on the way is dropped and reported."""
         return compare.exists(self._shadow(workspace), commit)
 
+    def trees(self, workspace: Path, commits: Sequence[str]) -> list[str | None]:
+        """The tree of each checkpoint (``None`` where it cannot be read), and
+        :meth:`empty_tree` names a checkpoint of no file."""
+        shadow = self._shadow(workspace)
+        if not shadow.created:
+            return [None for _ in commits]
+        names = [f"{commit}^{{tree}}" for commit in commits]
+        return [
+            found[0] if found else None for found in shadow.object_info(names, operation_deadline())
+        ]
+
+    def empty_tree(self, workspace: Path) -> str:
+        """The tree of a checkpoint that holds no file, in this workspace's object format."""
+        if self._shadow(workspace).sha256:
+            return "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321"
+        return "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
     def changes(self, workspace: Path, old: str, new: str) -> list[FileChange]:
         """What changed from checkpoint ``old`` to ``new``: one :class:`FileChange` per path,
         with renames detected, additions and deletions counted and binary files flagged."""
