@@ -108,9 +108,11 @@ def test_a_running_turn_refuses_a_handoff(machines: Machines) -> None:
 
 def test_a_handoff_runs_on_the_machine_it_names(machines: Machines) -> None:
     session_id = two_turns_on_a(machines)
-    with machines.on("a") as tb:
-        with pytest.raises(turnback.InvalidOption, match="this one is a, not b"):
-            tb.session(session_id).handoff("b")
+    with (
+        machines.on("a") as tb,
+        pytest.raises(turnback.InvalidOption, match="this one is a, not b"),
+    ):
+        tb.session(session_id).handoff("b")
 
 
 def cli(
