@@ -25,4 +25,6 @@ def test_smoke_run_as_json(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert [row["id"] for row in report["rows"]] == ["bytes", "time"]
-    assert all(row["ours"] > 0 and row["plain"] > 0 for row in report["rows"])
+    assert all(row[side] > 0 for row in report["rows"] for side in ("ours", "same", "git"))
+    sent = report["rows"][0]
+    assert sent["ours"] < sent["same"], "a small edit's push sent the whole tree again"

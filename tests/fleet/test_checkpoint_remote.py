@@ -254,3 +254,41 @@ def test_a_push_never_holds_up_a_turn(tmp_path: Path, monkeypatch: pytest.Monkey
             assert time.monotonic() - started < 5, "a turn waited for a push"
             assert tb.checkpoints is not None
             assert tb.checkpoints.snapshots.unpushed(machines.workspace) is not None
+
+
+def pack_objects(remote: Path) -> int:
+    """How many objects the remote's packs hold (it keeps each push as a pack)."""
+    return sum(
+        len(
+            subprocess.run(
+                ["git", "show-index"], stdin=index.open("rb"), capture_output=True, check=True
+            ).stdout.splitlines()
+        )
+        for index in (remote / "objects" / "pack").glob("*.idx")
+    )
+
+
+def test_a_small_edit_pushes_a_small_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checkpoints have no parents, so without its carrier commit each push would send the
+    whole tree again; with it a one-line edit sends its blob, the tree above it and commits
+    (and the remote adds the base of a delta it was sent)."""
+    remote = bare(tmp_path / "checkpoints.git")
+    subprocess.run(["git", "-C", str(remote), "config", "receive.unpackLimit", "1"], check=True)
+    (tmp_path / "shared").mkdir()
+    machines = Machines(tmp_path, sqlite_url(tmp_path / "shared"), str(remote), monkeypatch)
+    with machines.on("a") as tb:
+        for n in range(400):
+            (machines.workspace / f"file-{n}.txt").write_text(f"line {n}\n" * 40)
+        session = tb.create_session(machines.workspace)
+        write_turn(tb, session, {"file-1.txt": "first edit\n"})
+        wait_pushed(tb)
+        whole = pack_objects(remote)
+        write_turn(tb, session, {"file-2.txt": "second edit\n"})
+        wait_pushed(tb)
+        edit = pack_objects(remote) - whole
+        assert whole > 400
+        assert edit <= 8, edit
+        turns = session.turns()
+    assert remote_refs(remote)[f"refs/turnback/{session.id}/{turns[-1].token}/end"] == (
+        turns[-1].end_checkpoint
+    )

@@ -11,8 +11,15 @@ Some facts this relies on:
   machines never push different commits under one name; the push is forced all the same (a ref
   that a capture moved is moved on the remote too) and never deletes a ref there (a gc on one
   machine removes its own refs, not the fleet's);
-- a push sends only what the remote lacks (git negotiates from the refs it advertises), so a
-  small edit costs a pack of a few objects plus the remote's ref advertisement;
+- a push sends what the remote lacks, as git reckons it: the objects reachable from the new
+  tips and not from the remote's -- but it excludes another commit's *trees* only where that
+  commit is a parent of one it sends. Checkpoints have no parents (so that gc can drop any of
+  them), so a plain push of a new checkpoint would send its whole tree again. Each push
+  therefore also sends a *carrier*: a commit of the newest checkpoint's tree whose parents are
+  that checkpoint and the newest one the remote is known to hold (the note ``turnback-pushed``),
+  under ``refs/turnback-carriers/<shadow>`` on the remote. With it a small edit costs a pack of
+  its blobs, the trees above them and two commits, plus the remote's ref advertisement. No ref
+  of the shadow names a carrier, so the shadow's gc drops it;
 - git reads a repository while another process writes it (objects are immutable, refs are
   replaced atomically), so a push needs no lock of the shadow and never holds up a capture;
 - a fetch of a session's refs (``refs/turnback/<session>/*``) brings every checkpoint of that
@@ -37,10 +44,16 @@ from pathlib import Path
 
 from turnback.errors import CheckpointUnavailable, InvalidOption, TurnbackError
 from turnback.workspace import creation
-from turnback.workspace.shadow import NAMESPACE, ShadowRepo, write_file
+from turnback.workspace.shadow import NAMESPACE, OID, ShadowRepo, write_file
 
 #: The mark of a shadow whose checkpoints the remote may lack; it holds the last push's error.
 UNPUSHED = "turnback-unpushed"
+
+#: The shadow's note of the newest checkpoint the remote is known to hold.
+PUSHED = "turnback-pushed"
+
+#: Where on the remote each shadow's carrier commit goes (see the module's doc).
+CARRIER = "refs/turnback-carriers/"
 
 #: Longest a push or a fetch may take.
 TRANSFER_TIMEOUT = 300.0
@@ -111,22 +124,21 @@ class CheckpointRemote:
         mark = shadow.dir / UNPUSHED
         deadline = deadline or time.monotonic() + TRANSFER_TIMEOUT
         before = self.unpushed(shadow)
+        head: str | None = None
         try:
-            code, stderr = self._run(
-                shadow,
-                [
-                    "push",
-                    "--quiet",
-                    "--no-verify",
-                    self.url,
-                    f"+{NAMESPACE}*:{NAMESPACE}*",
-                ],
-                deadline,
-            )
+            specs = [f"+{NAMESPACE}*:{NAMESPACE}*"]
+            carrier = self._carrier(shadow, deadline)
+            if carrier is not None:
+                head, commit = carrier
+                specs.append(f"+{commit}:{CARRIER}{shadow.dir.stem}")
+            push = ["push", "--quiet", "--no-verify", self.url]
+            code, stderr = self._run(shadow, [*push, *specs], deadline)
         except TurnbackError as problem:
             code, stderr = -1, str(problem)
         with shadow.locked(deadline):  # a capture marks under the lock too
             if code == 0:
+                if head is not None:
+                    write_file(shadow.dir / PUSHED, head.encode() + b"\n")
                 # a capture that marked the shadow since the push began keeps its mark (the
                 # error it carried is gone: this push went through)
                 if self.unpushed(shadow) == before:
@@ -140,6 +152,35 @@ class CheckpointRemote:
                 write_file(mark, f"{error}\n{uuid.uuid4().hex}".encode("utf-8", "replace"))
         return error
 
+    def _carrier(self, shadow: ShadowRepo, deadline: float) -> tuple[str, str] | None:
+        """``(head, carrier)``: the shadow's newest checkpoint, and a commit of its tree whose
+        parents are it and the checkpoint last pushed (see the module's doc); ``None`` when
+        there is no such pair (nothing pushed yet, or that checkpoint was pruned here)."""
+        try:
+            base = (shadow.dir / PUSHED).read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            base = ""
+        if not OID.fullmatch(base):
+            base = ""
+        names = ["HEAD^{commit}", "HEAD^{tree}", f"{base or 'HEAD'}^{{commit}}"]
+        head, tree, found = shadow.object_info(names, deadline)
+        if head is None or tree is None:
+            return None
+        if not base or found is None or base == head[0]:
+            return head[0], head[0]  # nothing to lean on: the push sends what it must
+        made = shadow.run(
+            "commit-tree",
+            tree[0],
+            "-p",
+            head[0],
+            "-p",
+            base,
+            "-m",
+            "turnback: what the checkpoint remote holds, and the newest checkpoint",
+            deadline=deadline,
+        )
+        return head[0], made.stdout.decode("ascii").strip()
+
     def fetch(self, shadow: ShadowRepo, prefixes: Sequence[str], deadline: float) -> None:
         """Bring the checkpoint refs under each of ``prefixes`` (``<session>``) from the
         remote into ``shadow``; :class:`CheckpointUnavailable` when the remote cannot give
@@ -152,6 +193,22 @@ class CheckpointRemote:
                 code, stderr = self._run(shadow, [*fetch, *specs], deadline)
             except TurnbackError as error:
                 code, stderr = -1, str(error)
+        if code == 0 and not (shadow.dir / PUSHED).exists():
+            # what the remote holds: the next push of this shadow's own checkpoints leans on it
+            newest = (
+                shadow.run(
+                    "for-each-ref",
+                    "--sort=-committerdate",
+                    "--count=1",
+                    "--format=%(objectname)",
+                    *(f"{NAMESPACE}{p}/" for p in prefixes),
+                    deadline=deadline,
+                )
+                .stdout.decode("ascii", "replace")
+                .strip()
+            )
+            if OID.fullmatch(newest):
+                write_file(shadow.dir / PUSHED, newest.encode() + b"\n")
         if code != 0:
             raise CheckpointUnavailable(
                 f"the workspace checkpoints could not be fetched from the checkpoint remote "
