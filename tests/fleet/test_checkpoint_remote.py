@@ -292,3 +292,50 @@ def test_a_small_edit_pushes_a_small_pack(tmp_path: Path, monkeypatch: pytest.Mo
     assert remote_refs(remote)[f"refs/turnback/{session.id}/{turns[-1].token}/end"] == (
         turns[-1].end_checkpoint
     )
+
+
+def test_where_the_remote_allows_a_filter_only_the_files_read_are_fetched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    remote = bare(tmp_path / "checkpoints.git")
+    subprocess.run(
+        ["git", "-C", str(remote), "config", "uploadpack.allowFilter", "true"], check=True
+    )
+    (tmp_path / "shared").mkdir()
+    machines = Machines(tmp_path, sqlite_url(tmp_path / "shared"), str(remote), monkeypatch)
+    with machines.on("a") as tb:
+        session = tb.create_session(machines.workspace)
+        write_turn(tb, session, {f"file-{n}.txt": f"file {n}\n" for n in range(30)})
+        write_turn(tb, session, {"file-1.txt": "edited\n"})
+        wait_pushed(tb)
+        patch = session.diff(2, patch=True).patch
+    untouched = subprocess.run(
+        ["git", "hash-object", str(tmp_path / "workspace.a" / "file-7.txt")]
+        if (tmp_path / "workspace.a").exists()
+        else ["git", "hash-object", str(machines.workspace / "file-7.txt")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    with machines.on("b") as tb:
+        session = tb.session(session.id)
+        assert session.diff(2, patch=True).patch == patch
+        assert tb.checkpoints is not None
+        shadow = tb.checkpoints.snapshots.shadow_dir(machines.workspace)
+        here = subprocess.run(
+            [
+                "git",
+                "-c",
+                "protocol.allow=never",
+                "--git-dir",
+                str(shadow),
+                "cat-file",
+                "-e",
+                untouched,
+            ],
+            capture_output=True,
+        )
+        assert here.returncode != 0, "a file no diff read was fetched"
+        session.revert(1)  # reads every file of turn 1's end: fetched as it reads them
+        assert (machines.workspace / "file-7.txt").read_text() == "file 7\n"
+        assert (machines.workspace / "file-1.txt").read_text() == "file 1\n"

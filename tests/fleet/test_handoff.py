@@ -22,7 +22,12 @@ __all__ = ["store_url"]  # the fixture, for pytest
 
 @pytest.fixture
 def machines(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> Machines:
-    return Machines(tmp_path, store_url, str(bare(tmp_path / "checkpoints.git")), monkeypatch)
+    """The remote lets a machine fetch checkpoints without their files (a partial clone)."""
+    remote = bare(tmp_path / "checkpoints.git")
+    subprocess.run(
+        ["git", "-C", str(remote), "config", "uploadpack.allowFilter", "true"], check=True
+    )
+    return Machines(tmp_path, store_url, str(remote), monkeypatch)
 
 
 def two_turns_on_a(machines: Machines) -> str:

@@ -23,7 +23,12 @@ Some facts this relies on:
 - git reads a repository while another process writes it (objects are immutable, refs are
   replaced atomically), so a push needs no lock of the shadow and never holds up a capture;
 - a fetch of a session's refs (``refs/turnback/<session>/*``) brings every checkpoint of that
-  session in one command; the fetched refs are the same commits as the pushing machine's.
+  session in one command; the fetched refs are the same commits as the pushing machine's. It
+  asks for no file (``--filter=blob:none``): where the remote allows it
+  (``uploadpack.allowFilter``) only commits and trees come, and git fetches each file a diff
+  or a restore reads when it reads it (the shadow is then a partial clone, marked
+  ``turnback-partial``, and its git commands may use the remote's transport); elsewhere git
+  says the filter is ignored and fetches the files too.
 
 Nothing is lost when the remote is down: a capture first marks its shadow as holding unpushed
 checkpoints (the file ``turnback-unpushed`` in it), and only a push that succeeds removes the
@@ -44,7 +49,7 @@ from pathlib import Path
 
 from turnback.errors import CheckpointUnavailable, InvalidOption, TurnbackError
 from turnback.workspace import creation
-from turnback.workspace.shadow import NAMESPACE, OID, ShadowRepo, write_file
+from turnback.workspace.shadow import NAMESPACE, OID, PARTIAL, ShadowRepo, write_file
 
 #: The mark of a shadow whose checkpoints the remote may lack; it holds the last push's error.
 UNPUSHED = "turnback-unpushed"
@@ -54,6 +59,9 @@ PUSHED = "turnback-pushed"
 
 #: Where on the remote each shadow's carrier commit goes (see the module's doc).
 CARRIER = "refs/turnback-carriers/"
+
+#: The checkpoint remote's name in a shadow's config, where a fetch records it.
+REMOTE = "turnback"
 
 #: Longest a push or a fetch may take.
 TRANSFER_TIMEOUT = 300.0
@@ -188,8 +196,14 @@ class CheckpointRemote:
         with shadow.locked(deadline):
             creation.ensure(shadow, deadline)
             specs = [f"+{NAMESPACE}{p}/*:{NAMESPACE}{p}/*" for p in prefixes]
+            # the shadow may fetch a file it lacks from now on: marked before git records the
+            # remote as the one it lazily fetches from (a crash between leaves a harmless mark)
+            write_file(shadow.dir / PARTIAL, self.url.encode() + b"\n")
             try:
-                fetch = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", self.url]
+                # git fetches lazily from a named remote only (a path cannot name one)
+                shadow.run("config", f"remote.{REMOTE}.url", self.url, deadline=deadline)
+                fetch = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head"]
+                fetch += ["--filter=blob:none", REMOTE]
                 code, stderr = self._run(shadow, [*fetch, *specs], deadline)
             except TurnbackError as error:
                 code, stderr = -1, str(error)
