@@ -1,10 +1,12 @@
 """Benchmark of sharing checkpoints through a git remote: bytes and time a small edit's push costs.
 
-    python bench/remote.py                    # the recorded run: 2,000 files, 20 edits
-    python bench/remote.py --smoke            # 100 files, 3 edits: a few seconds
-    python bench/remote.py --files 20000 --edits 10 --json
+    python bench/remote.py                    # the recorded run: 2,000 files, 20 edits, 2,000 refs
+    python bench/remote.py --smoke            # 100 files, 3 edits, 50 refs: a few seconds
+    python bench/remote.py --files 20000 --edits 10 --refs 10000 --json
 
-A workspace of N files is captured and pushed once to a bare remote (a path). Then, per edit,
+A workspace of N files is captured and pushed once to a bare remote (a path), with R more
+checkpoint refs (the fleet's history: each push hears of every ref the remote holds, which the
+pack bytes do not count and the time does). Then, per edit,
 one line is appended to one file, the workspace is captured (``Snapshots.capture``, not timed)
 and its checkpoints are pushed the way a capture's background push does (``Snapshots.push``:
 every checkpoint ref the remote lacks). Two baselines, in the same run, each to a bare remote of
@@ -17,7 +19,8 @@ the pack the push wrote.
 (bytes)  pack bytes a small edit's push sends; goal: <= 1.5x the git commit's (the edit's blob,
          the trees above it and a commit travel, and one more commit: no bundle, no re-send).
 (time)   seconds a small edit's push takes; goal: <= 2x the git commit's push (turnback's push
-         names every checkpoint ref; the git repository's also commits).
+         names every checkpoint ref, hears of R more from the remote, and writes its carrier
+         commit first).
 """
 
 from __future__ import annotations
@@ -84,16 +87,21 @@ def git_repo(workspace: Path, gitdir: Path) -> dict[str, str]:
     return env
 
 
-def commit_and_push(env: dict[str, str], remote: Path) -> None:
-    for args in (
-        ["add", "-A"],
-        ["commit", "--quiet", "--no-verify", "-m", "edit"],
-        ["push", "--quiet", str(remote), "+HEAD:refs/heads/main"],
-    ):
+def commit(env: dict[str, str]) -> None:
+    for args in (["add", "-A"], ["commit", "--quiet", "--no-verify", "-m", "edit"]):
         subprocess.run(["git", *args], env=env, check=True, capture_output=True)
 
 
-def run(root: Path, files: int, edits: int) -> dict[str, object]:
+def push(env: dict[str, str], remote: Path) -> None:
+    subprocess.run(
+        ["git", "push", "--quiet", str(remote), "+HEAD:refs/heads/main"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+
+
+def run(root: Path, files: int, edits: int, refs: int) -> dict[str, object]:
     workspace = root / "workspace"
     for n in range(files):
         path = workspace / f"d{n % 50}" / f"f{n}.txt"
@@ -102,18 +110,28 @@ def run(root: Path, files: int, edits: int) -> dict[str, object]:
     remotes = {side: bare(root / f"{side}.git") for side in SIDES}
     snapshots = Snapshots(root / "home", remote=str(remotes["ours"]))
     first = snapshots.capture(workspace, "bench/0/end", share=False)
-    assert snapshots.push(workspace) is None
     shadow = snapshots.shadow_dir(workspace)
+    # the fleet's history: every push hears of each of these refs from the remote
+    history = "".join(f"create refs/turnback/old/{n}/end {first.commit}\n" for n in range(refs))
+    subprocess.run(
+        ["git", "update-ref", "--stdin"],
+        input=history.encode(),
+        env={**os.environ, "GIT_DIR": str(shadow)},
+        check=True,
+    )
+    assert snapshots.push(workspace) is None
     plain_push(shadow, remotes["same"], first.commit)
     repository = git_repo(workspace, root / "plain-git")
-    commit_and_push(repository, remotes["git"])
+    commit(repository)
+    push(repository, remotes["git"])
     sent: dict[str, list[float]] = {side: [] for side in SIDES}
     took: dict[str, list[float]] = {side: [] for side in SIDES}
     for edit in range(1, edits + 1):
         target = workspace / f"d{edit % 50}" / f"f{edit}.txt"
         with target.open("a") as out:
             out.write(f"edit {edit}\n")
-        commit = snapshots.capture(workspace, f"bench/{edit}/end", share=False).commit
+        checkpoint = snapshots.capture(workspace, f"bench/{edit}/end", share=False).commit
+        commit(repository)  # untimed, as the capture is
         # alternate the order, so that no side always finds the page cache warm
         for side in SIDES if edit % 2 else tuple(reversed(SIDES)):
             remote = remotes[side]
@@ -122,9 +140,9 @@ def run(root: Path, files: int, edits: int) -> dict[str, object]:
             if side == "ours":
                 assert snapshots.push(workspace) is None
             elif side == "same":
-                plain_push(shadow, remote, commit)
+                plain_push(shadow, remote, checkpoint)
             else:
-                commit_and_push(repository, remote)
+                push(repository, remote)
             took[side].append(time.perf_counter() - started)
             sent[side].append(pack_bytes(remote) - before)
     snapshots.close()
@@ -143,27 +161,33 @@ def run(root: Path, files: int, edits: int) -> dict[str, object]:
                 "met": ratio <= GOALS[key],
             }
         )
-    return {"files": files, "edits": edits, "machine": machine(), "rows": rows}
+    return {"files": files, "edits": edits, "refs": refs, "machine": machine(), "rows": rows}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--edits", type=int, default=20)
-    parser.add_argument("--smoke", action="store_true", help="100 files, 3 edits")
+    parser.add_argument(
+        "--refs", type=int, default=2000, help="checkpoint refs the remote holds already"
+    )
+    parser.add_argument("--smoke", action="store_true", help="100 files, 3 edits, 50 refs")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--dir", type=Path, help=DIR_HELP)
     args = parser.parse_args()
-    files, edits = (100, 3) if args.smoke else (args.files, args.edits)
+    files, edits, refs = (100, 3, 50) if args.smoke else (args.files, args.edits, args.refs)
     root = scratch_dir(args.dir, "turnback-bench-remote-")
     try:
-        report = run(root, files, edits)
+        report = run(root, files, edits, refs)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"{files} files, {edits} small edits, one line each; {report['machine']}\n")
+    print(
+        f"{files} files, {edits} small edits of one line, {refs} checkpoint refs on the remote "
+        f"already; {report['machine']}\n"
+    )
     print(
         "| row | what | turnback | plain push of the same commit | git commit of the same edit "
         "| ratio to the git commit | goal |"
