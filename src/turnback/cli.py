@@ -1183,9 +1183,10 @@ def handoff(state: Context, session: str, to_host: str, as_json: bool) -> None:
         return
     where = f"from host {done.from_host} " if done.from_host else ""
     files = f"{len(done.written)} file(s) written" if done.written else "no file to write"
+    moment = f", {done.moment}" if done.moment not in ("", "end") else ""
     click.echo(
         f"session {handle.id[:12]} handed off {where}to host {done.to_host} at turn {done.turn} "
-        f"({files}); its turns run here now"
+        f"({files}{moment}); its turns run here now"
     )
     for path in done.written:
         click.echo(f"  {_quote(path)}")

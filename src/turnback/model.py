@@ -323,12 +323,15 @@ class Handoff:
     """A session given to another machine of a fleet: from ``from_host`` (the machine that
     held it, else the one that ran its last turn; None when no turn has run) to ``to_host``,
     under the fencing token ``fence``. The workspace there was brought to the head turn
-    (``turn``; 0: the session has none) by writing or deleting ``written``."""
+    (``turn``; 0: the session has none) -- to its checkpoint ``moment``: ``end``, or when its
+    machine died during it ``before tool N`` or ``begin`` -- by writing or deleting
+    ``written``."""
 
     session_id: str
     from_host: str | None
     to_host: str
     turn: int
+    moment: str
     written: tuple[str, ...]
     fence: str
     at: float

@@ -620,13 +620,15 @@ class RescueView(View):
 class HandoffView(View):
     """``from``: the machine that held the session, else the one that ran its last turn (null
     when no turn ran); ``to``: this machine, where its turns run from now on; ``turn``: the
-    head turn the workspace here was brought to (0: none); ``written``: the paths written or
-    deleted to get there; ``fence``: the fencing token of the hold."""
+    head turn the workspace here was brought to (0: none), at its checkpoint ``moment``
+    (``end``; ``before tool N`` or ``begin`` when its machine died during it); ``written``: the
+    paths written or deleted to get there; ``fence``: the fencing token of the hold."""
 
     session: str
     from_host: str | None = field(metadata={"json": "from"})
     to: str
     turn: int
+    moment: str
     written: tuple[str, ...]
     fence: str
     at: float
@@ -638,6 +640,7 @@ class HandoffView(View):
             handoff.from_host,
             handoff.to_host,
             handoff.turn,
+            handoff.moment,
             handoff.written,
             handoff.fence,
             handoff.at,

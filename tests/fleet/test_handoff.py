@@ -9,13 +9,21 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 import turnback
 
-from .test_checkpoint_remote import Machines, bare, store_url, wait_pushed, write_turn
+from .test_checkpoint_remote import (
+    CHUNK,
+    Machines,
+    bare,
+    store_url,
+    wait_pushed,
+    write_turn,
+)
 
 __all__ = ["store_url"]  # the fixture, for pytest
 
@@ -111,6 +119,30 @@ def test_a_running_turn_refuses_a_handoff(machines: Machines) -> None:
         running.complete()
 
 
+def test_a_dead_machines_turn_is_recovered_and_its_last_checkpoint_taken_over(
+    machines: Machines,
+) -> None:
+    with machines.on("a", lease_seconds=0.5) as tb:
+        session = tb.create_session(machines.workspace)
+        write_turn(tb, session, {"a.txt": "one\n"})
+        running = session.turn("a dies in this one")
+        (machines.workspace / "a.txt").write_text("half done\n")
+        running.record(CHUNK)
+        wait_pushed(tb)
+        tb.lease.close()  # its heartbeat stops, as a dead machine's does
+        time.sleep(1.0)
+    with machines.on("b") as tb:
+        session = tb.session(session.id)
+        done = session.handoff("b")
+        assert (done.turn, done.moment) == (2, "begin"), "its end was never captured"
+        assert (machines.workspace / "a.txt").read_text() == "one\n"
+        assert session.get_turn(2).status == "interrupted"
+        activity = [a for a in session.activities() if a.code == "session.handoff"][-1]
+        assert "at turn 2" in activity.message and "that turn's begin" in activity.message
+    with machines.on("a") as tb, pytest.raises(turnback.SessionElsewhere):
+        tb.session(session.id).reopen(2)
+
+
 def test_a_handoff_runs_on_the_machine_it_names(machines: Machines) -> None:
     session_id = two_turns_on_a(machines)
     with (
@@ -151,11 +183,12 @@ def test_the_command_line_hands_off_and_says_what_differs(machines: Machines) ->
     done = cli(machines, "b", "handoff", session_id[:8], "--to", "b", "--json")
     assert done.returncode == 0, done.stderr
     shape = json.loads(done.stdout)
-    assert (shape["session"], shape["from"], shape["to"], shape["turn"]) == (
+    assert (shape["session"], shape["from"], shape["to"], shape["turn"], shape["moment"]) == (
         session_id,
         "a",
         "b",
         2,
+        "end",
     )
     human = cli(machines, "b", "handoff", session_id[:8], "--to", "b")
     assert human.returncode == 0 and "handed off from host b to host b at turn 2" in human.stdout

@@ -4,8 +4,9 @@ A handoff runs on the machine that takes the session over, in this order:
 
 1. the session must be idle: a running turn whose owner lives refuses the handoff
    (TurnInProgress); one whose owner died is recovered first, as a new turn would;
-2. the head turn's end checkpoint is made readable here (fetched from the checkpoint remote when
-   another machine took it), and this machine's workspace is captured;
+2. the head turn's end checkpoint (or, when its machine died during it, the last it took) is
+   made readable here (fetched from the checkpoint remote when another machine took it), and
+   this machine's workspace is captured;
 3. divergence: the workspace must be a state the session has been in -- a checkpoint of one of
    its turns (this machine ran those turns, or synced it so), or empty (a fresh machine).
    Anything else holds changes that are not the session's, which the handoff would overwrite:
@@ -63,13 +64,15 @@ def handoff(
     head = chain[-1] if chain else None
     workspace = _workspace(store, session_id)
     written: tuple[str, ...] = ()
+    moment = ""
     if head is not None:
         if checkpoints is None:
             raise CheckpointUnavailable(
                 "workspace checkpoints are turned off, so this machine's workspace cannot be "
                 "brought to the session's head"
             )
-        written = _bring_files(checkpoints, workspace, session_id, head, turns)
+        target, moment = _target(store, session_id, head)
+        written = _bring_files(checkpoints, workspace, session_id, head, turns, target)
     now = time.time()
     new_fence = uuid.uuid4().hex
     from_host = holder or (head.host if head else None)
@@ -102,11 +105,37 @@ def handoff(
             "session.handoff",
             f"the session was handed off from host {from_host or '(none)'} to host {here} at "
             f"turn {number}; {len(written)} file(s) of its workspace there were brought to that "
-            "turn",
-            {"from": from_host, "to": here, "turn": number, "written": list(written)},
+            f"turn's {moment or 'start'}",
+            {
+                "from": from_host,
+                "to": here,
+                "turn": number,
+                "moment": moment,
+                "written": list(written),
+            },
             now,
         )
-    return Handoff(session_id, from_host, here, head.number if head else 0, written, new_fence, now)
+    return Handoff(session_id, from_host, here, number, moment, written, new_fence, now)
+
+
+def _target(store: Store, session_id: str, head: Turn) -> tuple[str, str]:
+    """The checkpoint the workspace is brought to, and which of the head's it is: its end;
+    when that was never taken (its machine died during it: recovery elsewhere captures no end
+    from another machine's workspace), the last taken before one of its tools, else its
+    begin."""
+    if head.end_checkpoint:
+        return head.end_checkpoint, "end"
+    with store.read() as tx:
+        tools = [t for t in tx.tool_checkpoints(head.token) if t.commit]
+    if tools:
+        return tools[-1].commit or "", f"before tool {tools[-1].number}"
+    if head.begin_checkpoint:
+        return head.begin_checkpoint, "begin"
+    raise CheckpointUnavailable(
+        f"turn {head.number}, the head of session {session_id[:12]}, has no workspace "
+        "checkpoint (its captures failed, which the session's activities say), so the "
+        "workspace cannot be brought to it"
+    )
 
 
 def _idle(
@@ -151,15 +180,10 @@ def _bring_files(
     session_id: str,
     head: Turn,
     turns: list[Turn],
+    target: str,
 ) -> tuple[str, ...]:
-    """Bring this machine's workspace to ``head``'s end checkpoint, refusing a divergence;
-    the paths written or deleted."""
-    if not head.end_checkpoint:
-        raise CheckpointUnavailable(
-            f"turn {head.number}, the head of session {session_id[:12]}, has no workspace "
-            "checkpoint at its end (its capture failed, which the session's activities say), so "
-            "the workspace cannot be brought to it"
-        )
+    """Bring this machine's workspace to checkpoint ``target`` of ``head``, refusing a
+    divergence; the paths written or deleted."""
     path = Path(workspace)
     checkpoints.bring(workspace, turns, "a handoff")
     snapshots = checkpoints.snapshots
@@ -173,13 +197,14 @@ def _bring_files(
         )
     try:
         known = [c for t in turns for c in (t.begin_checkpoint, t.end_checkpoint) if c]
+        known.append(target)
         trees = {tree for tree in snapshots.trees(path, known) if tree}
         trees.add(snapshots.empty_tree(path))
         if captured.tree not in trees:
-            _refuse(snapshots.changes(path, head.end_checkpoint, captured.commit), head, path)
+            _refuse(snapshots.changes(path, target, captured.commit), head, path)
         return tuple(
-            snapshots.restore(path, head.end_checkpoint, current=captured.commit)
-            if captured.tree != snapshots.trees(path, [head.end_checkpoint])[0]
+            snapshots.restore(path, target, current=captured.commit)
+            if captured.tree != snapshots.trees(path, [target])[0]
             else ()
         )
     finally:
