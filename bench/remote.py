@@ -6,7 +6,8 @@
 
 A workspace of N files is captured and pushed once to a bare remote (a path), with R more
 checkpoint refs (the fleet's history: each push hears of every ref the remote holds, which the
-pack bytes do not count and the time does). Then, per edit,
+pack bytes do not count and the time does; every baseline's remote holds them too). Then, per
+edit,
 one line is appended to one file, the workspace is captured (``Snapshots.capture``, not timed)
 and its checkpoints are pushed the way a capture's background push does (``Snapshots.push``:
 every checkpoint ref the remote lacks). Two baselines, in the same run, each to a bare remote of
@@ -19,8 +20,7 @@ the pack the push wrote.
 (bytes)  pack bytes a small edit's push sends; goal: <= 1.5x the git commit's (the edit's blob,
          the trees above it and a commit travel, and one more commit: no bundle, no re-send).
 (time)   seconds a small edit's push takes; goal: <= 2x the git commit's push (turnback's push
-         names every checkpoint ref, hears of R more from the remote, and writes its carrier
-         commit first).
+         names every checkpoint ref and writes its carrier commit first).
 """
 
 from __future__ import annotations
@@ -61,11 +61,11 @@ def pack_bytes(remote: Path) -> int:
     return sum(p.stat().st_size for p in (remote / "objects" / "pack").glob("*.pack"))
 
 
-def plain_push(shadow: Path, remote: Path, commit: str) -> None:
+def plain_push(shadow: Path, remote: Path, what: str, to: str = "refs/heads/main") -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env["GIT_DIR"] = str(shadow)
     subprocess.run(
-        ["git", "push", "--quiet", str(remote), f"+{commit}:refs/heads/main"],
+        ["git", "push", "--quiet", str(remote), f"+{what}:{to}"],
         env=env,
         check=True,
         capture_output=True,
@@ -121,6 +121,8 @@ def run(root: Path, files: int, edits: int, refs: int) -> dict[str, object]:
     )
     assert snapshots.push(workspace) is None
     plain_push(shadow, remotes["same"], first.commit)
+    for side in ("same", "git"):  # the same history on every remote: each push hears of it
+        plain_push(shadow, remotes[side], "refs/turnback/old/*", "refs/turnback/old/*")
     repository = git_repo(workspace, root / "plain-git")
     commit(repository)
     push(repository, remotes["git"])
