@@ -49,7 +49,7 @@ from pathlib import Path
 
 from turnback.errors import CheckpointUnavailable, InvalidOption, TurnbackError
 from turnback.workspace import creation
-from turnback.workspace.shadow import NAMESPACE, OID, PARTIAL, ShadowRepo, write_file
+from turnback.workspace.shadow import NAMESPACE, OID, PARTIAL, ShadowRepo
 
 #: The mark of a shadow whose checkpoints the remote may lack; it holds the last push's error.
 UNPUSHED = "turnback-unpushed"
@@ -143,21 +143,15 @@ class CheckpointRemote:
             code, stderr = self._run(shadow, [*push, *specs], deadline)
         except TurnbackError as problem:
             code, stderr = -1, str(problem)
-        with shadow.locked(deadline):  # a capture marks under the lock too
-            if code == 0:
-                if head is not None:
-                    write_file(shadow.dir / PUSHED, head.encode() + b"\n")
-                # a capture that marked the shadow since the push began keeps its mark (the
-                # error it carried is gone: this push went through)
-                if self.unpushed(shadow) == before:
-                    with contextlib.suppress(FileNotFoundError):
-                        mark.unlink()
-                else:
-                    write_file(mark, f"\n{uuid.uuid4().hex}".encode())
-                return None
-            error = f"`git push` to {self.url} failed" + (f": {stderr}" if stderr else "")
-            with contextlib.suppress(OSError):
-                write_file(mark, f"{error}\n{uuid.uuid4().hex}".encode("utf-8", "replace"))
+        if code == 0:
+            if head is not None:
+                _put(shadow.dir / PUSHED, head.encode() + b"\n")
+            _unmark(mark, before)
+            return None
+        stderr = " ".join(stderr.split())  # one line: the mark's first line is its error
+        error = f"`git push` to {self.url} failed" + (f": {stderr}" if stderr else "")
+        with contextlib.suppress(OSError):
+            _put(mark, f"{error}\n{uuid.uuid4().hex}".encode("utf-8", "replace"))
         return error
 
     def _carrier(self, shadow: ShadowRepo, deadline: float) -> tuple[str, str] | None:
@@ -198,7 +192,7 @@ class CheckpointRemote:
             specs = [f"+{NAMESPACE}{p}/*:{NAMESPACE}{p}/*" for p in prefixes]
             # the shadow may fetch a file it lacks from now on: marked before git records the
             # remote as the one it lazily fetches from (a crash between leaves a harmless mark)
-            write_file(shadow.dir / PARTIAL, self.url.encode() + b"\n")
+            _put(shadow.dir / PARTIAL, self.url.encode() + b"\n")
             try:
                 # git fetches lazily from a named remote only (a path cannot name one)
                 shadow.run("config", f"remote.{REMOTE}.url", self.url, deadline=deadline)
@@ -222,7 +216,7 @@ class CheckpointRemote:
                 .strip()
             )
             if OID.fullmatch(newest):
-                write_file(shadow.dir / PUSHED, newest.encode() + b"\n")
+                _put(shadow.dir / PUSHED, newest.encode() + b"\n")
         if code != 0:
             raise CheckpointUnavailable(
                 f"the workspace checkpoints could not be fetched from the checkpoint remote "
@@ -235,10 +229,9 @@ class CheckpointRemote:
     def mark(self, shadow: ShadowRepo) -> None:
         """Mark ``shadow`` as holding checkpoints the remote may lack (before its push). Each
         mark is new (a push that began before it leaves it in place) and keeps the last push's
-        error."""
-        with shadow.locked(time.monotonic() + TRANSFER_TIMEOUT):
-            error = (self.unpushed(shadow) or "").split("\n")[0]
-            write_file(shadow.dir / UNPUSHED, f"{error}\n{uuid.uuid4().hex}".encode())
+        error. It takes no lock: a capture's background repack may hold the shadow's."""
+        error = (self.unpushed(shadow) or "").split("\n")[0]
+        _put(shadow.dir / UNPUSHED, f"{error}\n{uuid.uuid4().hex}".encode())
 
     def unpushed(self, shadow: ShadowRepo) -> str | None:
         """What ``shadow``'s mark of unpushed checkpoints holds (its first line: the last
@@ -314,3 +307,34 @@ class CheckpointRemote:
             self._closed = True
             self._pending.clear()
             self._condition.notify_all()
+
+
+def _put(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` whole, from any number of threads and processes at once
+    (each writes a temporary file of its own)."""
+    temporary = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        temporary.write_bytes(data)
+        os.replace(temporary, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
+
+
+def _unmark(mark: Path, pushed: str | None) -> None:
+    """Remove the mark a push that succeeded saw as ``pushed`` when it began, without a lock: a
+    capture that marked the shadow since then keeps its own mark (and the error the mark
+    carried is gone: this push went through)."""
+    claimed = mark.with_name(f"{mark.name}.{uuid.uuid4().hex}.claimed")
+    try:
+        os.rename(mark, claimed)  # atomic: whatever a capture writes after this is a new mark
+    except FileNotFoundError:
+        return
+    try:
+        text = claimed.read_text(encoding="utf-8", errors="replace")
+        if text != pushed:  # a capture marked it meanwhile: put its mark back, error cleared
+            _put(claimed, f"\n{text.partition(chr(10))[2]}".encode())
+            with contextlib.suppress(FileExistsError):
+                os.link(claimed, mark)  # unless a newer mark is there already
+    finally:
+        claimed.unlink()
