@@ -339,3 +339,27 @@ def test_where_the_remote_allows_a_filter_only_the_files_read_are_fetched(
         session.revert(1)  # reads every file of turn 1's end: fetched as it reads them
         assert (machines.workspace / "file-7.txt").read_text() == "file 7\n"
         assert (machines.workspace / "file-1.txt").read_text() == "file 1\n"
+
+
+def test_the_review_page_on_another_machine_shows_the_patch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from turnback.ui.app import build_app
+
+    remote = bare(tmp_path / "checkpoints.git")
+    (tmp_path / "shared").mkdir()
+    machines = Machines(tmp_path, sqlite_url(tmp_path / "shared"), str(remote), monkeypatch)
+    with machines.on("a") as tb:
+        session = tb.create_session(machines.workspace)
+        write_turn(tb, session, {"page.txt": "seen from b\n"})
+        wait_pushed(tb)
+    with machines.on("b") as tb:
+        app = build_app(tb, "token", read_only=True, hosts=["testserver"])
+        with TestClient(app, follow_redirects=False) as client:
+            key = client.post("/api/login", json={"token": "token"}).json()["key"]
+            client.headers["authorization"] = f"Bearer {key}"
+            diff = client.get(f"/api/sessions/{session.id}/turns/1/diff").json()
+    assert "+seen from b" in diff["patch"]
