@@ -137,20 +137,37 @@ class WorkspaceCheckpoints:
         """Push now the checkpoints the remote lacks of each workspace marked as holding
         some (a push that failed, or one a process did not live to run); the
         ``(workspace, error)`` of each push that failed again."""
-        if self.remote is None:
-            return []
         failed = []
-        for workspace in workspaces:
-            path = Path(workspace)
+        for workspace in self._unpushed(workspaces):
             try:
-                if not path.is_dir() or self.snapshots.unpushed(path) is None:
-                    continue
-                error = self.snapshots.push(path)
+                error = self.snapshots.push(Path(workspace))
             except (TurnbackError, OSError) as problem:
                 error = str(problem)
             if error is not None:
                 failed.append((workspace, error))
         return failed
+
+    def push_later(self, sessions: Sequence[tuple[str, str]]) -> None:
+        """:meth:`push` from the background thread, for each ``(session, workspace)``."""
+        unpushed = set(self._unpushed(sorted({w for _s, w in sessions})))
+        for session, workspace in sessions:
+            if workspace in unpushed:
+                with contextlib.suppress(TurnbackError, OSError):
+                    self.snapshots.push_later(Path(workspace), session)
+
+    def _unpushed(self, workspaces: Sequence[str]) -> list[str]:
+        """Those of ``workspaces`` whose checkpoints the remote may lack."""
+        if self.remote is None:
+            return []
+        found = []
+        for workspace in workspaces:
+            with contextlib.suppress(TurnbackError, OSError):
+                if (
+                    Path(workspace).is_dir()
+                    and self.snapshots.unpushed(Path(workspace)) is not None
+                ):
+                    found.append(workspace)
+        return found
 
     def close(self) -> None:
         """Let the background pushes asked for run (for a few seconds at most)."""

@@ -205,8 +205,9 @@ class Turnback:
         reverts = revert.recover_reverts(self.store, self.checkpoints)
         report = recovery.recover(self.store, checkpoints=self.checkpoints)
         if self.checkpoints is not None and self.checkpoints.remote is not None:
-            # checkpoints a failed push, or a process that died first, left unpushed
-            self.checkpoints.push(sorted({s.workspace for s in self.sessions()}))
+            # checkpoints a failed push, or a process that died first, left unpushed: pushed
+            # from the background (a remote that is down must not hold up a recovery)
+            self.checkpoints.push_later([(s.id, s.workspace) for s in self.sessions()])
         return dataclasses.replace(report, reverts=tuple(reverts))
 
     def unrecovered(self) -> list[UnrecoveredTurn]:

@@ -108,6 +108,7 @@ class CheckpointRemote:
         self._thread: threading.Thread | None = None
         self._busy = 0
         self._closed = False
+        self._pushing: dict[Path, threading.Lock] = {}
 
     # -- running git against the remote ---------------------------------------------------
 
@@ -129,6 +130,13 @@ class CheckpointRemote:
         The mark of unpushed checkpoints goes only once the push succeeded."""
         if not shadow.created:
             return None
+        with self._condition:
+            serial = self._pushing.setdefault(shadow.dir, threading.Lock())
+        # one push of a shadow at a time in this process: two would race for the remote's refs
+        with serial:
+            return self._push(shadow, deadline)
+
+    def _push(self, shadow: ShadowRepo, deadline: float | None) -> str | None:
         mark = shadow.dir / UNPUSHED
         deadline = deadline or time.monotonic() + TRANSFER_TIMEOUT
         before = self.unpushed(shadow)

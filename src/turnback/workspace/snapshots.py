@@ -146,6 +146,12 @@ class Snapshots:
             return None
         return self.remote.push_now(self._shadow(workspace))
 
+    def push_later(self, workspace: Path, session: str) -> None:
+        """Push the workspace's checkpoints the remote lacks from the background thread, as a
+        capture does (``session``: whose activities hear of a failure)."""
+        if self.remote is not None:
+            self.remote.push_later(self._shadow(workspace), session)
+
     def unpushed(self, workspace: Path) -> str | None:
         """Why the workspace holds checkpoints the remote may lack (the last push's error, or
         ``""`` when its push has not run yet); ``None`` when it holds none or no remote is set."""
