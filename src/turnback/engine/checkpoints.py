@@ -169,10 +169,10 @@ class WorkspaceCheckpoints:
                     found.append(workspace)
         return found
 
-    def close(self) -> None:
-        """Let the background pushes asked for run (for a few seconds at most)."""
+    def close(self, wait: float = 10.0) -> None:
+        """Let the background pushes asked for run (``wait`` seconds at most)."""
         if self._snapshots is not None:
-            self._snapshots.close()
+            self._snapshots.close(wait)
 
     def for_turn(
         self,

@@ -160,6 +160,9 @@ class Turnback:
             if checkpoints
             else None
         )
+        #: how long ``close`` lets the checkpoint pushes asked for run; one that has not run
+        #: by then is pushed by the next capture, recover or doctor (nothing is lost)
+        self.push_wait = 10.0
         self._closed = False
         self._closing: list[Callable[[], None]] = []
         atexit.register(self._close_at_exit)
@@ -260,7 +263,7 @@ class Turnback:
                 callback()
             self.lease.close()
             if self.checkpoints is not None:
-                self.checkpoints.close()
+                self.checkpoints.close(self.push_wait)
             self.pushes.close()
         finally:
             try:
