@@ -91,13 +91,12 @@ def since_head(
     (checkpoints off, no head, or no capture possible, as on a read-only home)."""
     if checkpoints is None or head is None or not head.end_checkpoint:
         return None
-    if head.host and head.host != host_identity()[0] and checkpoints.remote is None:
-        return None  # its checkpoint is on that host, and so is the workspace it saw
+    if head.host and head.host != host_identity()[0]:
+        return None  # the workspace it saw is on that host: this one's would be compared
     with _now(checkpoints, workspace, head.session_id) as (commit, _notes):
         if commit is None:
             return None
         try:
-            checkpoints.bring(workspace, [head], "what changed since it")
             return checkpoints.snapshots.changes(Path(workspace), head.end_checkpoint, commit)
         except TurnbackError:
             return None
