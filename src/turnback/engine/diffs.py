@@ -92,7 +92,7 @@ def since_head(
     if checkpoints is None or head is None or not head.end_checkpoint:
         return None
     if head.host and head.host != host_identity()[0]:
-        return None  # the workspace it saw is on that host: this one's would be compared
+        return None  # the workspace that head saw is that host's, not this one's
     with _now(checkpoints, workspace, head.session_id) as (commit, _notes):
         if commit is None:
             return None
