@@ -3,7 +3,9 @@ checkpoints do, with real git against a real bare repository."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,35 @@ def test_a_fetch_from_a_remote_that_is_not_there_says_so(tmp_path: Path, workspa
 def test_a_remote_git_could_not_take_is_refused(url: str) -> None:
     with pytest.raises(InvalidOption, match="must be a URL git accepts"):
         CheckpointRemote(url)
+
+
+def test_a_process_gone_before_its_push_leaves_the_mark_and_loses_nothing(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """The process exits while its push hangs (a remote that never answers): the next one
+    that looks finds the mark, and its push sends the checkpoint."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        url = f"git://127.0.0.1:{silent.getsockname()[1]}/checkpoints.git"
+        script = (
+            "import os, sys\n"
+            "from pathlib import Path\n"
+            "from turnback.workspace import Snapshots\n"
+            f"s = Snapshots(Path({str(tmp_path / 'home')!r}), remote={url!r})\n"
+            f"s.capture(Path({str(workspace)!r}), 's1/t1/end')\n"
+            "os._exit(0)\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+    remote = bare(tmp_path / "remote.git")
+    snapshots = Snapshots(tmp_path / "home", remote=str(remote))
+    assert snapshots.unpushed(workspace) is not None
+    assert snapshots.push(workspace) is None
+    refs = subprocess.run(
+        ["git", "-C", str(remote), "for-each-ref", "--format=%(refname)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert "refs/turnback/s1/t1/end" in refs

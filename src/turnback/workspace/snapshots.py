@@ -132,8 +132,13 @@ class Snapshots:
         :class:`GitFailed` (the time budget ran out, or git failed) or :class:`GitUnavailable`.
         """
         shadow = self._shadow(workspace)
+        shared = self.remote is not None and share
+        if shared and shadow.created and self.remote is not None:
+            # marked before the ref is written: a process killed in between leaves the mark,
+            # and recover or doctor pushes (a capture that fails leaves a harmless one)
+            self.remote.mark(shadow)
         checkpoint = self._capture.capture(shadow, ref)
-        if self.remote is not None and share:
+        if shared and self.remote is not None:
             self.remote.push_later(shadow, ref.split("/", 1)[0])
         return checkpoint
 
