@@ -97,6 +97,7 @@ bench: $(STAMP) $(TS_STAMP) $(BROWSER_STAMP) $(LANGGRAPH_STAMP)
 	$(BIN)/python bench/log.py
 	$(BIN)/python bench/ui.py
 	$(BIN)/python bench/hooks.py
+	$(BIN)/python bench/remote.py
 
 # the power-loss tests long: every fault point in every mode, and TURNBACK_POWER_CUTS (200)
 # power cuts at random moments; and TURNBACK_TORTURE_KILLS (200) terminated PostgreSQL backends

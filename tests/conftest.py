@@ -31,6 +31,7 @@ def _no_real_home(
     monkeypatch.setenv("TURNBACK_HOME", str(tmp_path_factory.mktemp("default-home")))
     monkeypatch.delenv("TURNBACK_DATABASE_URL", raising=False)
     monkeypatch.delenv("TURNBACK_FAULT", raising=False)
+    monkeypatch.delenv("TURNBACK_CHECKPOINT_REMOTE", raising=False)
 
 
 @pytest.fixture(scope="session")

@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # not at run time: ``turnback acp`` starts its agent before `
         RevertInProgress,
         RollbackUnavailable,
         SchemaTooNew,
+        SessionElsewhere,
         SessionNotFound,
         StoreCorrupt,
         StoreError,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # not at run time: ``turnback acp`` starts its agent before `
         TurnInProgress,
         TurnNotFound,
         TurnNotRunning,
+        WorkspaceDiverged,
         WorkspaceError,
     )
     from turnback.model import (
@@ -116,6 +118,7 @@ def open(
     progress: Callable[[str, int, int], None] | None = None,
     database_url: str | None = None,
     lease_seconds: float | None = None,
+    checkpoint_remote: str | None = None,
 ) -> Turnback:
     """Open turnback on ``home`` ($TURNBACK_HOME, else the platform data directory).
 
@@ -124,7 +127,10 @@ def open(
     reverts). ``progress(stage, done, total)`` hears about long captures and gc.
     ``database_url`` (else ``TURNBACK_DATABASE_URL``) names the store, such as a fleet's
     ``postgresql://user@host:port/database``; ``lease_seconds`` (else ``TURNBACK_LEASE_SECONDS``,
-    else 30) is how long this process's claim on its running turns outlives its last heartbeat."""
+    else 30) is how long this process's claim on its running turns outlives its last heartbeat.
+    ``checkpoint_remote`` (else ``TURNBACK_CHECKPOINT_REMOTE``) is a git remote (any URL git
+    accepts) that a fleet's machines share workspace checkpoints through: each capture is pushed
+    there in the background and fetched from it where a diff or revert needs it."""
     from turnback.engine.handle import Turnback
 
     return Turnback(
@@ -137,6 +143,7 @@ def open(
         progress=progress,
         database_url=database_url,
         lease_seconds=lease_seconds,
+        checkpoint_remote=checkpoint_remote,
     )
 
 
@@ -180,6 +187,7 @@ __all__ = [
     "RunningTurn",
     "SchemaTooNew",
     "Session",
+    "SessionElsewhere",
     "SessionNotFound",
     "SessionRecord",
     "StepCheckpoint",
@@ -199,6 +207,7 @@ __all__ = [
     "TurnbackError",
     "UnrecoveredTurn",
     "WorkspaceCheckpoint",
+    "WorkspaceDiverged",
     "WorkspaceError",
     "__version__",
     "open",

@@ -792,18 +792,18 @@ def _interrupted(handle: Session, before: Mapping[int, str], undo: bool, as_json
 
 
 def _conflicts_as_json(as_json: bool, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``call``, printing the paths of a RevertConflict (exit code 3) or of files a restore could
-    not write (exit code 1) as JSON under ``--json``."""
-    from turnback.errors import RestoreIncomplete, RevertConflict
+    """``call``, printing the paths of a RevertConflict or a WorkspaceDiverged (exit code 3) or
+    of files a restore could not write (exit code 1) as JSON under ``--json``."""
+    from turnback.errors import RestoreIncomplete, RevertConflict, WorkspaceDiverged
 
     try:
         return call(*args, **kwargs)
-    except (RevertConflict, RestoreIncomplete) as error:
+    except (RevertConflict, RestoreIncomplete, WorkspaceDiverged) as error:
         if not as_json:
             raise
         from turnback import views
 
-        shape = views.ConflictView if isinstance(error, RevertConflict) else views.IncompleteView
+        shape = views.IncompleteView if isinstance(error, RestoreIncomplete) else views.ConflictView
         _emit_json(shape(str(error), tuple(error.paths)))
         click.echo(_colour(f"error: {error}", fg="red"), err=True)
         sys.exit(error.exit_code)
@@ -1155,6 +1155,44 @@ def rescue(
         f"brought back {', '.join(map(_quote, done.written))} as they were {when} "
         f"(rescue {done.id}); `turnback rescue {handle.id[:12]} --undo` puts them back"
     )
+
+
+@cli.command()
+@click.argument("session")
+@click.option(
+    "--to",
+    "to_host",
+    required=True,
+    help="The machine that takes the session over: this one (its name, as TURNBACK_HOST or "
+    "the host name gives it).",
+)
+@json_option
+@pass_state
+def handoff(state: Context, session: str, to_host: str, as_json: bool) -> None:
+    """Move SESSION to this machine of a fleet, whose workspace is brought to the session's
+    head (from the checkpoint remote, TURNBACK_CHECKPOINT_REMOTE, when another machine took
+    the checkpoints); its turns then begin only here.
+
+    Run it on the machine named by --to. Refused while a turn of the session runs (exit code
+    3), and when this machine's workspace holds changes that are not the session's: they are
+    listed (exit code 3), nothing is written, and the session stays where it was."""
+    from turnback import views
+    from turnback.service import HandOff
+
+    handle = state.tb.session(session)
+    done = _conflicts_as_json(as_json, state.run, HandOff(handle.id, to_host))
+    if as_json:
+        _emit_json(views.HandoffView.of(done))
+        return
+    where = f"from host {done.from_host} " if done.from_host else ""
+    files = f"{len(done.written)} file(s) written" if done.written else "no file to write"
+    moment = f", {done.moment}" if done.moment not in ("", "end") else ""
+    click.echo(
+        f"session {handle.id[:12]} handed off {where}to host {done.to_host} at turn {done.turn} "
+        f"({files}{moment}); its turns run here now"
+    )
+    for path in done.written:
+        click.echo(f"  {_quote(path)}")
 
 
 @cli.command()

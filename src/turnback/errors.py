@@ -131,6 +131,17 @@ class OwnershipLost(TurnNotRunning):
         self.token = token
 
 
+class SessionElsewhere(TurnbackError):
+    """A turn was begun on a machine that does not hold its session: a handoff gave the
+    session to ``host``, where its turns run (and its workspace is)."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, host: str) -> None:
+        super().__init__(message)
+        self.host = host
+
+
 class NotSetAside(TurnbackError):
     """Apply or discard named a turn that is not set aside."""
 
@@ -190,6 +201,17 @@ class NothingToRevert(TurnbackError):
 
 class RevertConflict(WorkspaceError):
     """A revert would overwrite changes it must keep; nothing was written."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, paths: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.paths = paths
+
+
+class WorkspaceDiverged(WorkspaceError):
+    """A handoff found this machine's workspace holding changes that are not the session's
+    (``paths``); nothing was written and the session stayed where it was."""
 
     exit_code = 3
 

@@ -138,6 +138,8 @@ class SessionRecord:
     created_at: float
     updated_at: float
     agent_state: JSON = field(default_factory=dict)  # the runtime's memory of the agent
+    host: str | None = None  # the machine a handoff gave it to (None: never handed off)
+    host_fence: str | None = None  # the fencing token of that handoff
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +316,25 @@ class ToolCheckpoint:
     commit: str | None
     git_state: Any = None
     at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """A session given to another machine of a fleet: from ``from_host`` (the machine that
+    held it, else the one that ran its last turn; None when no turn has run) to ``to_host``,
+    under the fencing token ``fence``. The workspace there was brought to the head turn
+    (``turn``; 0: the session has none) -- to its checkpoint ``moment``: ``end``, or when its
+    machine died during it ``before tool N`` or ``begin`` -- by writing or deleting
+    ``written``."""
+
+    session_id: str
+    from_host: str | None
+    to_host: str
+    turn: int
+    moment: str
+    written: tuple[str, ...]
+    fence: str
+    at: float
 
 
 @dataclass(frozen=True, slots=True)

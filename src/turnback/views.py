@@ -26,6 +26,7 @@ from turnback.model import (
     ChangeKind,
     FileChange,
     GcReport,
+    Handoff,
     HealthCheck,
     Message,
     MessageKind,
@@ -497,7 +498,9 @@ class PlanView(View):
 
 @dataclass(frozen=True, slots=True)
 class ConflictView(View):
-    """A revert that would overwrite hand edits, and their paths (exit code 3)."""
+    """A revert that would overwrite hand edits, and their paths; or a handoff refused because
+    the workspace holds changes that are not the session's, and the paths that differ from its
+    head (exit code 3)."""
 
     error: str
     conflicts: tuple[str, ...]
@@ -610,6 +613,37 @@ class RescueView(View):
             rescue.undo_checkpoint,
             rescue.at,
             rescue.undone_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HandoffView(View):
+    """``from``: the machine that held the session, else the one that ran its last turn (null
+    when no turn ran); ``to``: this machine, where its turns run from now on; ``turn``: the
+    head turn the workspace here was brought to (0: none), at its checkpoint ``moment``
+    (``end``; ``before tool N`` or ``begin`` when its machine died during it); ``written``: the
+    paths written or deleted to get there; ``fence``: the fencing token of the hold."""
+
+    session: str
+    from_host: str | None = field(metadata={"json": "from"})
+    to: str
+    turn: int
+    moment: str
+    written: tuple[str, ...]
+    fence: str
+    at: float
+
+    @classmethod
+    def of(cls, handoff: Handoff) -> HandoffView:
+        return cls(
+            handoff.session_id,
+            handoff.from_host,
+            handoff.to_host,
+            handoff.turn,
+            handoff.moment,
+            handoff.written,
+            handoff.fence,
+            handoff.at,
         )
 
 

@@ -52,6 +52,7 @@ COMMANDS: list[tuple[str, object]] = [
     ("`doctor`", list[views.CheckView]),
     ("`rescue SESSION`", views.RescuePointsView),
     ("`rescue SESSION PATH…` (and `rescue --undo`)", views.RescueView),
+    ("`handoff`", views.HandoffView),
     ("`hooks install` (and `hooks uninstall`)", views.HooksView),
     ("`demo`", views.DemoView),
 ]

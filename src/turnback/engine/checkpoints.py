@@ -15,12 +15,13 @@ turn.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from turnback.engine.owners import listed
+from turnback.engine.owners import listed, require_here
 from turnback.errors import TurnbackError
 from turnback.model import (
     ActivityLevel,
@@ -38,6 +39,7 @@ from turnback.store import Store, Tx
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # at run time imported on first use: opening turnback and a session/new need
     from turnback.workspace import CaptureBackoff, Snapshots  # no capture (``turnback acp``)
+    from turnback.workspace.remote import PushResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +98,12 @@ class WorkspaceCheckpoints:
         progress: Callable[[str, int, int], None] | None = None,
         max_file_bytes: int = 50 * 2**20,
         time_budget: float = 60.0,
+        remote: str | None = None,
+        on_push: Callable[[PushResult], None] | None = None,
     ) -> None:
+        #: the checkpoint remote's URL, when checkpoints are shared through one
+        self.remote = remote
+        self._on_push = on_push
         self._problems: list[tuple[Path, str]] = []
         self._options = {"max_file_bytes": max_file_bytes, "time_budget": time_budget}
         self._home = home
@@ -119,8 +126,70 @@ class WorkspaceCheckpoints:
                 problems=lambda workspace, message: self._problems.append((workspace, message)),
                 max_file_bytes=int(self._options["max_file_bytes"]),
                 time_budget=float(self._options["time_budget"]),
+                remote=self.remote,
+                on_push=self._on_push,
             )
         return self._snapshots
+
+    def bring(self, workspace: str, turns: Sequence[Turn], what: str) -> None:
+        """Make these turns' checkpoints readable here. Without a checkpoint remote that means
+        they were taken on this host (CheckpointUnavailable names the hosts that hold them);
+        with one, whatever of them this host lacks is fetched from it, whichever host took them
+        (CheckpointUnavailable when the remote cannot give them)."""
+        if self.remote is None:
+            require_here(turns, what)
+            return
+        path = Path(workspace)
+        commits = {c for t in turns for c in (t.begin_checkpoint, t.end_checkpoint) if c}
+        if all(self.snapshots.exists(path, commit) for commit in sorted(commits)):
+            return
+        self.snapshots.fetch(path, sorted({t.session_id for t in turns}))
+
+    def push(self, workspaces: Sequence[str]) -> list[tuple[str, str]]:
+        """Push now the checkpoints the remote lacks of each workspace marked as holding
+        some (a push that failed, or one a process did not live to run); the
+        ``(workspace, error)`` of each push that failed again."""
+        failed = []
+        for workspace in self._unpushed(workspaces):
+            try:
+                error = self.snapshots.push(Path(workspace))
+            except (TurnbackError, OSError) as problem:
+                error = str(problem)
+            if error is not None:
+                failed.append((workspace, error))
+        return failed
+
+    def push_later(self, sessions: Sequence[tuple[str, str]]) -> None:
+        """:meth:`push` from the background thread, for each ``(session, workspace)``."""
+        unpushed = set(self._unpushed(sorted({w for _s, w in sessions})))
+        for session, workspace in sessions:
+            if workspace in unpushed:
+                with contextlib.suppress(TurnbackError, OSError):
+                    self.snapshots.push_later(Path(workspace), session)
+
+    def _unpushed(self, workspaces: Sequence[str]) -> list[str]:
+        """Those of ``workspaces`` whose checkpoints the remote may lack."""
+        if self.remote is None:
+            return []
+        found = []
+        for workspace in workspaces:
+            with contextlib.suppress(TurnbackError, OSError):
+                if (
+                    Path(workspace).is_dir()
+                    and self.snapshots.unpushed(Path(workspace)) is not None
+                ):
+                    found.append(workspace)
+        return found
+
+    def close(self, wait: float = 10.0) -> None:
+        """Stop the watchers :meth:`follow` started, and let the background pushes asked for
+        run (``wait`` seconds at most)."""
+        followed, self._followed = self._followed, {}
+        for watched in followed.values():
+            if watched is not None:
+                self.unwatch(watched)
+        if self._snapshots is not None:
+            self._snapshots.close(wait)
 
     def for_turn(
         self,
@@ -149,8 +218,11 @@ class WorkspaceCheckpoints:
         changes, more = self.changes(workspace, since, commit)
         return TurnCapture(moment, commit, changes, notes + more)
 
-    def capture(self, workspace: str, ref: str) -> tuple[WorkspaceCheckpoint | None, list[Note]]:
-        """Capture ``workspace``; never raises a turnback error (it becomes a note)."""
+    def capture(
+        self, workspace: str, ref: str, *, share: bool = True
+    ) -> tuple[WorkspaceCheckpoint | None, list[Note]]:
+        """Capture ``workspace``; never raises a turnback error (it becomes a note). Without
+        ``share`` a checkpoint remote does not get it (a capture gone within the call)."""
         from turnback.workspace import CaptureBackoff
 
         backoff = self._backoff.setdefault(workspace, CaptureBackoff())
@@ -170,7 +242,7 @@ class WorkspaceCheckpoints:
                 ],
             )
         try:
-            checkpoint = self.snapshots.capture(Path(workspace), ref)
+            checkpoint = self.snapshots.capture(Path(workspace), ref, share=share)
         except (TurnbackError, OSError) as error:
             delay = backoff.record_failure(now)
             return (
@@ -263,13 +335,6 @@ class WorkspaceCheckpoints:
                 self.unwatch(watched)
         self._followed[workspace] = self.watch(Path(workspace))
 
-    def close(self) -> None:
-        """Stop the watchers :meth:`follow` started."""
-        followed, self._followed = self._followed, {}
-        for watched in followed.values():
-            if watched is not None:
-                self.unwatch(watched)
-
     def changes(
         self, workspace: str, old: str | None, new: str | None
     ) -> tuple[list[FileChange], list[Note]]:
@@ -310,6 +375,48 @@ class WorkspaceCheckpoints:
             )
             for workspace, message in problems
         ]
+
+
+class PushReports:
+    """Records what the background pushes to a checkpoint remote met, as activities of the
+    sessions whose checkpoints they carried: ``checkpoint.push.failed`` when a workspace's push
+    fails (once, until one succeeds: the next capture, ``recover`` and ``doctor`` push again),
+    ``checkpoint.push.resumed`` when one succeeds after that. It writes on a connection of its
+    own (``connect`` opens it), from the pushing thread."""
+
+    def __init__(self, connect: Callable[[], Store]) -> None:
+        self.connect = connect
+        self._store: Store | None = None
+        self._lock = threading.Lock()
+
+    def record(self, result: PushResult) -> None:
+        if result.error is not None:
+            level, code = ActivityLevel.WARNING, "checkpoint.push.failed"
+            message = (
+                f"the workspace checkpoints of {result.workspace} could not be pushed to the "
+                f"checkpoint remote ({result.error}); they are kept here and pushed again by "
+                "the next capture, recover or doctor"
+            )
+        else:
+            level, code = ActivityLevel.INFO, "checkpoint.push.resumed"
+            message = (
+                f"the workspace checkpoints of {result.workspace} that could not be pushed "
+                "before have been pushed to the checkpoint remote"
+            )
+        data: dict[str, object] = {"workspace": str(result.workspace), "error": result.error}
+        with self._lock:
+            if self._store is None:
+                self._store = self.connect()
+            for session in result.sessions:
+                with contextlib.suppress(TurnbackError), self._store.atomic() as tx:
+                    if tx.get_session(session) is not None:
+                        tx.insert_activity(session, None, level, code, message, data, time.time())
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
 
 
 #: Refs and objects that no row names are garbage once older than this: younger ones may belong

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from turnback.engine.checkpoints import Note, WorkspaceCheckpoints
-from turnback.engine.owners import host_identity, require_here
+from turnback.engine.owners import host_identity
 from turnback.errors import ACTIVITIES, CheckpointUnavailable, TurnbackError
 from turnback.model import FileChange, RangeDiff, Turn, TurnDiff, TurnStatus
 from turnback.store import Store
@@ -36,7 +36,6 @@ def turn_diff(
     available = bool(turn.begin_checkpoint and turn.end_checkpoint)
     text = None
     if patch:
-        require_here([turn], "its patch")
         if not available or checkpoints is None:
             moment = "begin" if not turn.begin_checkpoint else "end"
             raise CheckpointUnavailable(
@@ -45,13 +44,16 @@ def turn_diff(
                 "is unavailable"
             ).settled_by(ACTIVITIES, session=turn.session_id)
         assert turn.begin_checkpoint and turn.end_checkpoint
+        checkpoints.bring(workspace, [turn], "its patch")
         text = checkpoints.snapshots.patch(
             Path(workspace), turn.begin_checkpoint, turn.end_checkpoint, paths
         )
     return TurnDiff(turn, tuple(files), outside, available, text)
 
 
-def checkpoint_after(checkpoints: WorkspaceCheckpoints | None, turn: Turn, number: int) -> str:
+def checkpoint_after(
+    checkpoints: WorkspaceCheckpoints | None, workspace: str, turn: Turn, number: int
+) -> str:
     """The workspace checkpoint at the end of turn ``number`` (0: ``turn``, the first turn's,
     at its beginning)."""
     commit = turn.begin_checkpoint if number == 0 else turn.end_checkpoint
@@ -62,7 +64,7 @@ def checkpoint_after(checkpoints: WorkspaceCheckpoints | None, turn: Turn, numbe
             "failed, was skipped or pruned, or checkpoints are off), so no range can start "
             "or end there"
         )
-    require_here([turn], "a diff from or to it")
+    checkpoints.bring(workspace, [turn], "a diff from or to it")
     return commit
 
 
@@ -90,7 +92,7 @@ def since_head(
     if checkpoints is None or head is None or not head.end_checkpoint:
         return None
     if head.host and head.host != host_identity()[0]:
-        return None  # its checkpoint is on that host, and so is the workspace it saw
+        return None  # the workspace that head saw is that host's, not this one's
     with _now(checkpoints, workspace, head.session_id) as (commit, _notes):
         if commit is None:
             return None
@@ -109,7 +111,7 @@ def _running(
 ) -> TurnDiff:
     """A running turn's diff so far: its begin checkpoint against the workspace now."""
     assert turn.begin_checkpoint
-    require_here([turn], "its diff while it runs")
+    checkpoints.bring(workspace, [turn], "its diff while it runs")
     with _now(checkpoints, workspace, turn.session_id) as (commit, notes):
         if commit is None:
             if patch:
@@ -132,7 +134,7 @@ def _now(
     """The workspace as it is now, captured under a ref of its own that is gone once the block
     ends: its commit (None when it cannot be captured) and what the capture noted."""
     ref = f"{session_id}/now-{uuid.uuid4().hex}"
-    captured, notes = checkpoints.capture(workspace, ref)
+    captured, notes = checkpoints.capture(workspace, ref, share=False)
     try:
         yield (captured.commit if captured is not None else None), notes
     finally:

@@ -59,6 +59,7 @@ def doctor(tb: Examined) -> list[HealthCheck]:
         *_guarded("recovery", lambda: _turns(tb)),
         *_guarded("stored rows", lambda: [_rows(tb)]),
         *_guarded("checkpoints", lambda: _shadows(tb, workspaces)),
+        *_guarded("checkpoint remote", lambda: _remote(tb, workspaces)),
     ]
 
 
@@ -298,3 +299,23 @@ def _shadows(tb: Examined, workspaces: list[str]) -> list[HealthCheck]:
         else:
             checks.append(HealthCheck(name, True, "shadow repository and refs healthy"))
     return checks
+
+
+def _remote(tb: Examined, workspaces: list[str]) -> list[HealthCheck]:
+    """Push what a failed push, or a process that died before its push, left unpushed."""
+    if tb.checkpoints is None or tb.checkpoints.remote is None:
+        return []
+    remote = tb.checkpoints.remote
+    failed = tb.checkpoints.push(workspaces)
+    if not failed:
+        return [HealthCheck("checkpoint remote", True, f"every checkpoint is pushed to {remote}")]
+    return [
+        HealthCheck(
+            "checkpoint remote",
+            False,
+            f"the checkpoints of {workspace} could not be pushed: {error}",
+            f"make {remote} reachable; the next capture, recover or doctor pushes them (they "
+            "are kept here until then)",
+        )
+        for workspace, error in failed
+    ]

@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Unpack
 
-from turnback.engine import diffs, owners, recovery, rescue, revert, sessions
-from turnback.engine.checkpoints import WorkspaceCheckpoints, collect_garbage
+from turnback.engine import diffs, handoff, owners, recovery, rescue, revert, sessions
+from turnback.engine.checkpoints import PushReports, WorkspaceCheckpoints, collect_garbage
 from turnback.engine.journal import Journal
-from turnback.engine.owners import Lease, is_alive, require_here
+from turnback.engine.owners import Lease, is_alive
 from turnback.engine.sessions import normalise_id
 from turnback.engine.turns import (
     RunningTurn,
@@ -45,6 +45,7 @@ from turnback.model import (
     Durability,
     FileChange,
     GcReport,
+    Handoff,
     HealthCheck,
     Message,
     RangeDiff,
@@ -119,9 +120,12 @@ class Turnback:
         progress: Callable[[str, int, int], None] | None = None,
         lease_seconds: float | None = None,
         owner_pid: int | None = None,
+        checkpoint_remote: str | None = None,
     ) -> None:
         """``owner_pid``: the process of this host that owns the turns this handle begins, when
-        not this one -- an agent whose hooks, each a short-lived process, write its turns."""
+        not this one -- an agent whose hooks, each a short-lived process, write its turns.
+        ``checkpoint_remote`` (else ``TURNBACK_CHECKPOINT_REMOTE``): a git remote that a fleet's
+        machines share their workspace checkpoints through (see ``turnback.workspace.remote``)."""
         try:
             mode = Durability(durability)
         except ValueError:
@@ -144,10 +148,27 @@ class Turnback:
             on_lost=self.journal.lose_all,
             process=owner_pid,
         )
+        remote = checkpoint_remote or os.environ.get("TURNBACK_CHECKPOINT_REMOTE") or None
+        if remote:  # the workspace is loaded on first use (see holds_checkpoints's import)
+            from turnback.workspace.remote import check_url
+
+            remote = check_url(remote)
+        #: what records the background pushes' failures (its own connection, as the lease's)
+        self.pushes = PushReports(lambda: open_store(url, busy_timeout=busy_timeout))
         #: workspace checkpoints of turns; None when turned off (``checkpoints=False``)
         self.checkpoints = (
-            WorkspaceCheckpoints(self.home, progress=progress) if checkpoints else None
+            WorkspaceCheckpoints(
+                self.home,
+                progress=progress,
+                remote=remote,
+                on_push=self.pushes.record,
+            )
+            if checkpoints
+            else None
         )
+        #: how long ``close`` lets the checkpoint pushes asked for run; one that has not run
+        #: by then is pushed by the next capture, recover or doctor (nothing is lost)
+        self.push_wait = 10.0
         self._closed = False
         self._closing: list[Callable[[], None]] = []
         atexit.register(self._close_at_exit)
@@ -192,6 +213,10 @@ class Turnback:
         every revert a dead process left half done (roll it back, or finish its undo)."""
         reverts = revert.recover_reverts(self.store, self.checkpoints, lease=self.lease)
         report = recovery.recover(self.store, checkpoints=self.checkpoints)
+        if self.checkpoints is not None and self.checkpoints.remote is not None:
+            # checkpoints a failed push, or a process that died first, left unpushed: pushed
+            # from the background (a remote that is down must not hold up a recovery)
+            self.checkpoints.push_later([(s.id, s.workspace) for s in self.sessions()])
         return dataclasses.replace(report, reverts=tuple(reverts))
 
     def unrecovered(self) -> list[UnrecoveredTurn]:
@@ -242,9 +267,10 @@ class Turnback:
         try:
             for callback in reversed(self._closing):
                 callback()
-            if self.checkpoints is not None:
-                self.checkpoints.close()
             self.lease.close()
+            if self.checkpoints is not None:
+                self.checkpoints.close(self.push_wait)
+            self.pushes.close()
         finally:
             try:
                 self.journal.close()
@@ -514,7 +540,7 @@ class Session:
             )
         checkpoints = self._tb.checkpoints
         old, new = (
-            diffs.checkpoint_after(checkpoints, self.get_turn(max(n, 1)), n)
+            diffs.checkpoint_after(checkpoints, self.record.workspace, self.get_turn(max(n, 1)), n)
             for n in (from_turn, to_turn)
         )
         assert checkpoints is not None
@@ -605,11 +631,21 @@ class Session:
             raise CheckpointUnavailable("workspace checkpoints are turned off for this handle")
         self._tb.journal.flush()
         turn = self.rescue_turn(ref)
-        require_here([turn], "a rescue")
+        checkpoints.bring(self.record.workspace, [turn], "a rescue")
         relative = rescue.relative_paths(self.record.workspace, paths)
         return rescue.rescue(
             self._tb.store, checkpoints, self.id, turn, before_tool, relative, force=force
         )
+
+    def handoff(self, to_host: str) -> Handoff:
+        """Give this session to this machine (``to_host`` must name it): the workspace here is
+        brought to the session's head -- from the checkpoint remote when another machine took
+        its checkpoints -- and the session moves here under a new fencing token, after which
+        its turns begin only here. Refused while a turn runs (TurnInProgress) and when the
+        workspace here holds changes that are not the session's (WorkspaceDiverged, naming
+        them, nothing written). See ``turnback.engine.handoff``."""
+        self._tb.journal.flush()
+        return handoff.handoff(self._tb.store, self._tb.checkpoints, self.id, to_host)
 
     def rescue_turn(self, ref: int | str | None = None) -> Turn:
         """The turn ``ref``, else the one a rescue is about when none is named: the running

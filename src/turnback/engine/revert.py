@@ -62,7 +62,7 @@ from typing import Protocol
 
 from turnback import faults
 from turnback.engine.checkpoints import WorkspaceCheckpoints
-from turnback.engine.owners import Lease, current_owner, host_identity, is_alive, require_here
+from turnback.engine.owners import Lease, current_owner, host_identity, is_alive
 from turnback.engine.turns import require_no_revert
 from turnback.errors import (
     RECOVER,
@@ -369,7 +369,12 @@ def _validate(
     target = chain[to_turn - 1].end_checkpoint if to_turn else later[0].begin_checkpoint
     if files:
         target_turn = chain[to_turn - 1] if to_turn else None
-        require_here([*later, *([target_turn] if target_turn else [])], "a revert of its files")
+        if checkpoints is not None:
+            checkpoints.bring(
+                session.workspace,
+                [*later, *([target_turn] if target_turn else [])],
+                "a revert of its files",
+            )
         _require_checkpoints(
             checkpoints, session.workspace, to_turn, later, target, request.keep_user_edits
         )
@@ -391,7 +396,7 @@ def plan(
         return RevertPlan()
     assert checkpoints is not None and target is not None
     ref = f"{session_id}/plan-{uuid.uuid4().hex}"
-    captured, notes = checkpoints.capture(session.workspace, ref)
+    captured, notes = checkpoints.capture(session.workspace, ref, share=False)
     if captured is None:
         reason = notes[-1].message if notes else "the capture failed"
         raise WorkspaceError(f"the workspace could not be captured to plan the revert ({reason})")

@@ -57,6 +57,7 @@ from turnback.errors import (
     OwnershipLost,
     ResumeUnavailable,
     RevertInProgress,
+    SessionElsewhere,
     SessionNotFound,
     StoreError,
     TurnbackError,
@@ -74,6 +75,7 @@ from turnback.model import (
     Revert,
     RevertState,
     RunEvent,
+    SessionRecord,
     StepCheckpoint,
     ToolCheckpoint,
     Turn,
@@ -296,6 +298,7 @@ def begin(
             require_no_revert(tx, session.workspace, "begin")
             head = tx.get_turn(session.head) if session.head else None
             owner = lease.claim(tx)
+            require_held_here(session, owner.host)
             turn = planned = Turn(
                 token=token,
                 session_id=session_id,
@@ -398,6 +401,18 @@ def unfinished(reverts: Iterable[Revert]) -> list[Revert]:
     return [r for r in reverts if r.state in UNFINISHED_REVERTS]
 
 
+def require_held_here(session: SessionRecord, host: str) -> None:
+    """Raise SessionElsewhere if a handoff gave the session to another machine than ``host``:
+    its turns begin (and continue) only there. Called in the transaction that begins the turn,
+    under the session's lock, so a handoff that commits first is always seen."""
+    if session.host is not None and session.host != host:
+        raise SessionElsewhere(
+            f"session {session.id[:12]} was handed off to host {session.host}, so its turns "
+            f"run there, not on this one ({host}); hand it off to this host first to run it here",
+            session.host,
+        )
+
+
 def require_no_revert(tx: Tx, workspace: str, then: str) -> None:
     """Raise RevertInProgress if a revert or undo of any session on ``workspace`` has not
     finished; ``then`` is what the caller does once it has (``"begin"``). A revert holds its
@@ -471,6 +486,7 @@ def reopen(store: Store, token: str, *, lease: Lease) -> tuple[Turn, int]:
             require_idle(tx, turn.session_id, "continuing an interrupted turn")
             require_no_revert(tx, session.workspace, "continue the turn")
             owner = lease.claim(tx)
+            require_held_here(session, owner.host)
             changed = tx.reopen_turn(token, owner.id, fence)
             assert changed, "checked interrupted in this same transaction"
             planned = dataclasses.replace(turn, status=TurnStatus.RUNNING, fence=fence)

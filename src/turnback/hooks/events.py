@@ -371,6 +371,7 @@ def handle(
     place = Path(home).expanduser() if home is not None else default_home()
     pid = owner_pid if owner_pid is not None else agent_process(agent)
     with Turnback(place, owner_pid=pid) as tb:
+        tb.push_wait = 0.0  # the agent waits for this process: the next capture pushes
         apply(tb, agent, event, payload)
 
 

@@ -16,6 +16,7 @@ from turnback.model import (
     Activity,
     ActivityLevel,
     GcReport,
+    Handoff,
     Message,
     RecoveryReport,
     Rescue,
@@ -231,6 +232,17 @@ class UndoRevert(Command[Revert]):
 
     def apply(self, tb: Turnback) -> Revert:
         return tb.session(self.session).undo_revert()
+
+
+@dataclass(frozen=True, slots=True)
+class HandOff(Command[Handoff]):
+    """Give ``session`` to this machine, named ``to_host`` (``Session.handoff``)."""
+
+    session: str
+    to_host: str
+
+    def apply(self, tb: Turnback) -> Handoff:
+        return tb.session(self.session).handoff(self.to_host)
 
 
 @dataclass(frozen=True, slots=True)

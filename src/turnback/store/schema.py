@@ -298,6 +298,14 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX rescues_session ON rescues(session_id, id);
     """,
+    # 10: the machine that holds a session after a handoff, and the fencing token of that hold:
+    # a handoff moves it in one conditional update (no two handoffs both win), and a turn
+    # begins only on the machine that holds its session. ``NULL``: never handed off, any
+    # machine may run it.
+    """
+    ALTER TABLE sessions ADD COLUMN host TEXT;
+    ALTER TABLE sessions ADD COLUMN host_fence TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

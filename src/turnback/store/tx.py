@@ -98,6 +98,12 @@ class SessionsTx(Protocol):
 
     def set_head(self, session_id: str, head: str | None, now: float) -> None: ...
     def set_agent_state(self, session_id: str, state: dict[str, object], now: float) -> None: ...
+    def hand_off(
+        self, session_id: str, host: str, fence: str, expected: str | None, now: float
+    ) -> bool:
+        """Give the session to ``host`` under ``fence`` if its fencing token is still
+        ``expected``; whether it did."""
+        ...
 
 
 class RequestsTx(Protocol):

@@ -59,6 +59,10 @@ NO_INDEX = "turnback-no-index"
 INDEX_TREE = "turnback-index-tree"
 INDEX_NEXT = "turnback-index-next"
 
+#: The mark of a shadow that holds checkpoints fetched without their files (a partial clone
+#: of the checkpoint remote, :mod:`turnback.workspace.remote`).
+PARTIAL = "turnback-partial"
+
 GITLINK = "160000"
 TREE = "040000"
 SYMLINK = "120000"
@@ -178,7 +182,7 @@ class ShadowRepo:
     ) -> None:
         self.git = git
         self.fsync = fsync
-        self.config = ("core.fsync=loose-object,pack,reference",) if fsync else ()
+        self._fsync = ("core.fsync=loose-object,pack,reference",) if fsync else ()
         self.workspace = workspace
         self.home = home
         key = hashlib.sha256(os.fsencode(str(workspace))).hexdigest()[:32]
@@ -192,6 +196,16 @@ class ShadowRepo:
         self.captured: dict[str, frozenset[str]] = {}
 
     # -- running git ----------------------------------------------------------------------
+
+    @property
+    def config(self) -> tuple[str, ...]:
+        """Settings every git command in the shadow gets besides the runner's overrides. A
+        shadow that fetched checkpoints without their files (:data:`PARTIAL`) lets git fetch
+        a file it lacks from the checkpoint remote when a command reads it; any other may
+        use no transport at all."""
+        if (self.dir / PARTIAL).exists():
+            return (*self._fsync, "protocol.allow=always")
+        return self._fsync
 
     def env(self, index: Path | None = None) -> dict[str, str]:
         env = {"GIT_DIR": str(self.dir), "GIT_WORK_TREE": str(self.workspace)}

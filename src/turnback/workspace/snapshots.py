@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
+from turnback.errors import CheckpointUnavailable
 from turnback.model import FileChange, RevertPlan, WorkspaceCheckpoint
 from turnback.workspace import compare, restore
 from turnback.workspace.capture import Capture
@@ -25,8 +26,9 @@ from turnback.workspace.git import Git
 from turnback.workspace.housekeeping import OBJECT_GRACE, Housekeeping
 from turnback.workspace.plan import FileReader
 from turnback.workspace.plans import revert_plan
+from turnback.workspace.remote import CheckpointRemote, PushResult
 from turnback.workspace.scan import Scan
-from turnback.workspace.shadow import ShadowRepo, ensure_workspace
+from turnback.workspace.shadow import ShadowRepo, ensure_workspace, operation_deadline
 from turnback.workspace.watched import Watching
 from turnback.workspace.watcher import LIMIT
 
@@ -68,6 +70,11 @@ class Snapshots:
 
     One object may serve several threads: operations on one workspace that write its shadow
     repository wait for each other, as they do across processes.
+
+    With ``remote`` (a URL git accepts), every capture's ref is pushed there in the background
+    and :meth:`fetch` brings a session's checkpoints from it (:mod:`turnback.workspace.remote`);
+    ``on_push`` hears each background push that failed, or succeeded after failing. Call
+    :meth:`close` when done, which lets the pushes asked for run.
     """
 
     def __init__(
@@ -80,8 +87,11 @@ class Snapshots:
         progress: Progress | None = None,
         problems: Problem | None = None,
         fsync: bool = False,
+        remote: str | None = None,
+        on_push: Callable[[PushResult], None] | None = None,
     ) -> None:
         self.home = Path(home)
+        self.remote = CheckpointRemote(remote, on_push=on_push) if remote else None
         self.fsync = fsync
         self.git = Git(git, home=self.home / "shadow" / "home")
         self.problems = problems
@@ -114,13 +124,61 @@ class Snapshots:
 
     # -- capture --------------------------------------------------------------------------
 
-    def capture(self, workspace: Path, ref: str) -> WorkspaceCheckpoint:
-        """Snapshot the workspace's files as a commit and point ``refs/turnback/<ref>`` at it.
+    def capture(self, workspace: Path, ref: str, *, share: bool = True) -> WorkspaceCheckpoint:
+        """Snapshot the workspace's files as a commit and point ``refs/turnback/<ref>`` at it;
+        with a remote and ``share``, push it there in the background.
 
         Objects and ref are written before this returns (synced as the class says). Raises
         :class:`GitFailed` (the time budget ran out, or git failed) or :class:`GitUnavailable`.
         """
-        return self._capture.capture(self._shadow(workspace), ref)
+        shadow = self._shadow(workspace)
+        shared = self.remote is not None and share
+        if shared and shadow.created and self.remote is not None:
+            # marked before the ref is written: a process killed in between leaves the mark,
+            # and recover or doctor pushes (a capture that fails leaves a harmless one)
+            self.remote.mark(shadow)
+        checkpoint = self._capture.capture(shadow, ref)
+        if shared and self.remote is not None:
+            self.remote.push_later(shadow, ref.split("/", 1)[0])
+        return checkpoint
+
+    # -- sharing through a remote ---------------------------------------------------------
+
+    def push(self, workspace: Path) -> str | None:
+        """Push the workspace's checkpoints the remote lacks now (not in the background);
+        the error, or ``None`` (also when no remote is set)."""
+        if self.remote is None:
+            return None
+        return self.remote.push_now(self._shadow(workspace))
+
+    def push_later(self, workspace: Path, session: str) -> None:
+        """Push the workspace's checkpoints the remote lacks from the background thread, as a
+        capture does (``session``: whose activities hear of a failure)."""
+        if self.remote is not None:
+            self.remote.push_later(self._shadow(workspace), session)
+
+    def unpushed(self, workspace: Path) -> str | None:
+        """Why the workspace holds checkpoints the remote may lack (the last push's error, or
+        ``""`` when its push has not run yet); ``None`` when it holds none or no remote is set."""
+        if self.remote is None:
+            return None
+        mark = self.remote.unpushed(self._shadow(workspace))
+        return None if mark is None else mark.split("\n")[0]
+
+    def fetch(self, workspace: Path, sessions: Sequence[str]) -> None:
+        """Bring the checkpoints of ``sessions`` (their refs ``<session>/…``) from the remote;
+        :class:`CheckpointUnavailable` when no remote is set or it cannot give them."""
+        if self.remote is None:
+            raise CheckpointUnavailable(
+                "no checkpoint remote is set, so checkpoints taken elsewhere cannot be fetched"
+            )
+        self.remote.fetch(self._shadow(workspace), sessions, operation_deadline())
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Let the background pushes asked for run (up to ``timeout`` seconds); one that has
+        not run by then is pushed by the next capture, ``push`` or recovery."""
+        if self.remote is not None:
+            self.remote.close(timeout)
 
     def repository_state(self, workspace: Path) -> dict[str, object]:
         """The workspace repository's refs, stash and ``HEAD`` reflog, read without writing
@@ -167,6 +225,23 @@ class Snapshots:
 
         A damaged ref found on the way is dropped and reported."""
         return compare.exists(self._shadow(workspace), commit)
+
+    def trees(self, workspace: Path, commits: Sequence[str]) -> list[str | None]:
+        """The tree of each checkpoint (``None`` where it cannot be read), and
+        :meth:`empty_tree` names a checkpoint of no file."""
+        shadow = self._shadow(workspace)
+        if not shadow.created:
+            return [None for _ in commits]
+        names = [f"{commit}^{{tree}}" for commit in commits]
+        return [
+            found[0] if found else None for found in shadow.object_info(names, operation_deadline())
+        ]
+
+    def empty_tree(self, workspace: Path) -> str:
+        """The tree of a checkpoint that holds no file, in this workspace's object format."""
+        if self._shadow(workspace).sha256:
+            return "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321"
+        return "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
     def changes(self, workspace: Path, old: str, new: str) -> list[FileChange]:
         """What changed from checkpoint ``old`` to ``new``: one :class:`FileChange` per path,

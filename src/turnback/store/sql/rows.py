@@ -176,6 +176,8 @@ SESSION = Columns(
     "created_at",
     "updated_at",
     "agent_state",
+    "host",
+    "host_fence",
     convert={"agent_state": _json_or({})},
 )
 TURN = Columns(

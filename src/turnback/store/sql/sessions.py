@@ -75,6 +75,18 @@ class SessionQueries(Queries, SessionsTx):
             "UPDATE sessions SET head = ?, updated_at = ? WHERE id = ?", [(head, now, session_id)]
         )
 
+    def hand_off(
+        self, session_id: str, host: str, fence: str, expected: str | None, now: float
+    ) -> bool:
+        """Give the session to ``host`` under the fencing token ``fence``, if its current
+        token is still ``expected``; whether it did."""
+        cursor = self._run(
+            "UPDATE sessions SET host = ?, host_fence = ?, updated_at = ? "
+            "WHERE id = ? AND coalesce(host_fence, '') = ?",
+            (host, fence, now, session_id, expected or ""),
+        )
+        return cursor.rowcount == 1
+
     def set_agent_state(self, session_id: str, state: dict[str, object], now: float) -> None:
         self._run(
             "UPDATE sessions SET agent_state = ?, updated_at = ? WHERE id = ?",

@@ -1,0 +1,109 @@
+"""The checkpoint remote at the workspace layer: what a push and its mark of unpushed
+checkpoints do, with real git against a real bare repository."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from turnback.errors import CheckpointUnavailable, InvalidOption
+from turnback.workspace import Snapshots
+from turnback.workspace.remote import UNPUSHED, CheckpointRemote, _unmark
+
+
+def bare(path: Path) -> Path:
+    subprocess.run(["git", "init", "--quiet", "--bare", str(path)], check=True)
+    return path
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "workspace"
+    root.mkdir()
+    (root / "a.txt").write_text("one\n")
+    return root
+
+
+def test_a_push_clears_the_mark_and_a_failed_one_keeps_it_with_why(
+    tmp_path: Path, workspace: Path
+) -> None:
+    remote = tmp_path / "remote.git"
+    snapshots = Snapshots(tmp_path / "home", remote=str(remote))
+    snapshots.capture(workspace, "s1/t1/end")  # its push, in the background, fails
+    assert snapshots.remote is not None and snapshots.remote.wait(60)
+    error = snapshots.unpushed(workspace)
+    assert error and error.startswith(f"`git push` to {remote} failed")
+    bare(remote)
+    assert snapshots.push(workspace) is None
+    assert snapshots.unpushed(workspace) is None
+    refs = subprocess.run(
+        ["git", "-C", str(remote), "for-each-ref", "--format=%(refname)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert "refs/turnback/s1/t1/end" in refs
+    snapshots.close()
+
+
+def test_a_mark_made_during_a_push_outlives_it(tmp_path: Path) -> None:
+    mark = tmp_path / UNPUSHED
+    mark.write_text("push failed\ntoken-1")
+    seen = mark.read_text()
+    mark.write_text("push failed\ntoken-2")  # a capture marks while the push runs
+    _unmark(mark, seen)
+    assert mark.read_text() == "\ntoken-2", "kept, and the failure it carried is gone"
+    _unmark(mark, "\ntoken-2")
+    assert not mark.exists()
+    assert list(tmp_path.iterdir()) == [], "no temporary file is left behind"
+
+
+def test_a_fetch_from_a_remote_that_is_not_there_says_so(tmp_path: Path, workspace: Path) -> None:
+    snapshots = Snapshots(tmp_path / "home", remote=str(tmp_path / "nowhere.git"))
+    with pytest.raises(CheckpointUnavailable, match="could not be fetched from the checkpoint"):
+        snapshots.fetch(workspace, ["s1"])
+    without = Snapshots(tmp_path / "home2")
+    with pytest.raises(CheckpointUnavailable, match="no checkpoint remote is set"):
+        without.fetch(workspace, ["s1"])
+
+
+@pytest.mark.parametrize("url", ["", "  ", "--upload-pack=touch /tmp/x", "a\nb"])
+def test_a_remote_git_could_not_take_is_refused(url: str) -> None:
+    with pytest.raises(InvalidOption, match="must be a URL git accepts"):
+        CheckpointRemote(url)
+
+
+def test_a_process_gone_before_its_push_leaves_the_mark_and_loses_nothing(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """The process exits while its push hangs (a remote that never answers): the next one
+    that looks finds the mark, and its push sends the checkpoint."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        url = f"git://127.0.0.1:{silent.getsockname()[1]}/checkpoints.git"
+        script = (
+            "import os, sys\n"
+            "from pathlib import Path\n"
+            "from turnback.workspace import Snapshots\n"
+            f"s = Snapshots(Path({str(tmp_path / 'home')!r}), remote={url!r})\n"
+            f"s.capture(Path({str(workspace)!r}), 's1/t1/end')\n"
+            "os._exit(0)\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+    remote = bare(tmp_path / "remote.git")
+    snapshots = Snapshots(tmp_path / "home", remote=str(remote))
+    assert snapshots.unpushed(workspace) is not None
+    assert snapshots.push(workspace) is None
+    refs = subprocess.run(
+        ["git", "-C", str(remote), "for-each-ref", "--format=%(refname)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert "refs/turnback/s1/t1/end" in refs
