@@ -68,6 +68,10 @@ POINTS: frozenset[str] = frozenset(
         # rescues of files from a turn's checkpoints (engine/rescue.py)
         "rescue.recorded",
         "rescue.done",
+        # handing a session off to another machine (engine/handoff.py)
+        "handoff.accepted",
+        "handoff.inside",
+        "handoff.after",
         # reverts and their undo (engine/revert.py)
         "revert.captured",
         "revert.started",

@@ -153,7 +153,7 @@ def test_a_handoff_runs_on_the_machine_it_names(machines: Machines) -> None:
 
 
 def cli(
-    machines: Machines, host: str, *args: str, remote: str | None = None
+    machines: Machines, host: str, *args: str, remote: str | None = None, fault: str = ""
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNBACK_")}
     env.update(
@@ -161,6 +161,7 @@ def cli(
         TURNBACK_HOME=str(machines.root / f"home-{host}"),
         TURNBACK_DATABASE_URL=machines.url,
         TURNBACK_CHECKPOINT_REMOTE=remote or machines.remote,
+        TURNBACK_FAULT=fault,
     )
     return subprocess.run(
         [sys.executable, "-m", "turnback", *args],
@@ -196,3 +197,53 @@ def test_the_command_line_hands_off_and_says_what_differs(machines: Machines) ->
     assert usage.returncode == 2 and "--to" in usage.stderr
     helped = cli(machines, "b", "handoff", "--help")
     assert "diverg" not in helped.stdout and "Move SESSION to this machine" in helped.stdout
+
+
+@pytest.mark.parametrize(
+    "fault",
+    ["handoff.accepted", "restore.file@1", "restore.done", "handoff.inside", "handoff.after"],
+)
+def test_a_handoff_killed_at_each_step_is_run_again_to_the_end(
+    machines: Machines, fault: str
+) -> None:
+    """Files first, then the transfer: a handoff killed (SIGKILL) anywhere leaves the session
+    where it was until the transfer commits, and b's workspace with each path as it was or as
+    the head has it -- which the handoff run again accepts and finishes, though it is no state
+    the session has been in."""
+    session_id = two_turns_on_a(machines)
+    with machines.on("b"):
+        pass  # b's workspace is empty: both files of the head are to be written
+    killed = cli(machines, "b", "handoff", session_id, "--to", "b", fault=fault)
+    assert killed.returncode == -9, killed.stderr
+    head = {"a.txt": "two\n", "b.txt": "new\n"}
+    for name, text in head.items():
+        path = machines.workspace / name
+        assert not path.exists() or path.read_text() == text
+    moved = fault == "handoff.after"
+    with machines.on("b") as tb:
+        assert tb.session(session_id).record.host == ("b" if moved else None)
+    again = cli(machines, "b", "handoff", session_id, "--to", "b", "--json")
+    assert again.returncode == 0, again.stderr
+    assert {p.name: p.read_text() for p in machines.workspace.iterdir()} == head
+    with machines.on("b") as tb:
+        session = tb.session(session_id)
+        assert session.record.host == "b"
+        write_turn(tb, session, {"c.txt": "b goes on\n"})
+
+
+def test_after_a_killed_handoff_a_change_of_the_users_own_is_still_refused(
+    machines: Machines,
+) -> None:
+    """The workspace a killed handoff leaves is accepted only where each path is as it was or
+    as the head has it: the user's own edit of a path in between is refused, and kept."""
+    session_id = two_turns_on_a(machines)
+    with machines.on("b"):
+        pass
+    killed = cli(machines, "b", "handoff", session_id, "--to", "b", fault="restore.file@1")
+    assert killed.returncode == -9, killed.stderr
+    [written] = [p for p in machines.workspace.iterdir() if p.name.endswith(".txt")]
+    written.write_text("the user's own, on b\n")
+    refused = cli(machines, "b", "handoff", session_id, "--to", "b", "--json")
+    assert refused.returncode == 3, refused.stderr
+    assert json.loads(refused.stdout)["conflicts"] == [written.name]
+    assert written.read_text() == "the user's own, on b\n"

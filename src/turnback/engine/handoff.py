@@ -11,16 +11,22 @@ A handoff runs on the machine that takes the session over, in this order:
    its turns (this machine ran those turns, or synced it so), or empty (a fresh machine).
    Anything else holds changes that are not the session's, which the handoff would overwrite:
    it is refused (WorkspaceDiverged, naming what differs from the head), nothing written;
-4. the files are brought to the head (only what differs is written, as a revert does);
+4. the capture the divergence check accepted is kept under the session's ``handoff`` ref
+   (``handoff.accepted``), then the files are brought to the head (only what differs is
+   written, as a revert does; ``restore.file``, ``restore.done``);
 5. one transaction, under the session's lock, moves the session to this machine with a new
    fencing token, if the head is still the one the files were brought to, no turn runs, and the
    token is still the one read in step 1 (two handoffs cannot both win), and records the
-   activity ``session.handoff``. From then on a turn of the session begins only here
-   (SessionElsewhere elsewhere, checked in the begin's own transaction).
+   activity ``session.handoff`` (``handoff.inside``); the ``handoff`` ref is deleted after it
+   (``handoff.after``).
 
-Files move before the transfer commits: a crash or a lost race in between leaves the workspace
-at the old head -- a state the session has been in -- so running the handoff again goes on from
-there, and the session stays where it was until a handoff commits.
+From then on a turn of the session begins only here (SessionElsewhere elsewhere, checked in the
+begin's own transaction). Files move before the transfer commits, and the session stays where
+it was until a handoff commits. A crash while the files move leaves each path either as the
+accepted capture had it or as the head has it -- a workspace the divergence check would refuse,
+but for the ``handoff`` ref it left: a workspace that differs from the accepted capture only
+where it is already at the head is accepted, so running the handoff again goes on from there.
+A path that differs from both is someone's own change, and is refused as any other.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import time
 import uuid
 from pathlib import Path
 
+from turnback import faults
 from turnback.engine import recovery
 from turnback.engine.checkpoints import WorkspaceCheckpoints
 from turnback.engine.owners import host_identity, is_alive
@@ -41,11 +48,24 @@ from turnback.errors import (
     TurnInProgress,
     WorkspaceDiverged,
 )
-from turnback.model import ActivityLevel, FileChange, Handoff, Turn, conversation
+from turnback.model import (
+    ActivityLevel,
+    FileChange,
+    Handoff,
+    Turn,
+    WorkspaceCheckpoint,
+    conversation,
+)
 from turnback.store import Store
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from turnback.workspace import Snapshots
 
 #: How many differing paths a divergence names in its message (all of them are in ``paths``).
 SHOWN = 10
+#: The ref, under the session's, of the capture a handoff accepted before moving files.
+ACCEPTED = "handoff"
 
 
 def handoff(
@@ -98,6 +118,7 @@ def handoff(
                 record.host or "",
             )
         number = head.number if head else 0
+        faults.point("handoff.inside")
         tx.insert_activity(
             session_id,
             None,
@@ -115,6 +136,9 @@ def handoff(
             },
             now,
         )
+    faults.point("handoff.after")
+    if head is not None and checkpoints is not None:
+        checkpoints.snapshots.delete_refs(Path(workspace), [f"{session_id}/{ACCEPTED}"])
     return Handoff(session_id, from_host, here, number, moment, written, new_fence, now)
 
 
@@ -187,7 +211,39 @@ def _bring_files(
     path = Path(workspace)
     checkpoints.bring(workspace, turns, "a handoff")
     snapshots = checkpoints.snapshots
+    accepted = f"{session_id}/{ACCEPTED}"
+    left = snapshots.exists(path, accepted)  # by a handoff killed midway
     ref = f"{session_id}/handoff-{uuid.uuid4().hex}"
+    current = _capture(checkpoints, workspace, ref)
+    try:
+        known = [c for t in turns for c in (t.begin_checkpoint, t.end_checkpoint) if c]
+        known.append(target)
+        trees = {tree for tree in snapshots.trees(path, known) if tree}
+        trees.add(snapshots.empty_tree(path))
+        if current.tree not in trees:
+            changes = snapshots.changes(path, target, current.commit)
+            if left:  # only what is neither as the handoff accepted nor at the head is foreign
+                foreign = _foreign(snapshots, path, accepted, current.commit, changes)
+                changes = [c for c in changes if {c.path, c.old_path} & foreign]
+            if changes:
+                _refuse(changes, head, path)
+        if not left:  # what was accepted, kept before any file moves
+            if _capture(checkpoints, workspace, accepted).tree != current.tree:
+                snapshots.delete_refs(path, [accepted])
+                raise WorkspaceDiverged(
+                    f"the workspace {workspace} changed while the handoff checked it; nothing "
+                    "was written and the session stays where it was: hand it off again",
+                    (),
+                )
+            faults.point("handoff.accepted")
+        if current.tree == snapshots.trees(path, [target])[0]:
+            return ()
+        return tuple(snapshots.restore(path, target, current=current.commit))
+    finally:
+        snapshots.delete_refs(path, [ref])
+
+
+def _capture(checkpoints: WorkspaceCheckpoints, workspace: str, ref: str) -> WorkspaceCheckpoint:
     captured, notes = checkpoints.capture(workspace, ref, share=False)
     if captured is None:
         reason = notes[-1].message if notes else "the capture failed"
@@ -195,20 +251,17 @@ def _bring_files(
             f"the workspace {workspace} on this machine cannot be captured ({reason}), so it "
             "cannot be checked against the session's head; nothing was changed"
         )
-    try:
-        known = [c for t in turns for c in (t.begin_checkpoint, t.end_checkpoint) if c]
-        known.append(target)
-        trees = {tree for tree in snapshots.trees(path, known) if tree}
-        trees.add(snapshots.empty_tree(path))
-        if captured.tree not in trees:
-            _refuse(snapshots.changes(path, target, captured.commit), head, path)
-        return tuple(
-            snapshots.restore(path, target, current=captured.commit)
-            if captured.tree != snapshots.trees(path, [target])[0]
-            else ()
-        )
-    finally:
-        snapshots.delete_refs(path, [ref])
+    return captured
+
+
+def _foreign(
+    snapshots: Snapshots, path: Path, accepted: str, current: str, changes: list[FileChange]
+) -> set[str]:
+    """The paths of ``changes`` (from the head to the workspace, ``current``) that also differ
+    from the capture a handoff killed while moving files ``accepted``: a killed handoff leaves
+    every other path as it was or as the head has it."""
+    moved = {p for c in snapshots.changes(path, accepted, current) for p in (c.path, c.old_path)}
+    return {p for c in changes for p in (c.path, c.old_path) if p and p in moved}
 
 
 def _refuse(changes: list[FileChange], head: Turn, workspace: Path) -> None:
