@@ -14,6 +14,8 @@ import pytest
 
 import turnback
 from turnback.engine.turns import begin
+from turnback.errors import RestoreIncomplete, StoreUnavailable
+from turnback.workspace import Snapshots
 
 from .harness import Acks, run_child, settle_and_check
 
@@ -200,6 +202,35 @@ def test_killed_just_after_taking_a_dead_revert_over(
     assert taken.owner_id not in (None, before.owner_id), "the takeover did not move the revert"
     settle_and_check_revert(home, session_id)
     assert assert_consistent(home, workspace, session_id, state) == "before"
+
+
+def test_a_dead_revert_whose_settling_fails_is_taken_over_again(
+    home: Path, workspace: Path, session_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recovery that takes a dead process's revert over and then fails to settle it (its
+    restore incomplete, its store gone) gives it back: the next recovery, in the same live
+    process, takes it over again and settles it, and the workspace is free for a turn."""
+    state = three_turns(home, workspace, session_id)
+    killed_reverting(home, session_id, "revert.files")
+    real = Snapshots.restore
+    failures = [RestoreIncomplete("the disk is full", ("a.txt",)), StoreUnavailable("gone")]
+
+    def failing(self: Snapshots, *args: Any, **kwargs: Any) -> list[str]:
+        if failures:
+            raise failures.pop(0)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Snapshots, "restore", failing)
+    with turnback.open(home) as tb:
+        assert not tb.recover().reverts  # restore incomplete
+        assert not tb.recover().reverts  # the store failed
+        [settled] = tb.recover().reverts
+        assert settled.state == "rolled_back"
+        codes = [a.code for a in tb.session(session_id).activities()]
+        assert "checkpoint.revert.unsettled" in codes, codes
+    assert assert_consistent(home, workspace, session_id, state) == "before"
+    with turnback.open(home) as tb, tb.session(session_id).turn("the workspace is free"):
+        pass
 
 
 def test_killed_while_reverting_with_hand_edits_kept(

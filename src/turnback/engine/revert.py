@@ -54,6 +54,7 @@ and recovery *finishes* an interrupted undo, since its files step is the same ex
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -618,9 +619,34 @@ def recover_reverts(
         why = "the process running it stopped before it finished"
         try:
             settled.append(_settle(store, checkpoints, taken, session.workspace, why))
-        except RestoreIncomplete:
-            continue  # still unfinished, holding the workspace; the next recovery retries
+        except TurnbackError as error:  # restore incomplete, a capture or the store failing
+            # still unfinished, holding the workspace: given back to the dead owner, so the next
+            # recovery (here or on another machine) takes it over again, not skips it as this
+            # live process's; the turns' recovery goes on
+            _give_back(store, taken, record.owner_id, error)
     return settled
+
+
+def _give_back(store: Store, taken: Revert, owner_id: str | None, error: TurnbackError) -> None:
+    """Hand the revert ``taken`` (whose settling failed with ``error``) back to the dead owner
+    it was taken from, saying why it is still unfinished (a restore left incomplete says so
+    itself). A store that fails again leaves it with this process, from which recovery takes
+    it over once this process has exited."""
+    with contextlib.suppress(TurnbackError), store.atomic() as tx:
+        tx.lock_sessions([taken.session_id])
+        if tx.take_revert(taken.id, taken.owner_id, owner_id or "") and not isinstance(
+            error, RestoreIncomplete
+        ):
+            tx.insert_activity(
+                taken.session_id,
+                None,
+                ActivityLevel.ERROR,
+                "checkpoint.revert.unsettled",
+                f"revert {taken.id}, left unfinished by a process that stopped, could not be "
+                f"settled yet ({error}); the next recovery tries again",
+                {"revert": taken.id},
+                time.time(),
+            )
 
 
 def _take_over(store: Store, record: Revert, lease: Lease) -> Revert | None:
