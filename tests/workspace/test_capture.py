@@ -431,3 +431,29 @@ def test_the_same_checkpoint_under_a_ref_that_cannot_be_written_fails_cleanly(
     assert not list(home.glob("shadow/*.git/**/*.lock"))
     assert snapshots.capture(any_workspace, "t/1").commit == first.commit
     assert snapshots.exists(any_workspace, "t/1")
+
+
+def test_the_same_checkpoint_again_never_names_a_commit_gc_pruned(
+    home: Path, any_workspace: Path
+) -> None:
+    """A process that finds its last checkpoint again reuses its commit; but another process
+    may have moved the shadow on and a gc pruned that commit since (its ref let go). The new
+    ref must then not name the missing commit, which would leave every later capture of the
+    shadow failing: this capture fails instead, and the next one takes a whole checkpoint."""
+    first_process, other_process = Snapshots(home), Snapshots(home)
+    taken = first_process.capture(any_workspace, "t/0")
+    (any_workspace / "other.txt").write_text("another process's moment\n")
+    other_process.capture(any_workspace, "t/1")
+    (any_workspace / "other.txt").unlink()
+    first_process.delete_refs(any_workspace, ["t/0"])
+    shadow = first_process.shadow_dir(any_workspace)
+    for args in (["reflog", "expire", "--expire=now", "--all"], ["gc", "-q", "--prune=now"]):
+        subprocess.run(["git", f"--git-dir={shadow}", *args], check=True)
+    assert not first_process.exists(any_workspace, taken.commit)
+
+    with pytest.raises(GitFailed):
+        first_process.capture(any_workspace, "t/2")
+    again = first_process.capture(any_workspace, "t/3")
+    assert again.tree == taken.tree and first_process.exists(any_workspace, "t/3")
+    assert other_process.capture(any_workspace, "t/4").tree == taken.tree
+    assert first_process.check(any_workspace) == []

@@ -110,8 +110,10 @@ class Capture:
                         )
                     point("capture.commit")
                     writer.finish()
-                if same:
+                if same and shadow.head() == commit:  # so it exists: no gc prunes what HEAD names
                     shadow.point_refs([full, "HEAD"], commit)
+                elif same:  # another process moved HEAD since: git checks the commit is still there
+                    shadow.update_refs([(full, commit), ("HEAD", commit)], deadline)
                 point("capture.ref")
                 if plan.watched:
                     shadow.note_tree(INDEX_NEXT, tree)

@@ -390,6 +390,14 @@ class ShadowRepo:
         if lines:
             self.run("update-ref", "-z", "--stdin", deadline=deadline, input=b"".join(lines))
 
+    def head(self) -> str | None:
+        """The commit the shadow's HEAD names (detached, as captures leave it), else None."""
+        try:
+            text = (self.dir / "HEAD").read_bytes().decode("ascii", "replace").strip()
+        except OSError:
+            return None
+        return text if OID.fullmatch(text) else None
+
     def point_refs(self, refs: Sequence[str], commit: str) -> None:
         """Point ``refs`` (``HEAD`` detached) at ``commit``, an existing checkpoint, as git moves
         a loose ref: its new content is written to ``<ref>.lock``, made exclusively, then renamed
