@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import os
 import sys
@@ -264,18 +265,15 @@ class Turnback:
             return
         self._closed = True
         atexit.unregister(self._close_at_exit)
-        try:
-            for callback in reversed(self._closing):
-                callback()
-            self.lease.close()
+        with contextlib.ExitStack() as closing:  # each runs, last first, whatever one raises
+            closing.callback(self.store.close)
+            closing.callback(self.journal.close)
+            closing.callback(self.pushes.close)
             if self.checkpoints is not None:
-                self.checkpoints.close(self.push_wait)
-            self.pushes.close()
-        finally:
-            try:
-                self.journal.close()
-            finally:
-                self.store.close()
+                closing.callback(self.checkpoints.close, self.push_wait)
+            closing.callback(self.lease.close)
+            for callback in self._closing:
+                closing.callback(callback)
 
     def _close_at_exit(self) -> None:
         """:meth:`close` for a process that exits without closing: nobody is left to catch

@@ -391,12 +391,18 @@ class ShadowRepo:
             self.run("update-ref", "-z", "--stdin", deadline=deadline, input=b"".join(lines))
 
     def head(self) -> str | None:
-        """The commit the shadow's HEAD names (detached, as captures leave it), else None."""
-        try:
-            text = (self.dir / "HEAD").read_bytes().decode("ascii", "replace").strip()
-        except OSError:
-            return None
-        return text if OID.fullmatch(text) else None
+        """The commit the shadow's HEAD names, read from its file (and the loose ref it points
+        to, if it is symbolic); None when it cannot be told so."""
+        path = self.dir / "HEAD"
+        for _ in range(2):
+            try:
+                text = path.read_bytes().decode("ascii", "replace").strip()
+            except OSError:
+                return None
+            if not text.startswith("ref: "):
+                return text if OID.fullmatch(text) else None
+            path = self.ref_path(text.removeprefix("ref: "))
+        return None
 
     def point_refs(self, refs: Sequence[str], commit: str) -> None:
         """Point ``refs`` (``HEAD`` detached) at ``commit``, an existing checkpoint, as git moves
