@@ -28,6 +28,11 @@ def workspace(tmp_path: Path) -> Path:
     return root
 
 
+def remote_refs(remote: Path) -> list[str]:
+    listed = ["git", "-C", str(remote), "for-each-ref", "--format=%(refname)"]
+    return subprocess.run(listed, capture_output=True, text=True, check=True).stdout.split()
+
+
 def test_a_push_clears_the_mark_and_a_failed_one_keeps_it_with_why(
     tmp_path: Path, workspace: Path
 ) -> None:
@@ -40,13 +45,7 @@ def test_a_push_clears_the_mark_and_a_failed_one_keeps_it_with_why(
     bare(remote)
     assert snapshots.push(workspace) is None
     assert snapshots.unpushed(workspace) is None
-    refs = subprocess.run(
-        ["git", "-C", str(remote), "for-each-ref", "--format=%(refname)"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    assert "refs/turnback/s1/t1/end" in refs
+    assert "refs/turnback/s1/t1/end" in remote_refs(remote)
     snapshots.close()
 
 
@@ -100,10 +99,4 @@ def test_a_process_gone_before_its_push_leaves_the_mark_and_loses_nothing(
     snapshots = Snapshots(tmp_path / "home", remote=str(remote))
     assert snapshots.unpushed(workspace) is not None
     assert snapshots.push(workspace) is None
-    refs = subprocess.run(
-        ["git", "-C", str(remote), "for-each-ref", "--format=%(refname)"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    assert "refs/turnback/s1/t1/end" in refs
+    assert "refs/turnback/s1/t1/end" in remote_refs(remote)
