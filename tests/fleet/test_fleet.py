@@ -18,6 +18,7 @@ from typing import IO, Any
 import pytest
 
 import turnback
+from turnback.model import UNFINISHED_REVERTS
 
 WORKER = Path(__file__).with_name("worker.py")
 LEASE = 2.0
@@ -353,14 +354,18 @@ def test_a_machine_stopped_in_a_revert_past_its_lease_is_fenced_off(
     assert after == before, "a write of the fenced-off revert landed"
 
 
+@pytest.mark.parametrize("swept", [False, True], ids=["owner", "owner-swept"])
 def test_a_files_revert_left_by_a_killed_machine_is_settled_on_that_machine(
     fleet: dict[str, Any],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     stopped: list[subprocess.Popen[str]],
+    swept: bool,
 ) -> None:
     """The workspace and checkpoints of a files revert are on its own machine: another leaves it
-    holding the workspace and says where it is recovered; its own machine rolls it back."""
+    holding the workspace and says where it is recovered; its own machine rolls it back. So
+    too when the revert's owner row is gone (swept by a version before reverts held leases):
+    the machine is then the one its session's head turn ran on."""
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     monkeypatch.setenv("TURNBACK_HOST", "a")
@@ -381,9 +386,14 @@ def test_a_files_revert_left_by_a_killed_machine_is_settled_on_that_machine(
     reverting.kill()
     reverting.wait()
     time.sleep(LEASE + 0.5)
+    if swept:
+        with open_as(fleet, "c", monkeypatch) as tb, tb.store.atomic() as tx:
+            [record] = tx.reverts(session.id, UNFINISHED_REVERTS)
+            assert record.owner_id and tx.delete_owner(record.owner_id)
     with open_as(fleet, "b", monkeypatch) as tb:
         assert not tb.recover().reverts, "another machine settled a files revert"
-        with pytest.raises(turnback.RevertInProgress, match="until recovery on host a rolls"):
+        where = "until recovery rolls" if swept else "until recovery on host a rolls"
+        with pytest.raises(turnback.RevertInProgress, match=where):
             tb.session(session.id).turn("from b")
     monkeypatch.setenv("TURNBACK_HOST", "a")
     with turnback.open(fleet["home"], database_url=fleet["url"]) as tb:

@@ -600,18 +600,27 @@ def recover_reverts(
     """Settle reverts a dead process left half done: roll back a revert, finish an undo. Each
     is taken over first (its row moved to this process, which then holds ``lease``), so the
     process that left it, were it only stopped, can write nothing more of it."""
+    here = host_identity()[0]
     with store.read() as tx:
         unfinished = [
             (r, tx.get_owner(r.owner_id) if r.owner_id else None, tx.get_session(r.session_id))
             for r in tx.reverts(session_id, UNFINISHED_REVERTS)
         ]
+        # a revert whose owner is not known (its row swept before reverts held leases) ran
+        # where its session's head turn ran
+        heads = {
+            r.id: tx.get_turn(r.from_head) if r.from_head else None
+            for r, owner, _ in unfinished
+            if owner is None and r.files
+        }
         now = tx.now()
-    here = host_identity()[0]
     settled = []
     for record, owner, session in unfinished:
         if is_alive(owner, now) or session is None:
             continue
-        if record.files and owner is not None and owner.host != here:
+        head = heads.get(record.id)
+        host = owner.host if owner is not None else head.host if head is not None else None
+        if record.files and host is not None and host != here:
             continue  # its files and checkpoints are on that host: it is settled there
         taken = _take_over(store, record, lease)
         if taken is None:
