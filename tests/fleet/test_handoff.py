@@ -247,3 +247,28 @@ def test_after_a_killed_handoff_a_change_of_the_users_own_is_still_refused(
     assert refused.returncode == 3, refused.stderr
     assert json.loads(refused.stdout)["conflicts"] == [written.name]
     assert written.read_text() == "the user's own, on b\n"
+
+
+def test_after_a_handoff_the_old_machine_can_neither_revert_nor_undo(
+    machines: Machines,
+) -> None:
+    """A revert moves the session's head, shared by every machine, and the files of the machine
+    that runs it: after a handoff only the new machine, whose workspace the head describes, may
+    revert the session or undo its revert."""
+    session_id = two_turns_on_a(machines)
+    with machines.on("a") as tb:
+        tb.session(session_id).revert(1)  # still a's: a revert it may undo later
+    with machines.on("b") as tb:
+        tb.session(session_id).handoff("b")
+        head = tb.session(session_id).record.head
+    with machines.on("a") as tb:
+        session = tb.session(session_id)
+        with pytest.raises(turnback.SessionElsewhere, match="first to undo its revert here"):
+            session.undo_revert()
+        with pytest.raises(turnback.SessionElsewhere, match="first to revert it here"):
+            session.revert(0)
+        assert session.record.head == head
+        assert (machines.workspace / "a.txt").read_text() == "one\n"
+    with machines.on("b") as tb:
+        tb.session(session_id).undo_revert()  # b's, now
+        assert (machines.workspace / "a.txt").read_text() == "two\n"

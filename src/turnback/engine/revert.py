@@ -64,7 +64,7 @@ from typing import Protocol
 from turnback import faults
 from turnback.engine.checkpoints import WorkspaceCheckpoints
 from turnback.engine.owners import Lease, current_owner, host_identity, is_alive
-from turnback.engine.turns import require_no_revert
+from turnback.engine.turns import require_held_here, require_no_revert
 from turnback.errors import (
     RECOVER,
     TURNS,
@@ -286,6 +286,7 @@ def start_revert(
                     "",
                 )
             owner = lease.claim(tx)
+            require_held_here(moved, owner.host, "revert it")
             record = replace(record, owner_id=owner.id)
             record = replace(record, id=tx.insert_revert(record))
     except TurnbackError:
@@ -541,6 +542,7 @@ def undo_revert(
                 "workspace checkpoints are turned off; cannot undo a files revert"
             )
         owner = lease.claim(tx)
+        require_held_here(session, owner.host, "undo its revert")
         tx.set_revert_state(record.id, RevertState.UNDOING, time.time(), owner_id=owner.id)
     record = replace(record, state=RevertState.UNDOING, owner_id=owner.id)
     faults.point("undo.started")

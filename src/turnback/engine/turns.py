@@ -401,14 +401,16 @@ def unfinished(reverts: Iterable[Revert]) -> list[Revert]:
     return [r for r in reverts if r.state in UNFINISHED_REVERTS]
 
 
-def require_held_here(session: SessionRecord, host: str) -> None:
+def require_held_here(session: SessionRecord, host: str, doing: str = "run it") -> None:
     """Raise SessionElsewhere if a handoff gave the session to another machine than ``host``:
-    its turns begin (and continue) only there. Called in the transaction that begins the turn,
-    under the session's lock, so a handoff that commits first is always seen."""
+    its turns begin (and continue), and its reverts and undos run, only there (where its
+    workspace is). Called in the transaction that writes the turn or revert, under the
+    session's lock, so a handoff that commits first is always seen."""
     if session.host is not None and session.host != host:
         raise SessionElsewhere(
             f"session {session.id[:12]} was handed off to host {session.host}, so its turns "
-            f"run there, not on this one ({host}); hand it off to this host first to run it here",
+            f"run there, not on this one ({host}); hand it off to this host first to {doing} "
+            "here",
             session.host,
         )
 
