@@ -12,7 +12,7 @@ import pytest
 
 from turnback.errors import CheckpointUnavailable, InvalidOption
 from turnback.workspace import Snapshots
-from turnback.workspace.remote import UNPUSHED, CheckpointRemote, _unmark
+from turnback.workspace.remote import UNPUSHED, CheckpointRemote, _unmark, shown
 
 
 def bare(path: Path) -> Path:
@@ -100,3 +100,21 @@ def test_a_process_gone_before_its_push_leaves_the_mark_and_loses_nothing(
     assert snapshots.unpushed(workspace) is not None
     assert snapshots.push(workspace) is None
     assert "refs/turnback/s1/t1/end" in remote_refs(remote)
+
+
+def test_a_remotes_credentials_are_never_said(tmp_path: Path, workspace: Path) -> None:
+    """What a failed push or fetch says goes to activities, which a fleet's database and review
+    page show: the user and token a URL carries are left out."""
+    url = "https://alice:s3cr3t-token@127.0.0.1:9/checkpoints.git"
+    assert shown(url) == "https://127.0.0.1:9/checkpoints.git"
+    assert shown("ssh://git@host/x.git") == "ssh://host/x.git"
+    assert shown("/srv/checkpoints.git") == "/srv/checkpoints.git"
+    snapshots = Snapshots(tmp_path / "home", remote=url)
+    snapshots.capture(workspace, "s1/t1/end")  # its push, in the background, fails
+    assert snapshots.remote is not None and snapshots.remote.wait(60)
+    error = snapshots.unpushed(workspace)
+    assert error and "127.0.0.1:9" in error and "s3cr3t" not in error, error
+    with pytest.raises(CheckpointUnavailable) as caught:
+        snapshots.fetch(workspace, ["s1"])
+    assert "s3cr3t" not in str(caught.value)
+    snapshots.close()

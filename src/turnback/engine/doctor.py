@@ -305,7 +305,9 @@ def _remote(tb: Examined, workspaces: list[str]) -> list[HealthCheck]:
     """Push what a failed push, or a process that died before its push, left unpushed."""
     if tb.checkpoints is None or tb.checkpoints.remote is None:
         return []
-    remote = tb.checkpoints.remote
+    from turnback.workspace.remote import shown
+
+    remote = shown(tb.checkpoints.remote)
     failed = tb.checkpoints.push(workspaces)
     if not failed:
         return [HealthCheck("checkpoint remote", True, f"every checkpoint is pushed to {remote}")]

@@ -96,6 +96,16 @@ def check_url(url: str) -> str:
     return text
 
 
+def shown(url: str) -> str:
+    """``url`` as said in messages and activities (which a fleet's database and review page
+    show): without the user and password a URL may carry (``https://user:token@host/…``)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url  # a path, or ssh's user@host:path (a name, no secret)
+    where, slash, path = rest.partition("/")
+    return f"{scheme}://{where.rpartition('@')[2]}{slash}{path}"
+
+
 class CheckpointRemote:
     """The remote at ``url``; ``on_push`` hears each background push's :class:`PushResult`
     (from the pushing thread)."""
@@ -157,7 +167,7 @@ class CheckpointRemote:
             _unmark(mark, before)
             return None
         stderr = " ".join(stderr.split())  # one line: the mark's first line is its error
-        error = f"`git push` to {self.url} failed" + (f": {stderr}" if stderr else "")
+        error = f"`git push` to {shown(self.url)} failed" + (f": {stderr}" if stderr else "")
         with contextlib.suppress(OSError):
             _put(mark, f"{error}\n{uuid.uuid4().hex}".encode("utf-8", "replace"))
         return error
@@ -228,8 +238,8 @@ class CheckpointRemote:
         if code != 0:
             raise CheckpointUnavailable(
                 f"the workspace checkpoints could not be fetched from the checkpoint remote "
-                f"{self.url}: {stderr or 'git gave no reason'}; check that it is reachable and "
-                "try again"
+                f"{shown(self.url)}: {stderr or 'git gave no reason'}; check that it is "
+                "reachable and try again"
             )
 
     # -- pushing in the background --------------------------------------------------------
