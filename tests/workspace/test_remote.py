@@ -3,6 +3,7 @@ checkpoints do, with real git against a real bare repository."""
 
 from __future__ import annotations
 
+import errno
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 
 from turnback.errors import CheckpointUnavailable, InvalidOption
 from turnback.workspace import Snapshots
+from turnback.workspace import remote as remote_module
 from turnback.workspace.remote import UNPUSHED, CheckpointRemote, _unmark, shown
 
 
@@ -117,4 +119,30 @@ def test_a_remotes_credentials_are_never_said(tmp_path: Path, workspace: Path) -
     with pytest.raises(CheckpointUnavailable) as caught:
         snapshots.fetch(workspace, ["s1"])
     assert "s3cr3t" not in str(caught.value)
+    snapshots.close()
+
+
+def test_a_push_that_cannot_note_its_success_leaves_the_pushing_going(
+    tmp_path: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk full as a push clears its mark: the mark stays (pushed again, nothing lost),
+    and the background pushing goes on for the captures after it."""
+    remote = bare(tmp_path / "remote.git")
+    snapshots = Snapshots(tmp_path / "home", remote=str(remote))
+    failed: list[Path] = []
+
+    def unmark(mark: Path, seen: str | None) -> None:
+        if not failed:
+            failed.append(mark)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        _unmark(mark, seen)
+
+    monkeypatch.setattr(remote_module, "_unmark", unmark)
+    for n in (1, 2, 3):
+        (workspace / "f.txt").write_text(f"{n}\n")
+        snapshots.capture(workspace, f"s1/t{n}/end")
+        assert snapshots.remote is not None and snapshots.remote.wait(20), f"push {n} never ran"
+    assert failed
+    assert {f"refs/turnback/s1/t{n}/end" for n in (1, 2, 3)} <= set(remote_refs(remote))
+    assert snapshots.unpushed(workspace) is None
     snapshots.close()

@@ -11,26 +11,27 @@ A handoff runs on the machine that takes the session over, in this order:
    its turns (this machine ran those turns, or synced it so), or empty (a fresh machine).
    Anything else holds changes that are not the session's, which the handoff would overwrite:
    it is refused (WorkspaceDiverged, naming what differs from the head), nothing written;
-4. the capture the divergence check accepted is kept under the session's ``handoff`` ref
+4. the capture the divergence check accepted is kept under a ref of the session's
    (``handoff.accepted``), then the files are brought to the head (only what differs is
    written, as a revert does; ``restore.file``, ``restore.done``);
 5. one transaction, under the session's lock, moves the session to this machine with a new
    fencing token, if the head is still the one the files were brought to, no turn runs, and the
    token is still the one read in step 1 (two handoffs cannot both win), and records the
-   activity ``session.handoff`` (``handoff.inside``); the ``handoff`` ref is deleted after it
+   activity ``session.handoff`` (``handoff.inside``); that ref is deleted after it
    (``handoff.after``).
 
 From then on a turn of the session begins only here (SessionElsewhere elsewhere, checked in the
 begin's own transaction). Files move before the transfer commits, and the session stays where
 it was until a handoff commits. A crash while the files move leaves each path either as the
 accepted capture had it or as the head has it -- a workspace the divergence check would refuse,
-but for the ``handoff`` ref it left: a workspace that differs from the accepted capture only
+but for the ref it left: a workspace that differs from the accepted capture only
 where it is already at the head is accepted, so running the handoff again goes on from there.
 A path that differs from both is someone's own change, and is refused as any other.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from pathlib import Path
@@ -64,8 +65,9 @@ if TYPE_CHECKING:
 
 #: How many differing paths a divergence names in its message (all of them are in ``paths``).
 SHOWN = 10
-#: The ref, under the session's, of the capture a handoff accepted before moving files.
-ACCEPTED = "handoff"
+#: The ref, under the session's, of the capture a handoff accepted before moving files: one a
+#: machine's (``handoff-accepted-<hash of its name>``), though a push may take it to the remote.
+ACCEPTED = "handoff-accepted-"
 
 
 def handoff(
@@ -138,7 +140,7 @@ def handoff(
         )
     faults.point("handoff.after")
     if head is not None and checkpoints is not None:
-        checkpoints.snapshots.delete_refs(Path(workspace), [f"{session_id}/{ACCEPTED}"])
+        checkpoints.snapshots.delete_refs(Path(workspace), [_accepted(session_id)])
     return Handoff(session_id, from_host, here, number, moment, written, new_fence, now)
 
 
@@ -211,7 +213,7 @@ def _bring_files(
     path = Path(workspace)
     checkpoints.bring(workspace, turns, "a handoff")
     snapshots = checkpoints.snapshots
-    accepted = f"{session_id}/{ACCEPTED}"
+    accepted = _accepted(session_id)
     left = snapshots.exists(path, accepted)  # by a handoff killed midway
     ref = f"{session_id}/handoff-{uuid.uuid4().hex}"
     current = _capture(checkpoints, workspace, ref)
@@ -241,6 +243,11 @@ def _bring_files(
         return tuple(snapshots.restore(path, target, current=current.commit))
     finally:
         snapshots.delete_refs(path, [ref])
+
+
+def _accepted(session_id: str) -> str:
+    here = hashlib.sha256(host_identity()[0].encode()).hexdigest()[:16]
+    return f"{session_id}/{ACCEPTED}{here}"
 
 
 def _capture(checkpoints: WorkspaceCheckpoints, workspace: str, ref: str) -> WorkspaceCheckpoint:

@@ -162,9 +162,10 @@ class CheckpointRemote:
         except TurnbackError as problem:
             code, stderr = -1, str(problem)
         if code == 0:
-            if head is not None:
-                _put(shadow.dir / PUSHED, head.encode() + b"\n")
-            _unmark(mark, before)
+            with contextlib.suppress(OSError):  # the mark stays: pushed again, nothing lost
+                if head is not None:
+                    _put(shadow.dir / PUSHED, head.encode() + b"\n")
+                _unmark(mark, before)
             return None
         stderr = " ".join(stderr.split())  # one line: the mark's first line is its error
         error = f"`git push` to {shown(self.url)} failed" + (f": {stderr}" if stderr else "")
@@ -288,7 +289,10 @@ class CheckpointRemote:
             try:
                 before = (self.unpushed(shadow) or "").split("\n")[0]
                 started = time.monotonic()
-                error = self.push_now(shadow)
+                try:
+                    error = self.push_now(shadow)
+                except Exception as problem:  # one push that fails so must not end the pushing
+                    error = f"`git push` to {shown(self.url)} failed: {problem}"
                 result = PushResult(
                     workspace,
                     tuple(sorted(sessions)),
