@@ -22,6 +22,7 @@ import pytest
 import turnback
 from tests.acp.harness import CAPABILITIES, DiskEditor, connect, prompt, run, ts_agent
 from tests.acp.test_wedges import ROUGH
+from turnback.acp.chain import Successor
 from turnback.model import TurnStatus
 
 CONDUCTOR = Path(__file__).with_name("conductor.py")
@@ -341,3 +342,42 @@ def test_under_a_conductor_the_successors_cancel_reaches_the_editor_by_its_id(
     hops = conducted(log)
     delivered = [m for source, _, m in hops if source == "agent" and m.get("id") == "ask-7"]
     assert len(delivered) == 1  # wrapped for turnback, which saw it under an id of its own
+
+
+class _Wire:
+    """What the link writes towards the conductor, kept."""
+
+    def __init__(self) -> None:
+        self.posted: list[dict[str, Any]] = []
+        self.taken: Any = None
+
+    def post(self, frame: dict[str, Any]) -> None:
+        self.posted.append(frame)
+
+    def error(self, *args: Any) -> None:
+        self.posted.append({"error": args})
+
+
+def test_a_cancel_of_a_request_already_answered_crosses_no_hop() -> None:
+    """Ids are each hop's own: a cancel whose request was answered (the answer and the cancel
+    crossed) names no request of the other side, and is dropped, not passed on with an id that
+    may be another live request's there."""
+
+    async def scenario() -> tuple[list[dict[str, Any]], bytes]:
+        wire = _Wire()
+        link = Successor(wire, "_proxy/successor")  # type: ignore[arg-type]
+        reader, _input, _ = await link.open()
+        # the runtime's request 1 goes out wrapped, is answered, then the runtime cancels it
+        link.sent({"jsonrpc": "2.0", "id": 1, "method": "session/prompt", "params": {}})
+        outer = wire.posted[-1]["id"]
+        link.take({"jsonrpc": "2.0", "id": outer, "result": {}}, b"")
+        link.sent({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 1}})
+        # the successor cancels a request the runtime never saw
+        notice = {"method": "$/cancel_request", "params": {"requestId": 1}}
+        link.take({"jsonrpc": "2.0", "method": "_proxy/successor", "params": notice}, b"")
+        await link.close()
+        return wire.posted, await reader.read()
+
+    posted, fed = asyncio.run(scenario())
+    assert [p.get("method") for p in posted] == ["_proxy/successor"], posted  # the prompt alone
+    assert b"cancel_request" not in fed and fed.count(b"\n") == 1, fed  # the answer alone

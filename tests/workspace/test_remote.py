@@ -14,7 +14,7 @@ import pytest
 from turnback.errors import CheckpointUnavailable, InvalidOption
 from turnback.workspace import Snapshots
 from turnback.workspace import remote as remote_module
-from turnback.workspace.remote import UNPUSHED, CheckpointRemote, _unmark, shown
+from turnback.workspace.remote import UNPUSHED, CheckpointRemote, _unmark, check_url, shown
 
 
 def bare(path: Path) -> Path:
@@ -146,3 +146,12 @@ def test_a_push_that_cannot_note_its_success_leaves_the_pushing_going(
     assert {f"refs/turnback/s1/t{n}/end" for n in (1, 2, 3)} <= set(remote_refs(remote))
     assert snapshots.unpushed(workspace) is None
     snapshots.close()
+
+
+def test_a_remote_given_as_a_relative_path_is_one_remote_for_every_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert check_url("../checkpoints.git") == str(tmp_path.parent / "checkpoints.git")
+    assert check_url("git@host:team/checkpoints.git") == "git@host:team/checkpoints.git"
+    assert check_url("file:///srv/c.git") == "file:///srv/c.git"

@@ -152,7 +152,9 @@ class Successor:
         if "params" in params:
             message["params"] = params["params"]
         if inner_method == CANCEL_REQUEST and "id" not in message:
-            return self._cancel_incoming(message.get("params")) or self._forward(message)
+            # of a request already answered, or never seen: its id names none of the runtime's
+            self._cancel_incoming(message.get("params"))
+            return True
         return self._forward(message)
 
     def _forward(self, message: Frame) -> bool:
@@ -186,6 +188,7 @@ class Successor:
                 if inner == request and type(inner) is type(request):
                     self._wire.post(cancel_notice(outer))
                     return
+            return  # its request was answered already: the successor's ids are not the runtime's
         wrapped: dict[str, Any] = {"method": method}
         if "params" in frame:
             wrapped["params"] = frame["params"]

@@ -93,6 +93,8 @@ def check_url(url: str) -> str:
             f"the checkpoint remote must be a URL git accepts (a path to a bare repository, "
             f"ssh://…, git://…, https://…), not {url!r}"
         )
+    if "://" not in text and ":" not in text.split("/")[0] and not os.path.isabs(text):
+        return os.path.abspath(text)  # a path: git runs in each workspace, so made whole here
     return text
 
 
