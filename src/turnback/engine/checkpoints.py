@@ -388,6 +388,7 @@ class PushReports:
         self.connect = connect
         self._store: Store | None = None
         self._lock = threading.Lock()
+        self._closed = False
 
     def record(self, result: PushResult) -> None:
         if result.error is not None:
@@ -405,6 +406,8 @@ class PushReports:
             )
         data: dict[str, object] = {"workspace": str(result.workspace), "error": result.error}
         with self._lock:
+            if self._closed:  # a push that outlived the handle: its mark says it, not a row
+                return
             if self._store is None:
                 self._store = self.connect()
             for session in result.sessions:
@@ -414,6 +417,7 @@ class PushReports:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             if self._store is not None:
                 self._store.close()
                 self._store = None
