@@ -14,7 +14,14 @@ import pytest
 from turnback.errors import CheckpointUnavailable, InvalidOption
 from turnback.workspace import Snapshots
 from turnback.workspace import remote as remote_module
-from turnback.workspace.remote import UNPUSHED, CheckpointRemote, _unmark, check_url, shown
+from turnback.workspace.remote import (
+    UNPUSHED,
+    CheckpointRemote,
+    PushResult,
+    _unmark,
+    check_url,
+    shown,
+)
 
 
 def bare(path: Path) -> Path:
@@ -155,3 +162,28 @@ def test_a_remote_given_as_a_relative_path_is_one_remote_for_every_workspace(
     assert check_url("../checkpoints.git") == str(tmp_path.parent / "checkpoints.git")
     assert check_url("git@host:team/checkpoints.git") == "git@host:team/checkpoints.git"
     assert check_url("file:///srv/c.git") == "file:///srv/c.git"
+
+
+def test_a_push_that_keeps_failing_is_reported_once_though_a_capture_marks_beside_it(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """A capture marks the shadow (keeping the last push's error) while the previous push may
+    be writing that error: the mark can lose it. The pushing thread remembers the failure, so
+    the next failed push is not reported as the first again."""
+    snapshots = Snapshots(tmp_path / "home", remote=str(tmp_path / "nowhere.git"))
+    assert snapshots.remote is not None
+    heard: list[PushResult] = []
+    snapshots.remote.on_push = heard.append
+    snapshots.capture(workspace, "s1/t1/end")
+    assert snapshots.remote.wait(60)
+    mark = snapshots.shadow_dir(workspace) / UNPUSHED
+    mark.write_text("\na capture's mark, made as the push wrote its error")
+    (workspace / "f.txt").write_text("more\n")
+    snapshots.capture(workspace, "s1/t2/end")
+    assert snapshots.remote.wait(60)
+    assert [r.error is not None for r in heard] == [True], heard
+    bare(tmp_path / "nowhere.git")
+    snapshots.capture(workspace, "s1/t3/end")
+    assert snapshots.remote.wait(60)
+    assert [(r.error is None, r.recovered) for r in heard[1:]] == [(True, True)], heard
+    snapshots.close()

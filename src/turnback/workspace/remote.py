@@ -120,6 +120,8 @@ class CheckpointRemote:
         self._thread: threading.Thread | None = None
         self._busy = 0
         self._closed = False
+        #: workspaces whose last push from this process failed (the pushing thread's own)
+        self._failing: set[Path] = set()
         self._pushing: dict[Path, threading.Lock] = {}
 
     # -- running git against the remote ---------------------------------------------------
@@ -295,14 +297,21 @@ class CheckpointRemote:
                     error = self.push_now(shadow)
                 except Exception as problem:  # one push that fails so must not end the pushing
                     error = f"`git push` to {shown(self.url)} failed: {problem}"
+                # whether an earlier push failed: the mark says so across processes, and this
+                # thread remembers it too (a capture marking beside a push may lose its line)
+                failed = bool(before) or workspace in self._failing
                 result = PushResult(
                     workspace,
                     tuple(sorted(sessions)),
                     error,
-                    recovered=error is None and bool(before),
+                    recovered=error is None and failed,
                     seconds=time.monotonic() - started,
                 )
-                first = error is not None and not before  # later failures were said already
+                first = error is not None and not failed  # later failures were said already
+                if error is None:
+                    self._failing.discard(workspace)
+                else:
+                    self._failing.add(workspace)
                 if self.on_push is not None and (first or result.recovered):
                     with contextlib.suppress(Exception):  # a report must not end the pushing
                         self.on_push(result)
