@@ -40,7 +40,7 @@ from turnback import faults
 from turnback.engine import recovery
 from turnback.engine.checkpoints import WorkspaceCheckpoints
 from turnback.engine.owners import host_identity, is_alive
-from turnback.engine.turns import require_idle, require_no_revert
+from turnback.engine.turns import quiet_session
 from turnback.errors import (
     CheckpointUnavailable,
     InvalidOption,
@@ -99,12 +99,7 @@ def handoff(
     new_fence = uuid.uuid4().hex
     from_host = holder or (head.host if head else None)
     with store.atomic() as tx:
-        tx.lock_workspace(session_id)
-        record = tx.get_session(session_id)
-        if record is None:
-            raise SessionNotFound(f"session {session_id} no longer exists")
-        require_idle(tx, session_id, "handing it off")
-        require_no_revert(tx, record.workspace, "hand it off")
+        record = quiet_session(tx, session_id, "handing it off", "hand it off")
         if record.head != (head.token if head else None):
             raise TurnInProgress(
                 f"a turn of session {session_id[:12]} ended while it was being handed off, so "

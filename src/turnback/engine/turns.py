@@ -290,12 +290,7 @@ def begin(
     faults.point("turn.begin.before")
     try:
         with store.atomic() as tx:
-            tx.lock_workspace(session_id)
-            session = tx.get_session(session_id)
-            if session is None:
-                raise SessionNotFound(f"no session {session_id}")
-            require_idle(tx, session_id, "beginning another")
-            require_no_revert(tx, session.workspace, "begin")
+            session = quiet_session(tx, session_id, "beginning another", "begin")
             head = tx.get_turn(session.head) if session.head else None
             owner = lease.claim(tx)
             require_held_here(session, owner.host)
@@ -381,6 +376,19 @@ def end_unconfirmed(store: Store, journal: Journal, token: str) -> bool:
     else:
         running.fail(why)
     return True
+
+
+def quiet_session(tx: Tx, session_id: str, before: str, then: str) -> SessionRecord:
+    """The session, its workspace locked, once no turn of it runs (:func:`require_idle`, with
+    ``before``) and no revert of its workspace is half done (:func:`require_no_revert`, with
+    ``then``)."""
+    tx.lock_workspace(session_id)
+    session = tx.get_session(session_id)
+    if session is None:
+        raise SessionNotFound(f"no session {session_id}")
+    require_idle(tx, session_id, before)
+    require_no_revert(tx, session.workspace, then)
+    return session
 
 
 def require_idle(tx: Tx, session_id: str, before: str) -> None:
