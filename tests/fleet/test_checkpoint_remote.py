@@ -67,6 +67,12 @@ class Machines:
             yield tb
 
 
+def on_sqlite(root: Path, remote: str, monkeypatch: pytest.MonkeyPatch) -> Machines:
+    """Hosts a and b sharing one SQLite store (under ``root/shared``)."""
+    (root / "shared").mkdir()
+    return Machines(root, sqlite_url(root / "shared"), remote, monkeypatch)
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "postgresql":
@@ -175,8 +181,7 @@ def git_daemon(tmp_path: Path) -> Iterator[str]:
 def test_checkpoints_travel_through_git_daemon(
     tmp_path: Path, git_daemon: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "shared").mkdir()
-    machines = Machines(tmp_path, sqlite_url(tmp_path / "shared"), git_daemon, monkeypatch)
+    machines = on_sqlite(tmp_path, git_daemon, monkeypatch)
     with machines.on("a") as tb:
         session = tb.create_session(machines.workspace)
         write_turn(tb, session, {"a.txt": "one\n"})
@@ -220,8 +225,7 @@ def test_the_next_capture_pushes_what_a_down_remote_missed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     remote = tmp_path / "checkpoints.git"
-    (tmp_path / "shared").mkdir()
-    machines = Machines(tmp_path, sqlite_url(tmp_path / "shared"), str(remote), monkeypatch)
+    machines = on_sqlite(tmp_path, str(remote), monkeypatch)
     with machines.on("a") as tb:
         session = tb.create_session(machines.workspace)
         write_turn(tb, session, {"a.txt": "one\n"})
@@ -243,8 +247,7 @@ def test_a_push_never_holds_up_a_turn(tmp_path: Path, monkeypatch: pytest.Monkey
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
         url = f"git://127.0.0.1:{silent.getsockname()[1]}/checkpoints.git"
-        (tmp_path / "shared").mkdir()
-        machines = Machines(tmp_path, sqlite_url(tmp_path / "shared"), url, monkeypatch)
+        machines = on_sqlite(tmp_path, url, monkeypatch)
         with machines.on("a") as tb:
             session = tb.create_session(machines.workspace)
             write_turn(tb, session, {"a.txt": "warm\n"})
@@ -274,8 +277,7 @@ def test_a_small_edit_pushes_a_small_pack(tmp_path: Path, monkeypatch: pytest.Mo
     (and the remote adds the base of a delta it was sent)."""
     remote = bare(tmp_path / "checkpoints.git")
     subprocess.run(["git", "-C", str(remote), "config", "receive.unpackLimit", "1"], check=True)
-    (tmp_path / "shared").mkdir()
-    machines = Machines(tmp_path, sqlite_url(tmp_path / "shared"), str(remote), monkeypatch)
+    machines = on_sqlite(tmp_path, str(remote), monkeypatch)
     with machines.on("a") as tb:
         for n in range(400):
             (machines.workspace / f"file-{n}.txt").write_text(f"line {n}\n" * 40)
@@ -301,8 +303,7 @@ def test_where_the_remote_allows_a_filter_only_the_files_read_are_fetched(
     subprocess.run(
         ["git", "-C", str(remote), "config", "uploadpack.allowFilter", "true"], check=True
     )
-    (tmp_path / "shared").mkdir()
-    machines = Machines(tmp_path, sqlite_url(tmp_path / "shared"), str(remote), monkeypatch)
+    machines = on_sqlite(tmp_path, str(remote), monkeypatch)
     with machines.on("a") as tb:
         session = tb.create_session(machines.workspace)
         write_turn(tb, session, {f"file-{n}.txt": f"file {n}\n" for n in range(30)})
@@ -350,8 +351,7 @@ def test_the_review_page_on_another_machine_shows_the_patch(
     from turnback.ui.app import build_app
 
     remote = bare(tmp_path / "checkpoints.git")
-    (tmp_path / "shared").mkdir()
-    machines = Machines(tmp_path, sqlite_url(tmp_path / "shared"), str(remote), monkeypatch)
+    machines = on_sqlite(tmp_path, str(remote), monkeypatch)
     with machines.on("a") as tb:
         session = tb.create_session(machines.workspace)
         write_turn(tb, session, {"page.txt": "seen from b\n"})
