@@ -396,3 +396,34 @@ def test_a_tools_hook_waits_for_claudes_transcript_to_reach_the_call(tmp_path: P
     assert time.monotonic() - started < transcripts.WAIT  # it stopped waiting once it was there
     # a call the transcript never reaches costs the wait once, and the hook goes on
     assert transcripts.claude(str(transcript), "prompt-1", wait_for="toolu_9", wait=0.05) == read
+
+
+def test_a_transcript_made_after_the_first_tools_hook_is_waited_for(tmp_path: Path) -> None:
+    """Claude Code may create the transcript only after a session's first tool's hook began
+    (seen with ``claude -p``): the hook waits for the file as for the call in it."""
+    transcript = tmp_path / "transcript.jsonl"
+    lines = [
+        {"type": "user", "promptId": "prompt-1", "message": {"content": "Write NOTES"}},
+        {
+            "type": "assistant",
+            "uuid": "u1",
+            "message": {
+                "content": [
+                    {"type": "text", "text": "I will write the notes first."},
+                    {"type": "tool_use", "id": "toolu_0001"},
+                ]
+            },
+        },
+    ]
+    late = threading.Timer(
+        0.3, lambda: transcript.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    )
+    late.start()
+    try:
+        read = transcripts.claude(str(transcript), "prompt-1", wait_for="toolu_0001")
+    finally:
+        late.join()
+    assert [s.text for s in read] == ["I will write the notes first."]
+    missing = tmp_path / "never.jsonl"  # never made: the wait is spent once, and nothing said
+    assert transcripts.claude(str(missing), "prompt-1", wait_for="toolu_0001", wait=0.05) == []
+    assert transcripts.claude(str(missing), "prompt-1") == []  # nothing to wait for: at once

@@ -38,7 +38,8 @@ class Said:
 
 def _read(path: str, wait_for: str | None, wait: float) -> bytes | None:
     """The transcript, once it names ``wait_for`` (Claude Code writes it beside running its
-    hooks, not always before), or as it is after ``wait`` seconds."""
+    hooks, not always before: a session's first tool call can come before the file does), or as
+    it is after ``wait`` seconds."""
     deadline = time.monotonic() + wait
     read_size = -1
     data = b""
@@ -49,6 +50,9 @@ def _read(path: str, wait_for: str | None, wait: float) -> bytes | None:
                 with open(path, "rb") as file:
                     data = file.read(MAX_BYTES + 1)
                 read_size = size
+        except FileNotFoundError:
+            if wait_for is None or time.monotonic() >= deadline:
+                return None
         except OSError:
             return None
         if len(data) > MAX_BYTES:
