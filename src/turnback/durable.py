@@ -17,10 +17,13 @@ Some facts about file systems that the store and the shadow repositories depend 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # not at run time: ``turnback acp``'s start syncs with this before pathlib loads
+    from pathlib import Path
 
 
-def sync_directory(path: Path) -> None:
+def sync_directory(path: str | os.PathLike[str]) -> None:
     """Make the names created, renamed or removed in directory ``path`` durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -56,4 +59,4 @@ def sync_tree(root: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        sync_directory(Path(where))
+        sync_directory(where)

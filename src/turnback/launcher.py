@@ -38,7 +38,7 @@ def main() -> None:
 
     line = launch.command_line(argv)
     if line is not None:
-        early = launch.start(line.agent, line.initialize_timeout)
+        early = launch.start(line.agent, line.initialize_timeout, line.home)
         from turnback.acp import run
         from turnback.errors import TurnbackError
 

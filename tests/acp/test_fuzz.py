@@ -225,6 +225,8 @@ def test_random_and_mutated_frames_never_wedge_the_proxy(home: Path, tmp_path: P
         proxy.answers({first})
         new = proxy.request("session/new", {"cwd": str(workspace), "mcpServers": []})
         session_id = proxy.answers({new})[new]["result"]["sessionId"]
+        listed = proxy.request("session/list", {})  # answered once the session is a row
+        proxy.answers({listed})
         with turnback.open(home) as tb:
             agent_session = str(tb.session(session_id).record.agent_state["agentSessionId"])
 

@@ -493,23 +493,33 @@ class Gated:
                 os.close(fd)
 
 
-def test_initialize_is_answered_while_the_proxy_is_still_loading(
+def test_initialize_and_session_new_are_answered_before_the_proxy_loads(
     home: Path, tmp_path: Path
 ) -> None:
     """The proxy's modules (engine, store, workspace, runtime, asyncio, the CLI) are held at
-    the door while the editor is answered: the answer's path needs none of them. Let in, they
-    serve session/new as ever."""
+    the door: ``initialize`` and the ``session/new`` sent with it are answered, the session
+    kept in the home, before the proxy so much as begins to load -- it takes no CPU from the
+    agent's start-up. Let in, it makes the session a row and serves its prompt as ever."""
     with Gated(home, tmp_path, HEAVY) as gated:
-        held = _line(gated.heard).decode().strip()  # the proxy has begun to load, and is held
-        assert held.startswith(HEAVY)
         gated.send(7, "initialize", INITIALIZE["params"])
+        gated.send(8, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
         answer = gated.answer(7)
         assert answer["agentCapabilities"]["loadSession"] is True
         assert answer["_meta"]["turnback"]["commands"]
+        session = gated.answer(8)["sessionId"]
+        (kept,) = (home / launch.ANSWERED).iterdir()  # durable before the editor had it
+        assert json.loads(kept.read_text())["session"] == session
+        held = _line(gated.heard).decode().strip()  # only now does the proxy begin to load
+        assert held.startswith(HEAVY)
         gated.let_in()
-        gated.send(8, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
-        assert gated.answer(8)["sessionId"]
+        prompt = [{"type": "text", "text": "write a.txt hello"}]
+        gated.send(9, "session/prompt", {"sessionId": session, "prompt": prompt})
+        assert gated.answer(9)["stopReason"] == "end_turn"
         assert gated.ended() == 0
+    assert list((home / launch.ANSWERED).iterdir()) == []  # a row now: the file is gone
+    with turnback.open(home, create=False) as tb:
+        (turn,) = tb.session(session).turns()
+        assert turn.status.value == "completed"
 
 
 def test_the_start_imports_only_what_starting_a_process_needs() -> None:
@@ -545,15 +555,12 @@ NOT_TO_OPEN_A_SESSION = ("turnback.workspace", "turnback.cli", "turnback.views",
 def test_a_session_is_opened_without_the_modules_a_prompt_needs(home: Path, tmp_path: Path) -> None:
     """``initialize`` and ``session/new``, sent at once, are both answered while the workspace,
     the CLI and the views are held at the door -- their loading is not on an editor's way to a
-    session -- and the session is in the store when its id is given. Let in, the prompt that
-    follows is a durable turn as ever."""
+    session. Let in, the prompt that follows is a durable turn as ever."""
     with Gated(home, tmp_path, NOT_TO_OPEN_A_SESSION) as gated:
         gated.send(7, "initialize", INITIALIZE["params"])
         gated.send(8, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
         gated.answer(7)
         session = gated.answer(8)["sessionId"]
-        with turnback.open(home, create=False) as tb:  # durable before it was given
-            assert tb.session(session).id == session
         gated.let_in()  # whatever was held goes on
         prompt = [{"type": "text", "text": "write a.txt hello"}]  # a capture's work
         gated.send(9, "session/prompt", {"sessionId": session, "prompt": prompt})
@@ -563,3 +570,247 @@ def test_a_session_is_opened_without_the_modules_a_prompt_needs(home: Path, tmp_
         (turn,) = tb.session(session).turns()
         assert turn.status.value == "completed"
         assert [change.path for change in tb.session(session).diff(turn.number).files] == ["a.txt"]
+
+
+# -- a session/new answered by the start (step 5) ---------------------------------------------
+
+
+def test_a_proxy_killed_before_it_took_its_session_on_leaves_it_to_the_next(
+    home: Path, tmp_path: Path
+) -> None:
+    """The editor was given the session's id, then the proxy was killed (SIGKILL) before it had
+    loaded, let alone made the session a row: the next proxy on the home does, and loads it,
+    and the session works as any other."""
+    with Gated(home, tmp_path, HEAVY) as gated:
+        gated.send(7, "initialize", INITIALIZE["params"])
+        gated.send(8, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        session = gated.answer(8)["sessionId"]
+        _line(gated.heard)  # beginning to load, and held there
+        gated.proxy.kill()
+        gated.proxy.wait()
+    (kept,) = (home / launch.ANSWERED).iterdir()
+    with Gated(home, tmp_path, ()) as gated:  # a proxy as any other: nothing is held
+        gated.send(1, "initialize", INITIALIZE["params"])
+        gated.send(
+            2, "session/load", {"sessionId": session, "cwd": str(tmp_path), "mcpServers": []}
+        )
+        gated.answer(2)
+        prompt = [{"type": "text", "text": "write a.txt hello"}]
+        gated.send(3, "session/prompt", {"sessionId": session, "prompt": prompt})
+        assert gated.answer(3)["stopReason"] == "end_turn"
+        assert gated.ended() == 0
+    assert not kept.exists()
+    with turnback.open(home, create=False) as tb:
+        (turn,) = tb.session(session).turns()
+        assert turn.status.value == "completed"
+        assert [s.id for s in tb.sessions()] == [session]
+
+
+def _kept(home: Path, workspace: Path) -> dict[str, Any]:
+    session = {
+        "session": os.urandom(16).hex(),
+        "workspace": str(workspace),
+        "agent": "an agent",
+        "agentSession": "its-1",
+        "mcpServers": [],
+        "response": {"sessionId": "its-1"},
+    }
+    home.mkdir(exist_ok=True)
+    session["marker"] = launch.keep_answered(str(home), session)
+    return session
+
+
+def test_a_kept_session_becomes_one_row_however_often_it_is_kept(
+    home: Path, tmp_path: Path
+) -> None:
+    """Kept again (a proxy killed after the row, before the file went), or by two proxies on
+    one home, a session answered by the start is one row, and its file goes."""
+    session = _kept(home, tmp_path)
+    marker = Path(session["marker"])
+    assert json.loads(marker.read_text())["session"] == session["session"]
+    with turnback.open(home) as tb:
+        first = launch.keep_session(tb, str(marker))
+        assert first.id == session["session"] and not marker.exists()
+        again = launch.keep_session(tb, str(marker), session)  # the file gone, the row there
+        assert again.id == first.id
+        second = _kept(home, tmp_path)  # a row already, and its file still there
+        launch.keep_session(tb, second["marker"])
+        launch.keep_session(tb, second["marker"], second)
+        assert sorted(s.id for s in tb.sessions()) == sorted([first.id, second["session"]])
+        assert tb.session(first.id).record.workspace == str(tmp_path.resolve())
+    assert list((home / launch.ANSWERED).iterdir()) == []
+
+
+def test_a_kept_session_that_cannot_be_read_is_left_and_said_at_each_start(
+    home: Path, tmp_path: Path
+) -> None:
+    good = _kept(home, tmp_path)
+    bad = home / launch.ANSWERED / "damaged.json"
+    bad.write_text('{"session": "not a session')
+    for _ in range(2):
+        tb = launch.open_store(str(home))
+        tb.close()
+    assert bad.read_text() == '{"session": "not a session'  # left for a person to look at
+    with turnback.open(home) as tb:
+        assert [s.id for s in tb.sessions()] == [good["session"]]  # the good one is a row
+
+
+def test_a_damaged_kept_session_is_said_on_the_proxys_stderr(home: Path, tmp_path: Path) -> None:
+    home.mkdir()
+    (home / launch.ANSWERED).mkdir()
+    (home / launch.ANSWERED / "damaged.json").write_text("[")
+    done = turnback_acp(
+        "--home", str(home), "acp", "--", *SCRIPTED, editor=json.dumps(INITIALIZE).encode() + b"\n"
+    )
+    assert done.returncode == 0
+    assert b"damaged.json names no session it can keep" in done.stderr
+    assert (home / launch.ANSWERED / "damaged.json").exists()
+
+
+#: An agent answering ``initialize`` with RESULT, then ``session/new`` with ``NEW`` (its
+#: request's id filled in), then staying until its stdin closes.
+TWO = f"""
+import json, os, sys
+for answer in ({json.dumps(RESULT)!r}, os.environ["NEW"]):
+    request = json.loads(sys.stdin.readline())
+    answered = {{"jsonrpc": "2.0", "id": request["id"], **json.loads(answer)}}
+    sys.stdout.write(json.dumps(answered) + "\\n")
+    sys.stdout.flush()
+sys.stdin.read()
+"""
+
+
+def relayed_session(
+    home: Path, new_answer: dict[str, Any], editor: bytes
+) -> tuple[launch.Launched, list[dict[str, Any]]]:
+    """The start's relay, in a thread as it runs, between an editor that sent ``editor`` and
+    the agent :data:`TWO`; the proxy wakes it once the editor has its answers. Returns what
+    was handed over and what the editor was sent."""
+    import threading
+
+    process = subprocess.Popen(
+        [sys.executable, "-c", TWO],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "NEW": json.dumps(new_answer)},
+    )
+    editor_in, to_proxy = os.pipe()
+    from_proxy, editor_out = os.pipe()
+    os.write(to_proxy, editor)
+    launched = launch.Launched(process, command=["an", "agent"], home=str(home))
+    launched.wake, launched.idle = os.pipe(), threading.Event()
+    launched.relaying = threading.Thread(
+        target=launch.relay, args=(launched, (editor_in, editor_out), 10.0)
+    )
+    launched.relaying.start()
+    launched.idle.wait(30)  # answered, and waiting for more from the editor
+    launched.settled()
+    os.close(editor_out)
+    with os.fdopen(from_proxy, "rb") as sent:
+        written = [json.loads(line) for line in sent.read().splitlines()]
+    for fd in (editor_in, to_proxy):
+        os.close(fd)
+    process.kill()
+    process.wait()
+    return launched, written
+
+
+def _request(rpc_id: int, method: str, params: dict[str, Any]) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params}).encode()
+
+
+def test_the_start_answers_session_new_with_turnbacks_id_and_keeps_it(
+    home: Path, tmp_path: Path
+) -> None:
+    new = _request(8, "session/new", {"cwd": str(tmp_path), "mcpServers": [{"name": "m"}]})
+    answer = {"result": {"sessionId": "its-1", "modes": {"currentModeId": "ask"}}}
+    launched, written = relayed_session(
+        home, answer, json.dumps(INITIALIZE).encode() + b"\n" + new + b"\n"
+    )
+    assert [message["id"] for message in written] == [7, 8]
+    assert launched.session is not None
+    session = launched.session["session"]
+    assert written[1]["result"] == {"sessionId": session, "modes": {"currentModeId": "ask"}}
+    kept = json.loads(Path(launched.session["marker"]).read_text())
+    assert kept["agentSession"] == "its-1" and kept["workspace"] == str(tmp_path)
+    assert kept["mcpServers"] == [{"name": "m"}] and kept["agent"] == "an agent"
+    assert launched.editor == b"" and launched.agent == b""  # nothing left for the proxy
+
+
+@pytest.mark.parametrize(
+    "editor_next",
+    [
+        _request(8, "session/list", {}),  # not a session/new
+        _request(8, "session/new", {"cwd": "relative", "mcpServers": []}),  # the proxy refuses it
+        b"",  # nothing more: the proxy, ready, wakes the relay
+    ],
+)
+def test_the_start_leaves_anything_but_a_plain_session_new_to_the_proxy(
+    home: Path, tmp_path: Path, editor_next: bytes
+) -> None:
+    sent = json.dumps(INITIALIZE).encode() + b"\n" + (editor_next + b"\n" if editor_next else b"")
+    launched, written = relayed_session(home, {"result": {"sessionId": "its-1"}}, sent)
+    assert [message["id"] for message in written] == [7]
+    assert launched.session is None and not (home / launch.ANSWERED).exists()
+    assert launched.editor == (editor_next + b"\n" if editor_next else b"")
+
+
+def test_an_agent_refusing_the_starts_session_new_leaves_it_to_the_proxy(
+    home: Path, tmp_path: Path
+) -> None:
+    """The proxy asks again and gives the editor what the agent answers, as it would; the
+    start's own answer is not left for the proxy to take for one of its requests."""
+    new = _request(8, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
+    refused = {"error": {"code": -32000, "message": "Authentication required"}}
+    launched, written = relayed_session(
+        home, refused, json.dumps(INITIALIZE).encode() + b"\n" + new + b"\n"
+    )
+    assert [message["id"] for message in written] == [7]
+    assert launched.session is None and launched.editor == new + b"\n"
+    assert launched.agent == b""
+
+
+def test_a_damaged_store_or_one_elsewhere_is_opened_before_a_session_is_answered(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnback.store import DEFAULT_DATABASE
+
+    assert launch.DATABASE == DEFAULT_DATABASE
+    assert launch._store_ahead(str(home))  # a new home
+    home.mkdir()
+    with turnback.open(home):
+        pass
+    assert launch._store_ahead(str(home))
+    monkeypatch.setenv("TURNBACK_DATABASE_URL", "postgresql://somewhere/turnback")
+    assert not launch._store_ahead(str(home))
+    monkeypatch.delenv("TURNBACK_DATABASE_URL")
+    (home / DEFAULT_DATABASE).write_bytes(b"")  # emptied: the store says what that means
+    assert not launch._store_ahead(str(home))
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as file:
+        return [int(child) for child in file.read().split()]
+
+
+def test_an_agent_dead_before_the_proxy_took_its_session_on_is_started_again(
+    home: Path, tmp_path: Path
+) -> None:
+    """The agent that opened the session for the start is killed before the proxy loads: the
+    proxy opens the session in a new agent process, and its prompt is a turn."""
+    with Gated(home, tmp_path, HEAVY) as gated:
+        gated.send(7, "initialize", INITIALIZE["params"])
+        gated.send(8, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        session = gated.answer(8)["sessionId"]
+        (agent,) = _children(gated.proxy.pid)
+        os.kill(agent, 9)
+        gated.let_in()
+        prompt = [{"type": "text", "text": "write a.txt hello"}]
+        gated.send(9, "session/prompt", {"sessionId": session, "prompt": prompt})
+        assert gated.answer(9)["stopReason"] == "end_turn"
+        assert _children(gated.proxy.pid) != [agent]
+        assert gated.ended() == 0
+    with turnback.open(home, create=False) as tb:
+        (turn,) = tb.session(session).turns()
+        assert turn.status.value == "completed"
+        assert (tmp_path / "a.txt").read_text() == "hello"

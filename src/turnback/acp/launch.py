@@ -13,25 +13,35 @@ answer's path it makes the answer wait for modules the answer does not need. So:
    a plain command line is then served without the CLI (:func:`turnback.acp.run`, by
    :mod:`turnback.launcher`), whose loading (click, every command) would only take CPU from the
    agent's start-up;
-2. the agent is started at once, and a thread relays ``initialize`` (:func:`relay`) while the
-   proxy loads and opens its store as usual, so both are ready by the time the editor's next
-   request comes;
+2. the agent is started at once, and a thread relays ``initialize`` (:func:`relay`); the proxy
+   begins to load, and to open its store, only once that is done and the relay has nothing
+   else in hand (:meth:`Launched.quiet`): on a busy machine its loading (about 0.1 s of CPU)
+   would otherwise be taken from the agent's start-up, which the editor waits for;
 3. the editor's first message, when it is ``initialize``, is sent to the agent as it is (the
    proxy would send the same), and when the agent's answer is a result the editor gets it at
-   once with turnback's additions (:func:`initialized`), whether the proxy has loaded or not:
-   the answer's path is this module, :mod:`turnback.handshake` and :mod:`turnback.acp.offered`
-   (plain data), never the engine, the store, the workspace, asyncio or the CLI;
-4. the proxy waits for the relay to stop (:meth:`Launched.settled`) before it reads from
-   either side, then takes over (:class:`Launched`): the pipes, the bytes read from each side
-   and not yet handled, and the ``initialize`` answered -- or still in flight, when anything
-   else happened (another first message, an error answer, the agent gone,
+   once with turnback's additions (:func:`initialized`): the answer's path is this module,
+   :mod:`turnback.handshake` and :mod:`turnback.acp.offered` (plain data), never the engine,
+   the store, the workspace, asyncio or the CLI;
+4. when the editor's next message, sent before the proxy is ready, is a ``session/new`` the
+   proxy would send on as it is (its ``cwd`` an absolute directory, into a home whose store
+   is a SQLite file that is new or reads as one), it is asked of the agent here too
+   (:func:`early_session`), and the agent's session kept durably in the home, a file synced
+   with its directory (:func:`keep_answered`), before the editor is given turnback's id for
+   it: neither the proxy's loading nor opening the store is on the way to a session. The proxy
+   makes that file a row of its store before it serves anything else, and takes the agent
+   session on as the session's (:meth:`turnback.acp.sessions.Sessions.adopt`); a proxy killed
+   before it did leaves the file, which the next proxy on the home makes a row when it opens
+   the store (:func:`keep_session`), so the session the editor was given is never lost;
+5. the proxy, loaded, wakes the relay if it waits for the editor (:meth:`Launched.settled`),
+   waits for it to stop, then takes over (:class:`Launched`): the pipes, the bytes read from
+   each side and not yet handled, the ``initialize`` answered -- or still in flight, when
+   anything else happened (another first message, an error answer, the agent gone,
    ``--initialize-timeout`` spent), in which case the proxy handles the editor's
-   ``initialize`` as though it had sent it itself.
+   ``initialize`` as though it had sent it itself -- and the session answered, if one was.
 
-The proxy opens its store and recovers while ``initialize`` is relayed and before it serves
-any other method, as it does without this start, so what is durable, and when, does not change:
-in a thread of its own (:func:`opening`), begun before the proxy loads, whose SQLite calls wait
-on the disk while the proxy's imports use the CPU.
+The proxy opens its store and recovers before it serves any method but ``initialize``, as it
+does without this start, so what is durable, and when, does not change: in a thread of its own
+(:func:`opening`), whose SQLite calls wait on the disk while the proxy's imports use the CPU.
 
 This module imports only the standard library at its top: it runs before anything else.
 """
@@ -40,6 +50,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # not at run time: importing ``typing`` takes longer than starting the agent
@@ -53,6 +64,8 @@ ACP_OPTIONS = frozenset(
 )
 #: The id of the ``initialize`` sent ahead; the proxy's own requests to the agent start at 0.
 INITIALIZE_ID = "turnback-initialize"
+#: The id of a ``session/new`` sent ahead (step 4).
+SESSION_NEW_ID = "turnback-session-new"
 #: ``--initialize-timeout``'s default: generous, since some agents take seconds to start.
 DEFAULT_INITIALIZE_TIMEOUT = 60.0
 #: ``--max-frame``'s default and least value, in bytes.
@@ -108,13 +121,18 @@ class Launched:
     __slots__ = (
         "agent",
         "answer",
+        "command",
         "editor",
         "ended",
+        "home",
+        "idle",
         "params",
         "process",
         "relaying",
         "sent",
         "sent_at",
+        "session",
+        "wake",
     )
 
     def __init__(
@@ -122,8 +140,13 @@ class Launched:
         process: subprocess.Popen[bytes] | None,
         *,
         sent: dict[str, Any] | None = None,
+        command: Sequence[str] = (),
+        home: str | os.PathLike[str] | None = None,
     ) -> None:
         self.process = process
+        #: the agent command, and the home (``--home``; None: the default) the proxy serves
+        self.command = list(command)
+        self.home = home
         #: read from the editor and not handled: the proxy reads these first
         self.editor = b""
         #: the editor's input was read to its end (a terminal shows its end only once)
@@ -140,12 +163,33 @@ class Launched:
         self.sent_at: float | None = None
         #: the thread relaying ``initialize``, while it may
         self.relaying: threading.Thread | None = None
+        #: a pipe whose writing wakes the relay waiting for a ``session/new`` (step 4): the
+        #: proxy is ready, and reads the editor itself
+        self.wake: tuple[int, int] | None = None
+        #: the ``session/new`` answered here, as :func:`keep_answered` kept it (its path under
+        #: ``marker``), for the proxy to take on
+        self.session: dict[str, Any] | None = None
+        #: set once the relay has answered ``initialize`` and has nothing in hand, or stopped
+        self.idle: threading.Event | None = None
+
+    def quiet(self) -> None:
+        """Wait until the relay has answered ``initialize`` and has nothing else in hand (it
+        waits for the editor), or has stopped: the proxy loads only then, so its loading takes
+        no CPU from the agent's start-up, nor from a ``session/new`` answered here."""
+        if self.idle is not None:
+            self.idle.wait()
 
     def settled(self) -> None:
         """Wait until the relay has stopped: from then on, the pipes and what is left here are
         the proxy's."""
+        if self.wake is not None:
+            os.write(self.wake[1], b"\0")
         if self.relaying is not None:
             self.relaying.join()
+        if self.wake is not None:
+            for fd in self.wake:
+                os.close(fd)
+            self.wake = None
 
 
 def command_line(argv: Sequence[str]) -> AcpLine | None:
@@ -256,23 +300,18 @@ def _ready(fds: tuple[int, ...], deadline: float | None = None) -> list[int]:
 def relay(
     launched: Launched, editor: tuple[int, int] = (0, 1), initialize_timeout: float | None = None
 ) -> None:
-    """Step 3 of the module docstring, between the editor (``editor``: the descriptors to read
-    it and write to it) and the agent, until the editor has its answer, the agent has had
+    """Steps 3 and 4 of the module docstring, between the editor (``editor``: the descriptors to
+    read it and write to it) and the agent, until the editor has its answer, the agent has had
     ``initialize_timeout`` seconds to answer, or either side is gone; leaves in ``launched``
     where it stopped. It imports nothing the proxy would make it wait for."""
     import json
     import time
 
     process = launched.process
-    assert process is not None and process.stdin is not None and process.stdout is not None
-    while b"\n" not in launched.editor:
-        _ready(editor[:1])
-        data = os.read(editor[0], 1 << 16)
-        if not data:
-            launched.ended = True
-            return
-        launched.editor += data
-    line = launched.editor.partition(b"\n")[0]
+    assert process is not None and process.stdin is not None
+    line = _editor_line(launched, editor[0])
+    if line is None:
+        return
     try:
         message = json.loads(line)
     except (ValueError, RecursionError):  # the proxy's to refuse, as it would
@@ -292,47 +331,173 @@ def relay(
     except OSError:
         return  # the agent is gone: the proxy finds out and says so
     deadline = None if initialize_timeout is None else launched.sent_at + initialize_timeout
-    received, start = b"", 0
+    answer = _awaited(launched, editor[0], INITIALIZE_ID, deadline)
+    if answer is None or not isinstance(answer[0].get("result"), dict):
+        return  # an error is the proxy's to give, as it would
+    result = answer[0]["result"]
+    _write(editor[1], _line({"jsonrpc": "2.0", "id": message["id"], "result": initialized(result)}))
+    launched.params, launched.answer = params, result
+    launched.editor = launched.editor[len(line) + 1 :]
+    launched.agent = launched.agent[: answer[1]] + launched.agent[answer[2] :]
+    if launched.wake is not None:
+        timeout = DEFAULT_INITIALIZE_TIMEOUT if initialize_timeout is None else initialize_timeout
+        early_session(launched, editor, timeout)
+
+
+def _editor_line(launched: Launched, fd: int, wake: int | None = None) -> bytes | None:
+    """The editor's next line, read into ``launched.editor`` (which keeps it); None when the
+    editor's input ended first, or the proxy woke the relay (``wake``) to take over."""
+    while b"\n" not in launched.editor:
+        if wake is not None and launched.idle is not None:
+            launched.idle.set()  # nothing in hand: the proxy may load
+        ready = _ready((fd,) if wake is None else (fd, wake))
+        if wake in ready:
+            return None
+        data = os.read(fd, 1 << 16)
+        if not data:
+            launched.ended = True
+            return None
+        launched.editor += data
+    return launched.editor.partition(b"\n")[0]
+
+
+def _awaited(
+    launched: Launched, fd: int, rpc_id: str, deadline: float | None
+) -> tuple[dict[str, Any], int, int] | None:
+    """The agent's answer to the request ``rpc_id`` just sent it, and where its line is in
+    ``launched.agent`` (start, end past its newline), which holds all the agent wrote meanwhile;
+    the editor's input is kept in ``launched.editor`` while it waits. None when the agent
+    gives no answer by ``deadline`` (of ``time.monotonic()``), or either side is gone."""
+    process = launched.process
+    assert process is not None and process.stdout is not None
+    agent = process.stdout.fileno()
+    start = launched.agent.rfind(b"\n") + 1  # what came before was read before it was sent
     while True:
-        ready = _ready((process.stdout.fileno(), editor[0]), deadline)
-        if editor[0] in ready:  # kept for the proxy; at its end, the editor is gone
-            data = os.read(editor[0], 1 << 16)
+        ready = _ready((agent, fd), deadline)
+        if fd in ready:  # kept for the proxy; at its end, the editor is gone
+            data = os.read(fd, 1 << 16)
             launched.editor += data
             if not data:
                 launched.ended, ready = True, []
         if not ready:
-            launched.agent = received
-            return
-        if process.stdout.fileno() not in ready:
+            return None
+        if agent not in ready:
             continue
-        data = os.read(process.stdout.fileno(), 1 << 16)
+        data = os.read(agent, 1 << 16)
         if not data:
-            launched.agent = received
-            return
-        received += data
-        while (end := received.find(b"\n", start)) >= 0:
-            answer = _answer(received[start:end])
+            return None
+        launched.agent += data
+        while (end := launched.agent.find(b"\n", start)) >= 0:
+            answer = _answer(launched.agent[start:end], rpc_id)
             if answer is not None:
-                result = answer.get("result")
-                if isinstance(result, dict):  # an error is the proxy's to give, as it would
-                    answered = {"id": message["id"], "result": initialized(result)}
-                    _write(editor[1], _line({"jsonrpc": "2.0", **answered}))
-                    launched.params, launched.answer = params, result
-                    launched.editor = launched.editor[len(line) + 1 :]
-                    received = received[:start] + received[end + 1 :]
-                launched.agent = received
-                return
+                return answer, start, end + 1
             start = end + 1
 
 
-def _answer(line: bytes) -> dict[str, Any] | None:
+def early_session(launched: Launched, editor: tuple[int, int], timeout: float) -> None:
+    """Step 4 of the module docstring: the editor's ``session/new``, when it is the next thing
+    it sends before the proxy is ready, opened here -- the agent asked as the proxy would ask
+    it, the answer kept durably in the home (:func:`keep_answered`) and given to the editor
+    with turnback's session id -- and left in ``launched.session`` for the proxy to take on.
+    Anything else, an agent's error, or nothing kept, is left to the proxy, as it would be."""
+    import time
+
+    from turnback.home import home_of
+
+    process = launched.process
+    assert process is not None and process.stdin is not None and launched.wake is not None
+    line = _editor_line(launched, editor[0], launched.wake[0])
+    asked = None if line is None else _session_new(line)
+    home = home_of(launched.home)
+    if asked is None or not _store_ahead(home):
+        return
+    rpc_id, cwd, servers = asked
+    params = {"cwd": cwd, "mcpServers": servers}
+    request = {"jsonrpc": "2.0", "id": SESSION_NEW_ID, "method": "session/new", "params": params}
+    try:
+        _write(process.stdin.fileno(), _line(request))
+    except OSError:
+        return
+    answer = _awaited(launched, editor[0], SESSION_NEW_ID, time.monotonic() + timeout)
+    if answer is None:
+        return  # the proxy asks again (an answer later than this is not one it waits for)
+    launched.agent = launched.agent[: answer[1]] + launched.agent[answer[2] :]
+    result = answer[0].get("result")
+    if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
+        return  # the proxy asks again, and gives the editor the agent's error as it would
+    assert line is not None
+    session = {
+        "session": os.urandom(16).hex(),
+        "workspace": cwd,
+        "agent": " ".join(launched.command),
+        "agentSession": result["sessionId"],
+        "mcpServers": servers,
+        "response": result,
+    }
+    try:
+        session["marker"] = keep_answered(home, session)
+    except OSError as error:  # the proxy opens a session of its own, and says what is wrong
+        print(
+            f"turnback acp: a new session could not be kept in the home: {error}", file=sys.stderr
+        )
+        return
+    launched.session = session
+    answered = {k: v for k, v in result.items() if k != "sessionId"}
+    answered["sessionId"] = session["session"]
+    launched.editor = launched.editor[len(line) + 1 :]
+    _write(editor[1], _line({"jsonrpc": "2.0", "id": rpc_id, "result": answered}))
+
+
+#: The home's SQLite database (``turnback.store.DEFAULT_DATABASE``), and how such a file begins.
+DATABASE, SQLITE_HEADER = "turnback.db", b"SQLite format 3\x00"
+
+
+def _store_ahead(home: str) -> bool:
+    """Whether a ``session/new`` may be answered before the store is open: the home's store is
+    a SQLite file that is yet to be made or begins as one does. A damaged file, as a database
+    elsewhere (``TURNBACK_DATABASE_URL``) that only opening it shows is reachable, is the
+    proxy's to open first, so that what is wrong is the answer to the ``session/new``."""
+    if os.environ.get("TURNBACK_DATABASE_URL"):
+        return False
+    try:
+        with open(os.path.join(home, DATABASE), "rb") as file:
+            return file.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def _session_new(line: bytes) -> tuple[Any, str, list[Any]] | None:
+    """(id, cwd, mcpServers) of a ``session/new`` request the proxy would send on as it is
+    (a ``cwd`` that is an absolute directory); None for anything else."""
+    import json
+
+    try:
+        message = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict) or message.get("method") != "session/new":
+        return None
+    params = message.get("params")
+    if "id" not in message or not isinstance(params, dict):
+        return None
+    cwd, servers = params.get("cwd"), params.get("mcpServers") or []
+    if not isinstance(cwd, str) or not os.path.isabs(cwd) or not os.path.isdir(cwd):
+        return None
+    if not isinstance(servers, list):
+        return None
+    return message["id"], cwd, servers
+
+
+def _answer(line: bytes, rpc_id: str) -> dict[str, Any] | None:
     import json
 
     try:
         frame = json.loads(line)
     except (ValueError, RecursionError):
         return None
-    if isinstance(frame, dict) and frame.get("id") == INITIALIZE_ID and "method" not in frame:
+    if isinstance(frame, dict) and frame.get("id") == rpc_id and "method" not in frame:
         return frame
     return None
 
@@ -349,7 +514,7 @@ def _line(frame: dict[str, Any]) -> bytes:
     return json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
-def started(command: Sequence[str]) -> Launched:
+def started(command: Sequence[str], home: str | os.PathLike[str] | None = None) -> Launched:
     """The agent command started, with pipes for stdin and stdout."""
     try:
         # a process group of its own, stopped whole (see turnback.runtime.sidecar)
@@ -358,16 +523,23 @@ def started(command: Sequence[str]) -> Launched:
         )
     except OSError:
         return Launched(None)  # the proxy answers initialize with why it cannot start it
-    return Launched(process)
+    return Launched(process, command=command, home=home)
 
 
-def start(agent: Sequence[str], initialize_timeout: float | None = None) -> Launched:
-    """Start the agent, and relay ``initialize`` in a thread (steps 2 and 3) while the caller
-    goes on to load the proxy."""
+def start(
+    agent: Sequence[str],
+    initialize_timeout: float | None = None,
+    home: str | os.PathLike[str] | None = None,
+) -> Launched:
+    """Start the agent, and relay ``initialize`` and a ``session/new`` in a thread (steps 2 to
+    4); the caller loads the proxy once :meth:`Launched.quiet` returns (``home``: the one it
+    serves)."""
     import threading
 
-    launched = started(agent)
+    launched = started(agent, home)
     if launched.process is not None:
+        launched.wake = os.pipe()
+        launched.idle = threading.Event()
         timeout = DEFAULT_INITIALIZE_TIMEOUT if initialize_timeout is None else initialize_timeout
         launched.relaying = threading.Thread(
             target=_relay, args=(launched, timeout), name="turnback-initialize", daemon=True
@@ -423,14 +595,111 @@ def open_store(home: str | os.PathLike[str] | None) -> Any:
     tb = turnback.open(home)
     try:
         tb.recover()
+        for marker in answered(tb.home):
+            try:
+                keep_session(tb, marker)
+            except (OSError, ValueError, KeyError, TypeError) as error:  # left, said each start
+                print(
+                    f"turnback acp: {marker} names no session it can keep: {error}", file=sys.stderr
+                )
     except BaseException:
         tb.close()
         raise
     return tb
 
 
-def _relay(launched: Launched, initialize_timeout: float) -> None:
-    import contextlib
+#: The home's directory of sessions answered (step 4) and not yet rows of the store.
+ANSWERED = "answered-sessions"
 
-    with contextlib.suppress(OSError):  # the editor is gone: the proxy finds out and ends
+
+def keep_answered(home: str, session: dict[str, Any]) -> str:
+    """Keep ``session`` (a ``session/new`` answered before the store was open) durably in
+    ``home``, before the editor is given its id: a file per session, synced with its directory,
+    which the proxy makes a row of the store once it has opened it (:func:`keep_session`),
+    and so does every later proxy on the home. Returns its path."""
+    import json
+
+    from turnback.durable import sync_directory
+
+    directory = os.path.join(home, ANSWERED)
+    made = []
+    here = directory
+    while not os.path.isdir(here):
+        made.append(here)
+        here = os.path.dirname(here)
+    for new in reversed(made):  # each directory made is synced into its parent
+        os.makedirs(new, mode=0o700, exist_ok=True)
+        sync_directory(os.path.dirname(new))
+    path = os.path.join(directory, session["session"] + ".json")
+    aside = path + ".tmp"
+    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        _write(fd, json.dumps(session).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(aside, path)
+    sync_directory(directory)
+    return path
+
+
+def answered(home: str | os.PathLike[str]) -> list[str]:
+    """The sessions kept by :func:`keep_answered` in ``home`` that are not rows yet: their
+    files, oldest first."""
+    directory = os.path.join(os.fspath(home), ANSWERED)
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    paths = [os.path.join(directory, name) for name in names if name.endswith(".json")]
+    return sorted(paths, key=lambda path: os.stat(path).st_mtime_ns)
+
+
+def keep_session(tb: Any, marker: str, kept: dict[str, Any] | None = None) -> Any:
+    """The session kept in ``marker`` (:func:`keep_answered`; ``kept``: what it holds, when
+    the caller has it) made a row of ``tb``'s store, unless it is one already (the store's
+    opening, or another proxy on the home, made it), then the file removed; returns the
+    session. Applied twice, or by two proxies at once, it ends the same."""
+    import json
+
+    from turnback.durable import sync_directory
+    from turnback.errors import SessionNotFound, TurnbackError
+    from turnback.service import CreateSession, Service
+
+    if kept is None:
+        with open(marker, "rb") as file:
+            kept = json.load(file)
+    session_id, workspace, agent = kept["session"], kept["workspace"], kept["agent"]
+    service = Service.of(tb)
+
+    def stored() -> Any:
+        try:
+            return service.call(tb.session, session_id)
+        except SessionNotFound:
+            return None
+
+    session = stored()
+    if session is None:
+        try:
+            session = service.run(CreateSession(workspace, None, agent, session_id))
+        except TurnbackError:
+            session = stored()  # made meanwhile by another proxy: the same session
+            if session is None:
+                raise
+    try:
+        os.unlink(marker)
+    except FileNotFoundError:
+        pass
+    else:
+        sync_directory(os.path.dirname(marker))
+    return session
+
+
+def _relay(launched: Launched, initialize_timeout: float) -> None:
+    try:
         relay(launched, initialize_timeout=initialize_timeout)
+    except OSError:  # the editor is gone: the proxy finds out and ends
+        pass
+    finally:
+        assert launched.idle is not None
+        launched.idle.set()

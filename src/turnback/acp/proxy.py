@@ -119,6 +119,8 @@ class Proxy:
         self._successor: Successor | None = None
         #: the editor's requests being served: what each led to sending, for $/cancel_request
         self._serving: dict[Any, SentRequests] = {}
+        #: a session/new the start answered, being taken on: the editor's next methods wait
+        self._adopting: asyncio.Future[None] | None = None
 
     @property
     def tb(self) -> Turnback:
@@ -129,6 +131,23 @@ class Proxy:
         """The editor's ``initialize`` (``params``) was answered before this proxy ran."""
         self.editor.initialize_params = dict(params)
         self._initialized = True
+
+    def adopt(self, answered: dict[str, Any]) -> None:
+        """The editor's ``session/new`` was answered before this proxy ran (``answered``: what
+        the start kept of it): take the session on before serving anything else."""
+        self._adopting = asyncio.ensure_future(self._adopt(answered))
+
+    async def _adopt(self, answered: dict[str, Any]) -> None:
+        try:
+            if self._tb is None and self._opening is not None:
+                self._tb = await asyncio.shield(self._opening)
+            await self.sessions.adopt(answered)
+        except Exception as error:  # the session is in the store, or kept for the next proxy
+            print(
+                f"turnback acp: the session {answered['session']} was answered, but its agent "
+                f"session could not be taken on ({error}); session/load opens it again",
+                file=sys.stderr,
+            )
 
     # -- the editor's methods ----------------------------------------------------------------
 
@@ -141,6 +160,8 @@ class Proxy:
             self._serving[rpc_id] = notes
             SENT_REQUESTS.set(notes)
         try:
+            if self._adopting is not None and not _initializes(method):
+                await asyncio.shield(self._adopting)
             if self._tb is None and self._opening is not None and not _initializes(method):
                 self._tb = await asyncio.shield(self._opening)
             if is_notification:
@@ -271,6 +292,8 @@ class Proxy:
 
     async def close(self) -> None:
         """End running turns as cancelled (captured by the engine), stop every agent."""
+        if self._adopting is not None:
+            await self._adopting  # a session being taken on is closed with the others
         await self.sessions.close_all()
         self.editor.stop()
         await self.agent.close()
@@ -317,7 +340,7 @@ async def serve(
     # every other method waits for it.
     store = store or Opening(home)
     opening = asyncio.ensure_future(asyncio.to_thread(store.result))
-    await asyncio.to_thread(early.settled)  # the start's relay of initialize is done
+    await asyncio.to_thread(early.settled)  # the start's relay is woken, and done
     env = dict(os.environ)
     agent = agent_connection(command, env, policy or ResumePolicy())
     if early.process is not None:
@@ -330,6 +353,8 @@ async def serve(
     proxy = Proxy(opening, command, wire, env=env, policy=policy, agent=agent)
     if early.params is not None:
         proxy.initialized_by(early.params)
+    if early.session is not None:
+        proxy.adopt(early.session)
     conn = Connection(proxy.handle, wire)
     proxy.editor.conn = conn
     stop = asyncio.Event()

@@ -23,6 +23,7 @@ from typing import Any
 
 from turnback.acp import commands, offered, rewind, transcript
 from turnback.acp.editor import Editor
+from turnback.acp.launch import keep_session
 from turnback.engine.handle import Session, Turnback
 from turnback.engine.turns import validate_prompt
 from turnback.errors import (
@@ -380,7 +381,26 @@ class Sessions:
                 return session
         raise SessionNotFound(f"no session {session_id!r} in {self.tb.home}").settled_by(SESSIONS)
 
-    async def _start(self, session: Session, servers: Sequence[Any]) -> EditorSession:
+    async def adopt(self, answered: dict[str, Any]) -> None:
+        """A ``session/new`` that ``turnback acp``'s start answered before this proxy was
+        ready (:func:`~turnback.acp.launch.early_session`): the session it kept made a row of
+        the store, unless the store's opening made it one already, and the agent session the
+        start opened taken on as its agent session."""
+        session = await asyncio.to_thread(keep_session, self.tb, answered["marker"], answered)
+        opened = (answered["agentSession"], answered["response"])
+        try:
+            editor = await self._start(session, answered["mcpServers"], opened)
+        except AgentError as error:  # the agent went: the session is opened in the next one
+            log.warning("the agent session opened for %s was lost: %s", session.id, error)
+            editor = await self._start(session, answered["mcpServers"])
+        editor.relay.answered()
+
+    async def _start(
+        self,
+        session: Session,
+        servers: Sequence[Any],
+        opened: tuple[str, dict[str, Any]] | None = None,
+    ) -> EditorSession:
         relay = SessionRelay(self._editor, self, session.id, servers)
         editor = EditorSession(session, relay)
         relay.editor_session = editor
@@ -397,6 +417,7 @@ class Sessions:
                 stderr=None,
                 relay=relay,
                 connection=self._agent,
+                opened=opened,
             )
         except BaseException:
             del self._open[session.id]

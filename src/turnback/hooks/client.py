@@ -29,22 +29,11 @@ import os
 import socket
 import sys
 
+from turnback.home import home_of
 from turnback.hooks.agents import agent_process
 
 #: How long a hook waits for the helper's answer: longer than any agent waits for the hook.
 ANSWER_TIMEOUT = 300.0
-
-
-def home_of(home: str | os.PathLike[str] | None) -> str:
-    """turnback's home: ``home``, else ``$TURNBACK_HOME``, else the platform's data directory."""
-    if home is not None:
-        return os.path.abspath(os.path.expanduser(home))
-    configured = os.environ.get("TURNBACK_HOME")
-    if configured:
-        return os.path.abspath(os.path.expanduser(configured))
-    from platformdirs import user_data_dir
-
-    return user_data_dir("turnback", appauthor=False)
 
 
 def enabled() -> bool:

@@ -82,6 +82,14 @@ class AgentSession:
         self._context: list[Message] | None = None  # the transcript a rollback left, if given
         #: the agent's answer when its session was last opened (new, loaded or resumed)
         self.response: dict[str, Any] | None = None
+        #: an agent session opened for this one before it ran (:meth:`given`)
+        self._given: tuple[str, dict[str, Any]] | None = None
+
+    def given(self, agent_session: str, response: dict[str, Any]) -> None:
+        """``agent_session`` was opened for this session already, with ``response``, in the
+        agent's first process (by ``turnback acp``'s start, before the proxy had loaded): the
+        first opening takes it on in that process rather than asking for another."""
+        self._given = (agent_session, dict(response))
 
     @property
     def id(self) -> str | None:
@@ -189,6 +197,12 @@ class AgentSession:
         if not self._state_read:
             self._state = await self._parts.service.acall(self._last_state)
             self._state_read = True
+        given, self._given = self._given, None
+        if given is not None and self._parts.agent.generation == 1:
+            self._attach(given[0])
+            self.response = given[1]
+            await self._remember("new", context_pending=False)
+            return
         previous = self._state.agent_session_id
         features = self._parts.agent.features
         if previous is not None and (features.load_session or features.resume_session):

@@ -156,9 +156,11 @@ class AgentRuntime:
         stderr: int | None = asyncio.subprocess.DEVNULL,
         relay: Relay | None = None,
         connection: AgentConnection | None = None,
+        opened: tuple[str, dict[str, Any]] | None = None,
     ) -> AgentRuntime:
         """Start the agent (or use ``connection``'s), and open (or load) its session for
-        ``session``.
+        ``session`` -- or take on ``opened`` (the agent's session id and its answer), opened
+        for it already in the connection's first process.
 
         Raises AgentUnavailable, naming the command, if it cannot start or does not answer
         ``initialize`` within ``policy.initialize_timeout``."""
@@ -175,6 +177,8 @@ class AgentRuntime:
             connection=connection,
         )
         runtime._reactor.start()
+        if opened is not None:
+            runtime._agent_session.given(*opened)
         try:
             await runtime._ensure_agent()
         except BaseException:
