@@ -2,9 +2,9 @@
 
     python bench/fast_agent.py
 
-It answers ``initialize`` and ``session/new`` at once, every other request with "Method not
-found", and leaves when its stdin closes: bench/proxy.py's (new-fast) row, where an agent's own
-start-up hides none of the proxy's.
+It answers ``initialize``, ``session/new`` and ``session/list`` at once, every other request with
+"Method not found", and leaves when its stdin closes: bench/proxy.py's (new-fast) and (list-fast)
+rows, where an agent's own start-up hides none of the proxy's.
 """
 
 import json
@@ -22,6 +22,8 @@ def main() -> None:
             answer["result"] = {"protocolVersion": 1, "agentCapabilities": {}}
         elif method == "session/new":
             answer["result"] = {"sessionId": f"fast-{message['id']}"}
+        elif method == "session/list":
+            answer["result"] = {"sessions": []}
         else:
             answer["error"] = {"code": -32601, "message": "Method not found"}
         sys.stdout.write(json.dumps(answer) + "\n")

@@ -52,7 +52,15 @@ waits for:
                     standard library alone): from spawning the process to the answer to
                     ``session/new``, which no agent start-up hides the proxy's loading behind.
                     goal: at most 50 ms added
-(new-fast-c)        the same through the byte-copying process (no goal).
+(list-fast)         the same with ``session/list`` sent too: from spawning the process to its
+                    answer, the first the proxy gives only once it has loaded and opened its
+                    store, which it does once ``initialize`` is answered and nothing else is
+                    in hand (no goal: where the proxy's start-up went).
+(load-ts)           ``session/load`` of a session opened earlier (by the same side: the agent's
+                    own, or turnback's), sent as soon as ``initialize`` is answered, as an editor
+                    reopening its last thread does, the TypeScript SDK agent: the round trip.
+                    goal: at most 50 ms added, as for ``session/new``
+(new-fast-c)        the same as (new-fast) through the byte-copying process (no goal).
 (py)                ``python -c pass``, from spawning it to its exit: one interpreter's start,
                     the least CPU any process written in Python adds (no goal).
 (i-ts-cpu), (new-fast-cpu)  the CPU the process in front of the agent had used when it gave
@@ -260,17 +268,53 @@ async def start_up(command: list[str], cwd: Path, env: dict[str, str]) -> Start:
 
 async def at_once(command: list[str], cwd: Path, env: dict[str, str]) -> Start:
     """Milliseconds from spawning ``command`` to its answer to ``session/new``, sent together
-    with ``initialize`` (twice: it is both of :func:`start_up`'s first two), and its CPU then."""
+    with ``initialize`` and ``session/list``, and to its answer to ``session/list``; its CPU
+    when it answered ``session/new``."""
     started = time.perf_counter()
     async with acp.spawn_agent_process(
         cast(acp.Client, Client()), command[0], *command[1:], cwd=cwd, env=env
     ) as (conn, process):
-        await asyncio.gather(
-            conn.initialize(protocol_version=acp.PROTOCOL_VERSION),
-            conn.new_session(cwd=str(cwd), mcp_servers=[]),
+        cpu = 0.0
+
+        async def opened() -> float:
+            nonlocal cpu
+            await conn.new_session(cwd=str(cwd), mcp_servers=[])
+            cpu = cpu_seconds(process.pid) * 1000
+            return (time.perf_counter() - started) * 1000
+
+        async def listed() -> float:
+            await conn.list_sessions()
+            return (time.perf_counter() - started) * 1000
+
+        _, new, listing = await asyncio.gather(
+            conn.initialize(protocol_version=acp.PROTOCOL_VERSION), opened(), listed()
         )
-        taken = (time.perf_counter() - started) * 1000
-        return taken, taken, cpu_seconds(process.pid) * 1000
+        return new, listing, cpu
+
+
+async def session_of(command: list[str], cwd: Path, env: dict[str, str]) -> str:
+    """A session opened by ``command`` in ``cwd`` (and left there), for :func:`reopen`."""
+    async with acp.spawn_agent_process(
+        cast(acp.Client, Client()), command[0], *command[1:], cwd=cwd, env=env
+    ) as (conn, _):
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        return (await conn.new_session(cwd=str(cwd), mcp_servers=[])).session_id
+
+
+async def reopen(command: list[str], cwd: Path, env: dict[str, str], session: str) -> Start:
+    """Milliseconds from spawning ``command`` to its answer to initialize, and for the
+    ``session/load`` of ``session`` sent at once after it (an editor reopening its last
+    thread); its CPU when it answered initialize."""
+    started = time.perf_counter()
+    async with acp.spawn_agent_process(
+        cast(acp.Client, Client()), command[0], *command[1:], cwd=cwd, env=env
+    ) as (conn, process):
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        answered = time.perf_counter()
+        cpu = cpu_seconds(process.pid) * 1000
+        await conn.load_session(cwd=str(cwd), session_id=session, mcp_servers=[])
+        loaded = time.perf_counter()
+    return (answered - started) * 1000, (loaded - answered) * 1000, cpu
 
 
 async def bare_start(env: dict[str, str]) -> float:
@@ -323,18 +367,35 @@ async def start_ups(
     home = scratch / f"start-up-home{tag}"
     times: dict[tuple[str, str], list[Start]] = {}
     warm_up = 1 if rounds > 1 else 0  # not counted: it creates the home's database
+
+    def on(side: str, agent: tuple[str, ...]) -> list[str]:
+        if side == "p":
+            return through_proxy(home, agent)
+        return [*COPIER, *agent] if side == "c" else list(agent)
+
+    ts_agent = STARTED_AGENTS["ts"][1]
     async with Busy(busy):
+        opened: dict[str, tuple[Path, str]] = {}  # a session of each side's, for (load-ts)
+        for side in ("d", "p", "c"):
+            work = scratch / f"start-load-{side}{tag}"
+            work.mkdir()
+            opened[side] = (work, await session_of(on(side, ts_agent), work, env))
         for round_ in range(warm_up + rounds):
             agents = [(key, agent, start_up) for key, (_, agent) in STARTED_AGENTS.items()]
-            for key, agent, measure_start in [*agents, ("fast", FAST_AGENT, at_once)]:
+            for key, agent, measure_start in [
+                *agents,
+                ("fast", FAST_AGENT, at_once),
+                ("load", ts_agent, None),
+            ]:
                 for side in ("d", "p", "c"):
+                    command = on(side, agent)
+                    if measure_start is None:
+                        measured = await reopen(command, *opened[side][:1], env, opened[side][1])
+                        if round_ >= warm_up:
+                            times.setdefault((key, side), []).append(measured)
+                        continue
                     work = scratch / f"start-{key}-{side}{round_}{tag}"
                     work.mkdir()
-                    command = list(agent)
-                    if side == "p":
-                        command = through_proxy(home, agent)
-                    if side == "c":
-                        command = [*COPIER, *agent]
                     measured = await measure_start(command, work, env)
                     if round_ >= warm_up:
                         times.setdefault((key, side), []).append(measured)
@@ -366,6 +427,20 @@ def start_up_rows(times: dict[tuple[str, str], list[Start]]) -> list[dict[str, A
     at_once_what = "initialize and session/new sent at once, a fast-starting agent: spawn to "
     what = f"{at_once_what}the session/new answer, median (ms)"
     rows.append(added_row("new-fast", what, of("fast", "d"), of("fast", "p"), NEW_SESSION_GOAL_MS))
+    what = (
+        "initialize, session/new and session/list sent at once, a fast-starting agent: spawn to "
+        "the session/list answer, the first that needs the proxy loaded and its store open, "
+        "median (ms)"
+    )
+    rows.append(added_row("list-fast", what, of("fast", "d", 1), of("fast", "p", 1)))
+    what = (
+        "session/load of a session the home holds, sent at once after the initialize answer, "
+        "the TypeScript SDK agent (an editor reopening its last thread): the round trip, "
+        "median (ms)"
+    )
+    rows.append(
+        added_row("load-ts", what, of("load", "d", 1), of("load", "p", 1), NEW_SESSION_GOAL_MS)
+    )
     for key, (name, _) in STARTED_AGENTS.items():
         what = f"initialize, {name}, through the byte-copying process, median (ms)"
         rows.append(added_row(f"i-{key}-c", what, of(key, "d"), of(key, "c")))

@@ -493,14 +493,16 @@ class Gated:
                 os.close(fd)
 
 
-def test_initialize_and_session_new_are_answered_before_the_proxy_loads(
+def test_initialize_and_session_new_are_answered_while_the_proxy_is_still_loading(
     home: Path, tmp_path: Path
 ) -> None:
     """The proxy's modules (engine, store, workspace, runtime, asyncio, the CLI) are held at
-    the door: ``initialize`` and the ``session/new`` sent with it are answered, the session
-    kept in the home, before the proxy so much as begins to load -- it takes no CPU from the
-    agent's start-up. Let in, it makes the session a row and serves its prompt as ever."""
+    the door: ``initialize`` and the ``session/new`` sent with it are answered anyway, the
+    session kept in the home before its id is given. Let in, the proxy makes the session a row
+    and serves its prompt as ever."""
     with Gated(home, tmp_path, HEAVY) as gated:
+        held = _line(gated.heard).decode().strip()  # the proxy has begun to load, and is held
+        assert held.startswith(HEAVY)
         gated.send(7, "initialize", INITIALIZE["params"])
         gated.send(8, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
         answer = gated.answer(7)
@@ -509,8 +511,6 @@ def test_initialize_and_session_new_are_answered_before_the_proxy_loads(
         session = gated.answer(8)["sessionId"]
         (kept,) = (home / launch.ANSWERED).iterdir()  # durable before the editor had it
         assert json.loads(kept.read_text())["session"] == session
-        held = _line(gated.heard).decode().strip()  # only now does the proxy begin to load
-        assert held.startswith(HEAVY)
         gated.let_in()
         prompt = [{"type": "text", "text": "write a.txt hello"}]
         gated.send(9, "session/prompt", {"sessionId": session, "prompt": prompt})
@@ -681,11 +681,11 @@ sys.stdin.read()
 
 
 def relayed_session(
-    home: Path, new_answer: dict[str, Any], editor: bytes
+    home: Path, new_answer: dict[str, Any], editor: bytes, answers: int
 ) -> tuple[launch.Launched, list[dict[str, Any]]]:
     """The start's relay, in a thread as it runs, between an editor that sent ``editor`` and
-    the agent :data:`TWO`; the proxy wakes it once the editor has its answers. Returns what
-    was handed over and what the editor was sent."""
+    the agent :data:`TWO`; the proxy wakes it once the editor has ``answers`` answers. Returns
+    what was handed over and what the editor was sent."""
     import threading
 
     process = subprocess.Popen(
@@ -698,16 +698,16 @@ def relayed_session(
     from_proxy, editor_out = os.pipe()
     os.write(to_proxy, editor)
     launched = launch.Launched(process, command=["an", "agent"], home=str(home))
-    launched.wake, launched.idle = os.pipe(), threading.Event()
+    launched.wake = os.pipe()
     launched.relaying = threading.Thread(
         target=launch.relay, args=(launched, (editor_in, editor_out), 10.0)
     )
     launched.relaying.start()
-    launched.idle.wait(30)  # answered, and waiting for more from the editor
-    launched.settled()
+    written = [json.loads(_line(from_proxy)) for _ in range(answers)]
+    launched.settled()  # the proxy is ready: it wakes the relay if it still waits
     os.close(editor_out)
     with os.fdopen(from_proxy, "rb") as sent:
-        written = [json.loads(line) for line in sent.read().splitlines()]
+        written += [json.loads(line) for line in sent.read().splitlines()]
     for fd in (editor_in, to_proxy):
         os.close(fd)
     process.kill()
@@ -725,7 +725,7 @@ def test_the_start_answers_session_new_with_turnbacks_id_and_keeps_it(
     new = _request(8, "session/new", {"cwd": str(tmp_path), "mcpServers": [{"name": "m"}]})
     answer = {"result": {"sessionId": "its-1", "modes": {"currentModeId": "ask"}}}
     launched, written = relayed_session(
-        home, answer, json.dumps(INITIALIZE).encode() + b"\n" + new + b"\n"
+        home, answer, json.dumps(INITIALIZE).encode() + b"\n" + new + b"\n", 2
     )
     assert [message["id"] for message in written] == [7, 8]
     assert launched.session is not None
@@ -749,7 +749,7 @@ def test_the_start_leaves_anything_but_a_plain_session_new_to_the_proxy(
     home: Path, tmp_path: Path, editor_next: bytes
 ) -> None:
     sent = json.dumps(INITIALIZE).encode() + b"\n" + (editor_next + b"\n" if editor_next else b"")
-    launched, written = relayed_session(home, {"result": {"sessionId": "its-1"}}, sent)
+    launched, written = relayed_session(home, {"result": {"sessionId": "its-1"}}, sent, 1)
     assert [message["id"] for message in written] == [7]
     assert launched.session is None and not (home / launch.ANSWERED).exists()
     assert launched.editor == (editor_next + b"\n" if editor_next else b"")
@@ -763,7 +763,7 @@ def test_an_agent_refusing_the_starts_session_new_leaves_it_to_the_proxy(
     new = _request(8, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
     refused = {"error": {"code": -32000, "message": "Authentication required"}}
     launched, written = relayed_session(
-        home, refused, json.dumps(INITIALIZE).encode() + b"\n" + new + b"\n"
+        home, refused, json.dumps(INITIALIZE).encode() + b"\n" + new + b"\n", 1
     )
     assert [message["id"] for message in written] == [7]
     assert launched.session is None and launched.editor == new + b"\n"
@@ -813,4 +813,4 @@ def test_an_agent_dead_before_the_proxy_took_its_session_on_is_started_again(
     with turnback.open(home, create=False) as tb:
         (turn,) = tb.session(session).turns()
         assert turn.status.value == "completed"
-        assert (tmp_path / "a.txt").read_text() == "hello"
+        assert (tmp_path / "a.txt").read_text() == "hello\n"

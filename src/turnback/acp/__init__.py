@@ -24,8 +24,6 @@ def run(line: AcpLine, early: Launched | None) -> int:
     seam through which the command line and the launcher start the proxy."""
     from turnback.acp.launch import opening
 
-    if early is not None:
-        early.quiet()  # nothing heavy while the agent starts and initialize is answered
     store = opening(line.home)  # beside the proxy's loading: it waits on the disk, not the CPU
     from turnback.acp.proxy import main as proxy
     from turnback.runtime import OnCrash, ResumePolicy

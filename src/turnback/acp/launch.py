@@ -13,15 +13,14 @@ answer's path it makes the answer wait for modules the answer does not need. So:
    a plain command line is then served without the CLI (:func:`turnback.acp.run`, by
    :mod:`turnback.launcher`), whose loading (click, every command) would only take CPU from the
    agent's start-up;
-2. the agent is started at once, and a thread relays ``initialize`` (:func:`relay`); the proxy
-   begins to load, and to open its store, only once that is done and the relay has nothing
-   else in hand (:meth:`Launched.quiet`): on a busy machine its loading (about 0.1 s of CPU)
-   would otherwise be taken from the agent's start-up, which the editor waits for;
+2. the agent is started at once, and a thread relays ``initialize`` (:func:`relay`) while the
+   proxy loads and opens its store as usual, so both are ready by the time the editor's next
+   request comes;
 3. the editor's first message, when it is ``initialize``, is sent to the agent as it is (the
    proxy would send the same), and when the agent's answer is a result the editor gets it at
-   once with turnback's additions (:func:`initialized`): the answer's path is this module,
-   :mod:`turnback.handshake` and :mod:`turnback.acp.offered` (plain data), never the engine,
-   the store, the workspace, asyncio or the CLI;
+   once with turnback's additions (:func:`initialized`), whether the proxy has loaded or not:
+   the answer's path is this module, :mod:`turnback.handshake` and :mod:`turnback.acp.offered`
+   (plain data), never the engine, the store, the workspace, asyncio or the CLI;
 4. when the editor's next message, sent before the proxy is ready, is a ``session/new`` the
    proxy would send on as it is (its ``cwd`` an absolute directory, into a home whose store
    is a SQLite file that is new or reads as one), it is asked of the agent here too
@@ -39,9 +38,10 @@ answer's path it makes the answer wait for modules the answer does not need. So:
    ``--initialize-timeout`` spent), in which case the proxy handles the editor's
    ``initialize`` as though it had sent it itself -- and the session answered, if one was.
 
-The proxy opens its store and recovers before it serves any method but ``initialize``, as it
-does without this start, so what is durable, and when, does not change: in a thread of its own
-(:func:`opening`), whose SQLite calls wait on the disk while the proxy's imports use the CPU.
+The proxy opens its store and recovers while ``initialize`` is relayed and before it serves
+any other method, as it does without this start, so what is durable, and when, does not change:
+in a thread of its own (:func:`opening`), begun before the proxy loads, whose SQLite calls wait
+on the disk while the proxy's imports use the CPU.
 
 This module imports only the standard library at its top: it runs before anything else.
 """
@@ -125,13 +125,13 @@ class Launched:
         "editor",
         "ended",
         "home",
-        "idle",
         "params",
         "process",
         "relaying",
         "sent",
         "sent_at",
         "session",
+        "switch",
         "wake",
     )
 
@@ -169,15 +169,8 @@ class Launched:
         #: the ``session/new`` answered here, as :func:`keep_answered` kept it (its path under
         #: ``marker``), for the proxy to take on
         self.session: dict[str, Any] | None = None
-        #: set once the relay has answered ``initialize`` and has nothing in hand, or stopped
-        self.idle: threading.Event | None = None
-
-    def quiet(self) -> None:
-        """Wait until the relay has answered ``initialize`` and has nothing else in hand (it
-        waits for the editor), or has stopped: the proxy loads only then, so its loading takes
-        no CPU from the agent's start-up, nor from a ``session/new`` answered here."""
-        if self.idle is not None:
-            self.idle.wait()
+        #: the interpreter's switch interval before the start made it short (see :func:`start`)
+        self.switch: float | None = None
 
     def settled(self) -> None:
         """Wait until the relay has stopped: from then on, the pipes and what is left here are
@@ -190,6 +183,9 @@ class Launched:
             for fd in self.wake:
                 os.close(fd)
             self.wake = None
+        if self.switch is not None:
+            sys.setswitchinterval(self.switch)
+            self.switch = None
 
 
 def command_line(argv: Sequence[str]) -> AcpLine | None:
@@ -348,8 +344,6 @@ def _editor_line(launched: Launched, fd: int, wake: int | None = None) -> bytes 
     """The editor's next line, read into ``launched.editor`` (which keeps it); None when the
     editor's input ended first, or the proxy woke the relay (``wake``) to take over."""
     while b"\n" not in launched.editor:
-        if wake is not None and launched.idle is not None:
-            launched.idle.set()  # nothing in hand: the proxy may load
         ready = _ready((fd,) if wake is None else (fd, wake))
         if wake in ready:
             return None
@@ -532,14 +526,17 @@ def start(
     home: str | os.PathLike[str] | None = None,
 ) -> Launched:
     """Start the agent, and relay ``initialize`` and a ``session/new`` in a thread (steps 2 to
-    4); the caller loads the proxy once :meth:`Launched.quiet` returns (``home``: the one it
-    serves)."""
+    4) while the caller goes on to load the proxy (``home``: the one it serves)."""
     import threading
 
     launched = started(agent, home)
     if launched.process is not None:
         launched.wake = os.pipe()
-        launched.idle = threading.Event()
+        # The proxy loads meanwhile, on the same interpreter: its imports give way to the relay
+        # within 0.5 ms when the relay has something to do, not the 5 ms that would add up
+        # over the reads and writes of an answer. As it was once the proxy takes over.
+        launched.switch = sys.getswitchinterval()
+        sys.setswitchinterval(0.0005)
         timeout = DEFAULT_INITIALIZE_TIMEOUT if initialize_timeout is None else initialize_timeout
         launched.relaying = threading.Thread(
             target=_relay, args=(launched, timeout), name="turnback-initialize", daemon=True
@@ -696,10 +693,7 @@ def keep_session(tb: Any, marker: str, kept: dict[str, Any] | None = None) -> An
 
 
 def _relay(launched: Launched, initialize_timeout: float) -> None:
-    try:
+    import contextlib
+
+    with contextlib.suppress(OSError):  # the editor is gone: the proxy finds out and ends
         relay(launched, initialize_timeout=initialize_timeout)
-    except OSError:  # the editor is gone: the proxy finds out and ends
-        pass
-    finally:
-        assert launched.idle is not None
-        launched.idle.set()
