@@ -445,10 +445,13 @@ class Gated:
     """``turnback --home HOME acp -- SCRIPTED`` run with ``held`` modules held at the door
     (:data:`GATED`) until :meth:`let_in`; the editor's side of its pipes."""
 
-    def __init__(self, home: Path, cwd: Path, held: tuple[str, ...]) -> None:
+    def __init__(
+        self, home: Path, cwd: Path, held: tuple[str, ...], agent: tuple[str, ...] = SCRIPTED
+    ) -> None:
         gate, self.opener = os.pipe()
         self.heard, said = os.pipe()
-        argv = ["--home", str(home), "acp", "--", *SCRIPTED]
+        self.notes: list[dict[str, Any]] = []  # the proxy's notifications, as they came
+        argv = ["--home", str(home), "acp", "--", *agent]
         code = GATED.format(heavy=held, gate=gate, said=said, argv=argv)
         self.proxy = subprocess.Popen(
             [sys.executable, "-c", code],
@@ -474,7 +477,8 @@ class Gated:
         """The answer to request ``rpc_id``, a result (the proxy's notifications skipped)."""
         assert self.proxy.stdout is not None
         while (message := json.loads(_line(self.proxy.stdout.fileno()))).get("id") != rpc_id:
-            pass
+            if "method" in message and "id" not in message:
+                self.notes.append(message)
         assert "result" in message, message
         return dict(message["result"])
 
@@ -814,3 +818,35 @@ def test_an_agent_dead_before_the_proxy_took_its_session_on_is_started_again(
         (turn,) = tb.session(session).turns()
         assert turn.status.value == "completed"
         assert (tmp_path / "a.txt").read_text() == "hello\n"
+
+
+TS_AGENT = ("node", str(Path(__file__).with_name("ts_agent") / "agent.mjs"))
+
+
+def test_the_agent_session_the_start_opened_is_the_one_the_proxy_uses(
+    home: Path, tmp_path: Path
+) -> None:
+    """An agent on the TypeScript SDK: the session the start opened for the editor is the one
+    its prompts reach -- the agent opened no other -- and the editor has the agent's own
+    commands with turnback's, once, under turnback's session id."""
+    with Gated(home, tmp_path, HEAVY, TS_AGENT) as gated:
+        gated.send(7, "initialize", INITIALIZE["params"])
+        gated.send(8, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        session = gated.answer(8)["sessionId"]
+        assert (home / launch.ANSWERED).is_dir()  # the start's, not the proxy's
+        gated.let_in()
+        prompt = [{"type": "text", "text": "hello"}]
+        gated.send(9, "session/prompt", {"sessionId": session, "prompt": prompt})
+        assert gated.answer(9)["stopReason"] == "end_turn"
+        gated.send(10, "_ts/state", {"sessionId": session})
+        state = gated.answer(10)
+        assert state["opened"] == 1 and state["session"]["turns"] == 1
+        listed = [
+            note["params"]
+            for note in gated.notes
+            if note["params"].get("update", {}).get("sessionUpdate") == "available_commands_update"
+        ]
+        assert [p["sessionId"] for p in listed] == [session]
+        names = {c["name"] for c in listed[0]["update"]["availableCommands"]}
+        assert {"ts-help", "ts-count", "checkpoints", "rewind"} <= names
+        assert gated.ended() == 0

@@ -215,14 +215,52 @@ def commands(turn: Turn) -> set[str]:
     return {c["name"] for c in offered[-1]["availableCommands"]} if offered else set()
 
 
+#: ``turnback acp`` with the proxy itself held at the door until the start has kept a
+#: ``session/new`` it answered (``turnback.acp.launch.early_session``), however fast the agent
+#: starts: the session is the start's, and the proxy takes it on. ``sys.argv[1:]``: turnback's
+#: arguments, the home first (``--home HOME``).
+ANSWERED_BY_THE_START = """
+import os, sys, time
+kept = os.path.join(sys.argv[2], "answered-sessions")
+class Held:
+    def __init__(self, loader):
+        self.loader = loader
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+    def exec_module(self, module):
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (os.path.isdir(kept) and os.listdir(kept)):
+            time.sleep(0.01)
+        self.loader.exec_module(module)
+class Gate:
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name != "turnback.acp.proxy":
+            return None
+        for finder in sys.meta_path[1:]:
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = Held(spec.loader)
+                return spec
+        return None
+sys.meta_path.insert(0, Gate)
+from turnback.launcher import main
+main()
+"""
+
+
 @pytest.mark.parametrize("name", sorted(AGENTS))
 def test_a_full_turn_is_the_same_directly_and_through_turnback(
     name: str, make_world: MakeWorld, tmp_path: Path
 ) -> None:
+    """Directly, through ``turnback acp``, and through one whose session the start opened
+    before the proxy had loaded."""
     agent = AGENTS[name]
-    home = tmp_path / "turnback"
     runs: dict[str, tuple[World, Model, Turn]] = {}
-    for how in ("direct", "proxied"):
+    for how in ("direct", "proxied", "answered by the start"):
+        home = tmp_path / f"turnback-{how}"
         with Model() as model:
             world = make_world(model.url)
             model.script = agent.script(world)
@@ -231,8 +269,13 @@ def test_a_full_turn_is_the_same_directly_and_through_turnback(
             if how == "proxied":
                 command = [sys.executable, "-m", "turnback", "--home", str(home), "acp", "--"]
                 command += agent.command()
+            if how == "answered by the start":
+                command = [sys.executable, "-c", ANSWERED_BY_THE_START, "--home", str(home)]
+                command += ["acp", "--", *agent.command()]
             turn = asyncio.run(asyncio.wait_for(one_turn(command, world), 240))
         runs[how] = (world, model, turn)
+        if how == "answered by the start":
+            assert list((home / "answered-sessions").iterdir()) == []  # a row now
 
     for how, (world, model, turn) in runs.items():
         assert turn.stop_reason == "end_turn", (how, turn.updates)
@@ -249,36 +292,37 @@ def test_a_full_turn_is_the_same_directly_and_through_turnback(
         # the write tool and the shell tool each asked, and were allowed once
         assert len(turn.permissions) == 2, (how, turn.permissions)
 
-    # closed by the editor, turnback ends its agent and leaves none of its processes behind
-    # (directly, claude-agent-acp leaves its Claude Code process running when its stdin
-    # closes, which is the agent's own business)
-    assert runs["proxied"][2].left == []
+    direct_world, _, direct = runs["direct"]
+    for how in ("proxied", "answered by the start"):
+        proxied_world, _, proxied = runs[how]
+        # closed by the editor, turnback ends its agent and leaves none of its processes
+        # behind (directly, claude-agent-acp leaves its Claude Code process running when its
+        # stdin closes, which is the agent's own business)
+        assert proxied.left == [], how
+        theirs, ours = updates(direct, direct_world), updates(proxied, proxied_world)
+        if not any(u["sessionUpdate"] == _INFO for u in theirs):
+            # turnback's own: the session's title and time after the turn
+            [info] = [u for u in ours if u["sessionUpdate"] == _INFO]
+            assert info["title"] == PROMPT
+            ours.remove(info)
+        assert_same(ours, theirs)
+        assert_same(
+            normalized(proxied.permissions, proxied, proxied_world),
+            normalized(direct.permissions, direct, direct_world),
+        )
+        assert commands(proxied) == commands(direct) | TURNBACK_COMMANDS, how
 
-    (direct_world, _, direct), (proxied_world, _, proxied) = runs["direct"], runs["proxied"]
-    theirs, ours = updates(direct, direct_world), updates(proxied, proxied_world)
-    if not any(u["sessionUpdate"] == _INFO for u in theirs):
-        # turnback's own: the session's title and time after the turn
-        [info] = [u for u in ours if u["sessionUpdate"] == _INFO]
-        assert info["title"] == PROMPT
-        ours.remove(info)
-    assert_same(ours, theirs)
-    assert_same(
-        normalized(proxied.permissions, proxied, proxied_world),
-        normalized(direct.permissions, direct, direct_world),
-    )
-    assert commands(proxied) == commands(direct) | TURNBACK_COMMANDS
-
-    # turnback holds the turn, completed, with every file it changed
-    with turnback.open(home=home) as tb:
-        stored = tb.session(proxied.session_id)
-        [held] = stored.turns()
-        assert (held.prompt_text, held.status) == (PROMPT, TurnStatus.COMPLETED)
-        files = {c.path: c.kind for c in stored.diff(1).files}
-        assert files == {
-            "NOTES": ChangeKind.ADDED,
-            "README": ChangeKind.MODIFIED,
-            "scratch.txt": ChangeKind.DELETED,
-        }
+        # turnback holds the turn, completed, with every file it changed
+        with turnback.open(home=tmp_path / f"turnback-{how}") as tb:
+            stored = tb.session(proxied.session_id)
+            [held] = stored.turns()
+            assert (held.prompt_text, held.status) == (PROMPT, TurnStatus.COMPLETED)
+            files = {c.path: c.kind for c in stored.diff(1).files}
+            assert files == {
+                "NOTES": ChangeKind.ADDED,
+                "README": ChangeKind.MODIFIED,
+                "scratch.txt": ChangeKind.DELETED,
+            }
 
 
 # -- an agent killed in the middle of a turn -------------------------------------------------
