@@ -446,12 +446,17 @@ class Gated:
     (:data:`GATED`) until :meth:`let_in`; the editor's side of its pipes."""
 
     def __init__(
-        self, home: Path, cwd: Path, held: tuple[str, ...], agent: tuple[str, ...] = SCRIPTED
+        self,
+        home: Path,
+        cwd: Path,
+        held: tuple[str, ...],
+        agent: tuple[str, ...] = SCRIPTED,
+        options: tuple[str, ...] = (),
     ) -> None:
         gate, self.opener = os.pipe()
         self.heard, said = os.pipe()
         self.notes: list[dict[str, Any]] = []  # the proxy's notifications, as they came
-        argv = ["--home", str(home), "acp", "--", *agent]
+        argv = ["--home", str(home), "acp", *options, "--", *agent]
         code = GATED.format(heavy=held, gate=gate, said=said, argv=argv)
         self.proxy = subprocess.Popen(
             [sys.executable, "-c", code],
@@ -850,3 +855,142 @@ def test_the_agent_session_the_start_opened_is_the_one_the_proxy_uses(
         names = {c["name"] for c in listed[0]["update"]["availableCommands"]}
         assert {"ts-help", "ts-count", "checkpoints", "rewind"} <= names
         assert gated.ended() == 0
+
+
+#: An agent that answers ``initialize`` at once and ``session/new`` after ``NEW_DELAY`` seconds,
+#: with the ``cwd`` it was given in its ``_meta`` and ``NEW_EXTRA`` (JSON) merged in; with
+#: ``NEW_ASKS``, it first asks the editor to read a file and waits for the answer.
+SLOW_NEW = """
+import json, os, sys, time
+asked = 0
+for line in sys.stdin:
+    message = json.loads(line)
+    if "method" not in message:
+        continue
+    answer = {"jsonrpc": "2.0", "id": message["id"]}
+    if message["method"] == "initialize":
+        answer["result"] = {"protocolVersion": 1, "agentCapabilities": {}}
+    elif message["method"] == "session/new":
+        if os.environ.get("NEW_ASKS"):
+            asked += 1
+            read = {"sessionId": "slow-1", "path": "/etc/hostname"}
+            ask = {"jsonrpc": "2.0", "id": f"ask-{asked}", "method": "fs/read_text_file"}
+            sys.stdout.write(json.dumps({**ask, "params": read}) + "\\n")
+            sys.stdout.flush()
+            json.loads(sys.stdin.readline())  # its answer, whatever it is
+        time.sleep(float(os.environ.get("NEW_DELAY", "0")))
+        result = {"sessionId": "slow-1", "_meta": {"cwd": message["params"]["cwd"]}}
+        answer["result"] = {**result, **json.loads(os.environ.get("NEW_EXTRA", "{}"))}
+    else:
+        answer["error"] = {"code": -32601, "message": "Method not found"}
+    sys.stdout.write(json.dumps(answer) + "\\n")
+    sys.stdout.flush()
+"""
+
+
+def started_at_once(
+    home: Path, cwd: str, *options: str, **env: str
+) -> tuple[dict[str, Any], bytes, float]:
+    """``turnback acp`` on :data:`SLOW_NEW`, sent ``initialize`` and ``session/new`` at once:
+    the answer to the ``session/new``, what the proxy wrote on stderr, and the seconds it took."""
+    import time
+
+    started = time.monotonic()
+    argv = ["--home", str(home), "acp", *options, "--", sys.executable, "-c", SLOW_NEW]
+    proxy = subprocess.Popen(
+        [sys.executable, "-m", "turnback", *argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **env},
+    )
+    assert proxy.stdin is not None and proxy.stdout is not None and proxy.stderr is not None
+    proxy.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+    proxy.stdin.write(_request(8, "session/new", {"cwd": cwd, "mcpServers": []}) + b"\n")
+    proxy.stdin.flush()
+    try:
+        while (message := json.loads(_line(proxy.stdout.fileno()))).get("id") != 8:
+            if message.get("method") == "fs/read_text_file":  # an editor answers it
+                answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"content": "h"}}
+                proxy.stdin.write(json.dumps(answer).encode() + b"\n")
+                proxy.stdin.flush()
+        took = time.monotonic() - started
+    finally:
+        proxy.stdin.close()
+        proxy.wait(timeout=60)
+    return message, proxy.stderr.read(), took
+
+
+def test_a_session_new_answered_later_than_the_initialize_timeout_keeps_the_agent(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start waited for the agent's ``session/new`` past ``--initialize-timeout`` from its
+    ``initialize``: the agent had answered ``initialize``, so the proxy takes it on as it is,
+    rather than killing it for not answering."""
+    import time
+
+    monkeypatch.setenv("NEW_DELAY", "0.8")
+    agent = (sys.executable, "-c", SLOW_NEW)
+    with Gated(home, tmp_path, HEAVY, agent, ("--initialize-timeout", "1")) as gated:
+        gated.send(7, "initialize", INITIALIZE["params"])
+        gated.answer(7)
+        time.sleep(0.5)  # the session/new's answer comes 1.3 s after initialize was sent
+        gated.send(8, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        assert gated.answer(8)["sessionId"]
+        (agent_pid,) = _children(gated.proxy.pid)
+        gated.let_in()
+        gated.send(9, "session/list", {})
+        gated.answer(9)
+        assert _children(gated.proxy.pid) == [agent_pid]  # the same agent, not killed
+        assert gated.ended() == 0
+
+
+def test_an_agent_asking_the_editor_during_the_starts_session_new_is_answered_at_once(
+    home: Path, tmp_path: Path
+) -> None:
+    """The start cannot answer the agent's own requests: it hands over to the proxy, which
+    does, rather than the agent waiting out the timeout."""
+    message, stderr, took = started_at_once(
+        home, str(tmp_path), "--initialize-timeout", "30", NEW_ASKS="1"
+    )
+    assert "result" in message, (message, stderr)
+    assert took < 15, took
+
+
+def test_a_lone_surrogate_in_the_agents_answer_reaches_the_editor(
+    home: Path, tmp_path: Path
+) -> None:
+    extra = json.dumps({"modes": {"currentModeId": "x\ud800y"}})  # written escaped, as JSON
+    message, stderr, _ = started_at_once(home, str(tmp_path), NEW_EXTRA=extra)
+    assert message["result"]["modes"] == {"currentModeId": "x\ud800y"}, stderr
+
+
+def test_the_start_gives_the_agent_the_workspace_as_the_proxy_records_it(
+    home: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    message, stderr, _ = started_at_once(home, str(tmp_path / "link") + "/")
+    real = str((tmp_path / "real").resolve())
+    assert message["result"]["_meta"]["cwd"] == real, stderr
+    with turnback.open(home, create=False) as tb:
+        assert tb.session(message["result"]["sessionId"]).record.workspace == real
+
+
+def test_a_kept_session_another_proxy_made_a_row_meanwhile_is_passed_over(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = _kept(home, tmp_path)
+    listdir = os.listdir
+
+    def gone_meanwhile(path: Any) -> list[str]:
+        names = listdir(path)
+        if str(path).endswith(launch.ANSWERED):
+            os.unlink(session["marker"])  # another proxy made it a row, between two calls
+        return names
+
+    monkeypatch.setattr(os, "listdir", gone_meanwhile)
+    assert launch.answered(str(home)) == []
+    monkeypatch.setattr(os, "listdir", listdir)
+    with turnback.open(home) as tb:
+        assert launch.keep_session(tb, session["marker"]) is None  # read after it went

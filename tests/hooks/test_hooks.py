@@ -424,6 +424,9 @@ def test_a_transcript_made_after_the_first_tools_hook_is_waited_for(tmp_path: Pa
     finally:
         late.join()
     assert [s.text for s in read] == ["I will write the notes first."]
-    missing = tmp_path / "never.jsonl"  # never made: the wait is spent once, and nothing said
-    assert transcripts.claude(str(missing), "prompt-1", wait_for="toolu_0001", wait=0.05) == []
+    missing = tmp_path / "never.jsonl"  # never made (no transcript kept): a short wait
+    started = time.monotonic()
+    assert transcripts.claude(str(missing), "prompt-1", wait_for="toolu_0001") == []
+    assert time.monotonic() - started < transcripts.WAIT / 2
     assert transcripts.claude(str(missing), "prompt-1") == []  # nothing to wait for: at once
+    assert transcripts.claude("", "prompt-1", wait_for="toolu_0001") == []  # none named

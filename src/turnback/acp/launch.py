@@ -383,6 +383,8 @@ def _awaited(
         launched.agent += data
         while (end := launched.agent.find(b"\n", start)) >= 0:
             answer = _answer(launched.agent[start:end], rpc_id)
+            if answer is None and _asks(launched.agent[start:end]):
+                return None  # a request of the agent's: the proxy's to answer, at once
             if answer is not None:
                 return answer, start, end + 1
             start = end + 1
@@ -406,6 +408,7 @@ def early_session(launched: Launched, editor: tuple[int, int], timeout: float) -
     if asked is None or not _store_ahead(home):
         return
     rpc_id, cwd, servers = asked
+    cwd = os.path.realpath(os.path.expanduser(cwd))  # as the proxy records its workspace
     params = {"cwd": cwd, "mcpServers": servers}
     request = {"jsonrpc": "2.0", "id": SESSION_NEW_ID, "method": "session/new", "params": params}
     try:
@@ -428,18 +431,19 @@ def early_session(launched: Launched, editor: tuple[int, int], timeout: float) -
         "mcpServers": servers,
         "response": result,
     }
+    answered = {k: v for k, v in result.items() if k != "sessionId"}
+    answered["sessionId"] = session["session"]
+    answer_line = _line({"jsonrpc": "2.0", "id": rpc_id, "result": answered})
     try:
         session["marker"] = keep_answered(home, session)
-    except OSError as error:  # the proxy opens a session of its own, and says what is wrong
+    except (OSError, ValueError) as error:  # the proxy opens a session of its own, and says why
         print(
             f"turnback acp: a new session could not be kept in the home: {error}", file=sys.stderr
         )
         return
     launched.session = session
-    answered = {k: v for k, v in result.items() if k != "sessionId"}
-    answered["sessionId"] = session["session"]
     launched.editor = launched.editor[len(line) + 1 :]
-    _write(editor[1], _line({"jsonrpc": "2.0", "id": rpc_id, "result": answered}))
+    _write(editor[1], answer_line)
 
 
 #: The home's SQLite database (``turnback.store.DEFAULT_DATABASE``), and how such a file begins.
@@ -484,6 +488,19 @@ def _session_new(line: bytes) -> tuple[Any, str, list[Any]] | None:
     return message["id"], cwd, servers
 
 
+def _asks(line: bytes) -> bool:
+    """Whether ``line`` is a request (not a notification) from the agent."""
+    if b'"method"' not in line:  # most lines are updates and answers: no parse for them
+        return False
+    import json
+
+    try:
+        frame = json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(frame, dict) and "method" in frame and "id" in frame
+
+
 def _answer(line: bytes, rpc_id: str) -> dict[str, Any] | None:
     import json
 
@@ -505,7 +522,10 @@ def _write(fd: int, data: bytes) -> None:
 def _line(frame: dict[str, Any]) -> bytes:
     import json
 
-    return json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    try:
+        return json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    except UnicodeEncodeError:  # a lone surrogate the agent escaped: escaped again, as it came
+        return json.dumps(frame, separators=(",", ":")).encode() + b"\n"
 
 
 def started(command: Sequence[str], home: str | os.PathLike[str] | None = None) -> Launched:
@@ -648,15 +668,23 @@ def answered(home: str | os.PathLike[str]) -> list[str]:
         names = os.listdir(directory)
     except FileNotFoundError:
         return []
-    paths = [os.path.join(directory, name) for name in names if name.endswith(".json")]
-    return sorted(paths, key=lambda path: os.stat(path).st_mtime_ns)
+    found = []
+    for name in names:
+        if name.endswith(".json"):
+            path = os.path.join(directory, name)
+            try:
+                found.append((os.stat(path).st_mtime_ns, path))
+            except FileNotFoundError:  # made a row meanwhile, by another proxy on the home
+                continue
+    return [path for _, path in sorted(found)]
 
 
 def keep_session(tb: Any, marker: str, kept: dict[str, Any] | None = None) -> Any:
     """The session kept in ``marker`` (:func:`keep_answered`; ``kept``: what it holds, when
     the caller has it) made a row of ``tb``'s store, unless it is one already (the store's
     opening, or another proxy on the home, made it), then the file removed; returns the
-    session. Applied twice, or by two proxies at once, it ends the same."""
+    session (None when the file went before it was read: another proxy made the row). Applied
+    twice, or by two proxies at once, it ends the same."""
     import json
 
     from turnback.durable import sync_directory
@@ -664,8 +692,11 @@ def keep_session(tb: Any, marker: str, kept: dict[str, Any] | None = None) -> An
     from turnback.service import CreateSession, Service
 
     if kept is None:
-        with open(marker, "rb") as file:
-            kept = json.load(file)
+        try:
+            with open(marker, "rb") as file:
+                kept = json.load(file)
+        except FileNotFoundError:  # made a row meanwhile, by another proxy on the home
+            return None
     session_id, workspace, agent = kept["session"], kept["workspace"], kept["agent"]
     service = Service.of(tb)
 

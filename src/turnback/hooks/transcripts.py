@@ -24,6 +24,10 @@ MAX_BYTES = 64 * 2**20
 #: within 30 ms, but on a loaded machine it was seen later than 0.25 s, and what the agent said
 #: before the tool was then journaled after it. The wait ends as soon as the call is there.
 WAIT = 2.0
+#: How long a transcript that does not exist yet is waited for: a session's first tool call can
+#: come before Claude Code has created it (within some 0.2 s), and a Claude Code that keeps no
+#: transcript (``--no-session-persistence``) must not cost each tool call the whole wait.
+CREATED_WAIT = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +45,7 @@ def _read(path: str, wait_for: str | None, wait: float) -> bytes | None:
     hooks, not always before: a session's first tool call can come before the file does), or as
     it is after ``wait`` seconds."""
     deadline = time.monotonic() + wait
+    created_by = time.monotonic() + min(wait, CREATED_WAIT)  # else it is not kept at all
     read_size = -1
     data = b""
     while True:
@@ -51,7 +56,7 @@ def _read(path: str, wait_for: str | None, wait: float) -> bytes | None:
                     data = file.read(MAX_BYTES + 1)
                 read_size = size
         except FileNotFoundError:
-            if wait_for is None or time.monotonic() >= deadline:
+            if wait_for is None or time.monotonic() >= created_by:
                 return None
         except OSError:
             return None
@@ -68,7 +73,7 @@ def claude(
     """What Claude Code said after the prompt ``prompt_id``, in order; empty when it cannot be
     told (no transcript, no such prompt, an unreadable file). With ``wait_for`` (a tool call's
     id), up to ``wait`` seconds for the transcript to reach it."""
-    if not isinstance(path, str) or not isinstance(prompt_id, str) or not prompt_id:
+    if not isinstance(path, str) or not path or not isinstance(prompt_id, str) or not prompt_id:
         return []
     data = _read(path, wait_for, wait)
     if data is None:

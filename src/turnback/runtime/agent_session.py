@@ -181,7 +181,7 @@ class AgentSession:
         self._reply = self._parts.agent.replier(generation)
         self._parts.recorder.new_process(generation)
         try:
-            await self._open()
+            await self._open(generation)
             await self._restore_settings()
         except (AgentDied, RequestError) as error:
             raise AgentUnavailable(
@@ -191,14 +191,14 @@ class AgentSession:
             ) from error
         self._opened_in = generation
 
-    async def _open(self) -> None:
+    async def _open(self, generation: int) -> None:
         """Load (or resume) the agent session this turnback session used last; else open a new
         one, and give it the conversation so far ahead of the next prompt."""
         if not self._state_read:
             self._state = await self._parts.service.acall(self._last_state)
             self._state_read = True
         given, self._given = self._given, None
-        if given is not None and self._parts.agent.generation == 1:
+        if given is not None and generation == 1:  # the process the start opened it in
             self._attach(given[0])
             self.response = given[1]
             await self._remember("new", context_pending=False)

@@ -362,8 +362,10 @@ class Sidecar:
         if self._rpc is None:
             await self.spawn()
         started = self._started
-        wait = initialize_timeout
-        if started is not None and started.sent_at is not None:
+        wait: float | None = initialize_timeout
+        if started is not None and started.answer is not None:
+            wait = None  # answered already, however long the start went on after it
+        elif started is not None and started.sent_at is not None:
             wait = max(0.0, started.sent_at + initialize_timeout - time.monotonic())
         try:
             response = await asyncio.wait_for(self._initialized(), wait)
