@@ -251,9 +251,13 @@ def through_proxy(home: Path, agent: tuple[str, ...] | list[str]) -> list[str]:
 Start = tuple[float, float, float]
 
 
-async def start_up(command: list[str], cwd: Path, env: dict[str, str]) -> Start:
-    """Milliseconds from spawning ``command`` to its answer to initialize, and for session/new;
-    its CPU when it answered initialize (the agent's own not counted when it is not the agent)."""
+async def start_up(
+    command: list[str], cwd: Path, env: dict[str, str], load: str | None = None
+) -> Start:
+    """Milliseconds from spawning ``command`` to its answer to initialize, and for the
+    session/new sent then -- or, with ``load``, the ``session/load`` of that session (an
+    editor reopening its last thread); its CPU when it answered initialize (the agent's own
+    not counted when it is not the agent)."""
     started = time.perf_counter()
     async with acp.spawn_agent_process(
         cast(acp.Client, Client()), command[0], *command[1:], cwd=cwd, env=env
@@ -261,7 +265,10 @@ async def start_up(command: list[str], cwd: Path, env: dict[str, str]) -> Start:
         await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
         answered = time.perf_counter()
         cpu = cpu_seconds(process.pid) * 1000
-        await conn.new_session(cwd=str(cwd), mcp_servers=[])
+        if load is None:
+            await conn.new_session(cwd=str(cwd), mcp_servers=[])
+        else:
+            await conn.load_session(cwd=str(cwd), session_id=load, mcp_servers=[])
         opened = time.perf_counter()
     return (answered - started) * 1000, (opened - answered) * 1000, cpu
 
@@ -293,28 +300,12 @@ async def at_once(command: list[str], cwd: Path, env: dict[str, str]) -> Start:
 
 
 async def session_of(command: list[str], cwd: Path, env: dict[str, str]) -> str:
-    """A session opened by ``command`` in ``cwd`` (and left there), for :func:`reopen`."""
+    """A session opened by ``command`` in ``cwd`` (and left there), to load in (load-ts)."""
     async with acp.spawn_agent_process(
         cast(acp.Client, Client()), command[0], *command[1:], cwd=cwd, env=env
     ) as (conn, _):
         await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
         return (await conn.new_session(cwd=str(cwd), mcp_servers=[])).session_id
-
-
-async def reopen(command: list[str], cwd: Path, env: dict[str, str], session: str) -> Start:
-    """Milliseconds from spawning ``command`` to its answer to initialize, and for the
-    ``session/load`` of ``session`` sent at once after it (an editor reopening its last
-    thread); its CPU when it answered initialize."""
-    started = time.perf_counter()
-    async with acp.spawn_agent_process(
-        cast(acp.Client, Client()), command[0], *command[1:], cwd=cwd, env=env
-    ) as (conn, process):
-        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
-        answered = time.perf_counter()
-        cpu = cpu_seconds(process.pid) * 1000
-        await conn.load_session(cwd=str(cwd), session_id=session, mcp_servers=[])
-        loaded = time.perf_counter()
-    return (answered - started) * 1000, (loaded - answered) * 1000, cpu
 
 
 async def bare_start(env: dict[str, str]) -> float:
@@ -390,7 +381,8 @@ async def start_ups(
                 for side in ("d", "p", "c"):
                     command = on(side, agent)
                     if measure_start is None:
-                        measured = await reopen(command, *opened[side][:1], env, opened[side][1])
+                        work, session = opened[side]
+                        measured = await start_up(command, work, env, load=session)
                         if round_ >= warm_up:
                             times.setdefault((key, side), []).append(measured)
                         continue

@@ -269,3 +269,50 @@ def ts_agent() -> tuple[str, ...]:
             f"{TS_AGENT_DIR}) first"
         )
     return ("node", str(TS_AGENT_DIR / "agent.mjs"))
+
+
+#: ``turnback`` run with a gate in front of the import of some modules (and of what is under
+#: them): the first to run is held until ``opened(name)``, defined in ``{wait}``, returns, then
+#: nothing more is. (Held when it would run, not while it is looked for, when the interpreter's
+#: import lock is held for every thread.) ``{argv}``: turnback's arguments, else the script's.
+_HELD_AT_THE_DOOR = """
+import os, sys, time
+heavy = {heavy!r}
+{wait}
+class Held:
+    open = False
+    def __init__(self, loader):
+        self.loader = loader
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+    def exec_module(self, module):
+        if not Held.open:
+            Held.open = opened(module.__name__) or True
+        self.loader.exec_module(module)
+class Gate:
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if Held.open or not any(name == h or name.startswith(h + ".") for h in heavy):
+            return None
+        for finder in sys.meta_path[1:]:
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = Held(spec.loader)
+                return spec
+        return None
+sys.meta_path.insert(0, Gate)
+if {argv!r} is not None:
+    sys.argv[1:] = {argv!r}
+from turnback.launcher import main
+main()
+"""
+
+
+def held_at_the_door(heavy: Sequence[str], wait: str, argv: Sequence[str] | None = None) -> str:
+    """Python source (for ``python -c``) running ``turnback`` with the first of ``heavy``'s
+    modules to load held until ``opened(name)``, a function ``wait`` defines, returns."""
+    return _HELD_AT_THE_DOOR.format(
+        heavy=tuple(heavy), wait=wait, argv=None if argv is None else list(argv)
+    )

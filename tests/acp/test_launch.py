@@ -16,7 +16,7 @@ import click
 import pytest
 
 import turnback.acp
-from tests.acp.harness import SCRIPTED, run
+from tests.acp.harness import SCRIPTED, held_at_the_door, run
 from turnback.acp import launch
 from turnback.cli import cli
 from turnback.errors import AgentUnavailable
@@ -392,40 +392,12 @@ HEAVY = (
     "turnback.runtime",
     "turnback.model",  # its dataclasses: the answer needs only plain data (turnback.handshake)
 )
-#: ``turnback`` run with a gate in front of every import of those: each is held when it would
-#: run (and named on the ``said`` pipe) until the test closes the ``gate`` pipe. (Held there,
-#: not while it is looked for, when the interpreter's import lock is held for every thread.)
-GATED = """
-import os, sys
-heavy, gate, said = {heavy!r}, {gate}, {said}
-class Held:
-    open = False
-    def __init__(self, loader):
-        self.loader = loader
-    def __getattr__(self, name):
-        return getattr(self.loader, name)
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-    def exec_module(self, module):
-        if not Held.open:
-            os.write(said, module.__name__.encode() + b"\\n")
-            Held.open = os.read(gate, 1) == b""
-        self.loader.exec_module(module)
-class Gate:
-    @classmethod
-    def find_spec(cls, name, path=None, target=None):
-        if Held.open or not any(name == h or name.startswith(h + ".") for h in heavy):
-            return None
-        for finder in sys.meta_path[1:]:
-            spec = finder.find_spec(name, path, target)
-            if spec is not None and spec.loader is not None:
-                spec.loader = Held(spec.loader)
-                return spec
-        return None
-sys.meta_path.insert(0, Gate)
-sys.argv[1:] = {argv!r}
-from turnback.launcher import main
-main()
+#: What :class:`Gated` holds the first of those with: until the test closes the ``gate`` pipe,
+#: having named the module on the ``said`` pipe.
+HOLD_ON_A_PIPE = """
+def opened(name):
+    os.write({said}, name.encode() + b"\\n")
+    os.read({gate}, 1)
 """
 
 
@@ -443,7 +415,7 @@ def _line(fd: int) -> bytes:
 
 class Gated:
     """``turnback --home HOME acp -- SCRIPTED`` run with ``held`` modules held at the door
-    (:data:`GATED`) until :meth:`let_in`; the editor's side of its pipes."""
+    (:data:`HOLD_ON_A_PIPE`) until :meth:`let_in`; the editor's side of its pipes."""
 
     def __init__(
         self,
@@ -457,7 +429,7 @@ class Gated:
         self.heard, said = os.pipe()
         self.notes: list[dict[str, Any]] = []  # the proxy's notifications, as they came
         argv = ["--home", str(home), "acp", *options, "--", *agent]
-        code = GATED.format(heavy=held, gate=gate, said=said, argv=argv)
+        code = held_at_the_door(held, HOLD_ON_A_PIPE.format(gate=gate, said=said), argv)
         self.proxy = subprocess.Popen(
             [sys.executable, "-c", code],
             stdin=subprocess.PIPE,

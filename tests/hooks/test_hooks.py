@@ -361,27 +361,30 @@ def test_what_claude_said_comes_from_its_transcript_in_order(workspace: Path) ->
     ], said
 
 
+#: A Claude Code transcript's lines: the prompt, then what the agent said before its first tool.
+PROMPTED = {"type": "user", "promptId": "prompt-1", "message": {"content": "Write NOTES"}}
+SAID_THEN_WROTE = {
+    "type": "assistant",
+    "uuid": "u1",
+    "message": {
+        "content": [
+            {"type": "text", "text": "I will write the notes first."},
+            {"type": "tool_use", "id": "toolu_0001"},
+        ]
+    },
+}
+
+
 def test_a_tools_hook_waits_for_claudes_transcript_to_reach_the_call(tmp_path: Path) -> None:
     """Claude Code writes its transcript on a timer of its own, beside the hook: on a loaded
     machine the tool call reaches it well after the hook began. What the agent said before the
     tool is read once the call is there, so it is journaled before the tool call."""
     transcript = tmp_path / "transcript.jsonl"
-    prompt = {"type": "user", "promptId": "prompt-1", "message": {"content": "Write NOTES"}}
-    transcript.write_text(json.dumps(prompt) + "\n")
-    said = {
-        "type": "assistant",
-        "uuid": "u1",
-        "message": {
-            "content": [
-                {"type": "text", "text": "I will write the notes first."},
-                {"type": "tool_use", "id": "toolu_0001"},
-            ]
-        },
-    }
+    transcript.write_text(json.dumps(PROMPTED) + "\n")
 
     def written_late() -> None:
         with transcript.open("a") as out:
-            out.write(json.dumps(said) + "\n")
+            out.write(json.dumps(SAID_THEN_WROTE) + "\n")
 
     late = threading.Timer(0.6, written_late)
     late.start()
@@ -402,19 +405,7 @@ def test_a_transcript_made_after_the_first_tools_hook_is_waited_for(tmp_path: Pa
     """Claude Code may create the transcript only after a session's first tool's hook began
     (seen with ``claude -p``): the hook waits for the file as for the call in it."""
     transcript = tmp_path / "transcript.jsonl"
-    lines = [
-        {"type": "user", "promptId": "prompt-1", "message": {"content": "Write NOTES"}},
-        {
-            "type": "assistant",
-            "uuid": "u1",
-            "message": {
-                "content": [
-                    {"type": "text", "text": "I will write the notes first."},
-                    {"type": "tool_use", "id": "toolu_0001"},
-                ]
-            },
-        },
-    ]
+    lines = [PROMPTED, SAID_THEN_WROTE]
     late = threading.Timer(
         0.3, lambda: transcript.write_text("".join(json.dumps(line) + "\n" for line in lines))
     )

@@ -34,7 +34,7 @@ from acp.schema import (
 )
 
 import turnback
-from tests.acp.harness import Recording, dump, request
+from tests.acp.harness import Recording, dump, held_at_the_door, request
 from turnback.model import ChangeKind, TurnStatus
 
 from . import agents, turn
@@ -219,36 +219,16 @@ def commands(turn: Turn) -> set[str]:
 #: ``session/new`` it answered (``turnback.acp.launch.early_session``), however fast the agent
 #: starts: the session is the start's, and the proxy takes it on. ``sys.argv[1:]``: turnback's
 #: arguments, the home first (``--home HOME``).
-ANSWERED_BY_THE_START = """
-import os, sys, time
-kept = os.path.join(sys.argv[2], "answered-sessions")
-class Held:
-    def __init__(self, loader):
-        self.loader = loader
-    def __getattr__(self, name):
-        return getattr(self.loader, name)
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-    def exec_module(self, module):
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (os.path.isdir(kept) and os.listdir(kept)):
-            time.sleep(0.01)
-        self.loader.exec_module(module)
-class Gate:
-    @classmethod
-    def find_spec(cls, name, path=None, target=None):
-        if name != "turnback.acp.proxy":
-            return None
-        for finder in sys.meta_path[1:]:
-            spec = finder.find_spec(name, path, target)
-            if spec is not None and spec.loader is not None:
-                spec.loader = Held(spec.loader)
-                return spec
-        return None
-sys.meta_path.insert(0, Gate)
-from turnback.launcher import main
-main()
-"""
+ANSWERED_BY_THE_START = held_at_the_door(
+    ("turnback.acp.proxy",),
+    """
+def opened(name):
+    kept = os.path.join(sys.argv[2], "answered-sessions")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (os.path.isdir(kept) and os.listdir(kept)):
+        time.sleep(0.01)
+""",
+)
 
 
 @pytest.mark.parametrize("name", sorted(AGENTS))
