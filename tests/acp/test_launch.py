@@ -831,7 +831,8 @@ def test_the_agent_session_the_start_opened_is_the_one_the_proxy_uses(
 
 #: An agent that answers ``initialize`` at once and ``session/new`` after ``NEW_DELAY`` seconds,
 #: with the ``cwd`` it was given in its ``_meta`` and ``NEW_EXTRA`` (JSON) merged in; with
-#: ``NEW_ASKS``, it first asks the editor to read a file and waits for the answer.
+#: ``NEW_ASKS``, it first asks the editor to read a file and waits for the answer; with
+#: ``INIT_ASKS``, it does so with its answer to ``initialize``, reading nothing else meanwhile.
 SLOW_NEW = """
 import json, os, sys, time
 asked = 0
@@ -842,6 +843,15 @@ for line in sys.stdin:
     answer = {"jsonrpc": "2.0", "id": message["id"]}
     if message["method"] == "initialize":
         answer["result"] = {"protocolVersion": 1, "agentCapabilities": {}}
+        if os.environ.get("INIT_ASKS"):  # and, in the same write, a request it waits on
+            ask = {"jsonrpc": "2.0", "id": "ask-0", "method": "fs/read_text_file"}
+            read = {"sessionId": "slow-0", "path": "/etc/hostname"}
+            sys.stdout.write(json.dumps(answer) + "\\n" + json.dumps({**ask, "params": read}))
+            sys.stdout.write("\\n")
+            sys.stdout.flush()
+            while "method" in json.loads(sys.stdin.readline()):
+                pass  # what comes before the request's answer waits: a session/new is lost
+            continue
     elif message["method"] == "session/new":
         if os.environ.get("NEW_ASKS"):
             asked += 1
@@ -899,16 +909,12 @@ def test_a_session_new_answered_later_than_the_initialize_timeout_keeps_the_agen
     """The start waited for the agent's ``session/new`` past ``--initialize-timeout`` from its
     ``initialize``: the agent had answered ``initialize``, so the proxy takes it on as it is,
     rather than killing it for not answering."""
-    import time
-
-    monkeypatch.setenv("NEW_DELAY", "0.8")
+    monkeypatch.setenv("NEW_DELAY", "1.5")
     agent = (sys.executable, "-c", SLOW_NEW)
     with Gated(home, tmp_path, HEAVY, agent, ("--initialize-timeout", "1")) as gated:
         gated.send(7, "initialize", INITIALIZE["params"])
-        gated.answer(7)
-        time.sleep(0.5)  # the session/new's answer comes 1.3 s after initialize was sent
         gated.send(8, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
-        assert gated.answer(8)["sessionId"]
+        assert gated.answer(8)["sessionId"]  # the start's: as long as the agent takes
         (agent_pid,) = _children(gated.proxy.pid)
         gated.let_in()
         gated.send(9, "session/list", {})
@@ -927,6 +933,20 @@ def test_an_agent_asking_the_editor_during_the_starts_session_new_is_answered_at
     )
     assert "result" in message, (message, stderr)
     assert took < 15, took
+
+
+def test_an_agent_asking_the_editor_with_its_initialize_answer_is_answered_at_once(
+    home: Path, tmp_path: Path
+) -> None:
+    """The request came in the same write as the ``initialize`` answer: the start leaves the
+    ``session/new`` to the proxy, which answers the request, rather than the agent's first
+    session waiting out a timeout."""
+    message, stderr, took = started_at_once(
+        home, str(tmp_path), "--initialize-timeout", "30", INIT_ASKS="1"
+    )
+    assert "result" in message, (message, stderr)
+    assert took < 15, took
+    assert not (home / launch.ANSWERED).exists()  # the proxy's session, not the start's
 
 
 def test_a_lone_surrogate_in_the_agents_answer_reaches_the_editor(

@@ -305,7 +305,7 @@ def relay(
 
     process = launched.process
     assert process is not None and process.stdin is not None
-    line = _editor_line(launched, editor[0])
+    line = _editor_line(launched, editor[0], launched.wake[0] if launched.wake else None)
     if line is None:
         return
     try:
@@ -335,9 +335,9 @@ def relay(
     launched.params, launched.answer = params, result
     launched.editor = launched.editor[len(line) + 1 :]
     launched.agent = launched.agent[: answer[1]] + launched.agent[answer[2] :]
-    if launched.wake is not None:
-        timeout = DEFAULT_INITIALIZE_TIMEOUT if initialize_timeout is None else initialize_timeout
-        early_session(launched, editor, timeout)
+    if launched.wake is None or any(map(_asks, launched.agent.split(b"\n"))):
+        return  # no thread of the start's, or a request of the agent's came: the proxy's
+    early_session(launched, editor)
 
 
 def _editor_line(launched: Launched, fd: int, wake: int | None = None) -> bytes | None:
@@ -390,14 +390,12 @@ def _awaited(
             start = end + 1
 
 
-def early_session(launched: Launched, editor: tuple[int, int], timeout: float) -> None:
+def early_session(launched: Launched, editor: tuple[int, int]) -> None:
     """Step 4 of the module docstring: the editor's ``session/new``, when it is the next thing
     it sends before the proxy is ready, opened here -- the agent asked as the proxy would ask
     it, the answer kept durably in the home (:func:`keep_answered`) and given to the editor
     with turnback's session id -- and left in ``launched.session`` for the proxy to take on.
     Anything else, an agent's error, or nothing kept, is left to the proxy, as it would be."""
-    import time
-
     from turnback.home import home_of
 
     process = launched.process
@@ -415,9 +413,11 @@ def early_session(launched: Launched, editor: tuple[int, int], timeout: float) -
         _write(process.stdin.fileno(), _line(request))
     except OSError:
         return
-    answer = _awaited(launched, editor[0], SESSION_NEW_ID, time.monotonic() + timeout)
+    # As long as the agent takes (the proxy's own session/new waits as long): asked again, it
+    # would open a second session beside the first, whose answer no one waits for.
+    answer = _awaited(launched, editor[0], SESSION_NEW_ID, None)
     if answer is None:
-        return  # the proxy asks again (an answer later than this is not one it waits for)
+        return  # gone, or a request of the agent's: the proxy asks again
     launched.agent = launched.agent[: answer[1]] + launched.agent[answer[2] :]
     result = answer[0].get("result")
     if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
@@ -662,7 +662,10 @@ def keep_answered(home: str, session: dict[str, Any]) -> str:
 
 def answered(home: str | os.PathLike[str]) -> list[str]:
     """The sessions kept by :func:`keep_answered` in ``home`` that are not rows yet: their
-    files, oldest first."""
+    files, oldest first (files left half-written, a minute old, removed on the way)."""
+    import contextlib
+    import time
+
     directory = os.path.join(os.fspath(home), ANSWERED)
     try:
         names = os.listdir(directory)
@@ -670,6 +673,11 @@ def answered(home: str | os.PathLike[str]) -> list[str]:
         return []
     found = []
     for name in names:
+        if name.endswith(".tmp"):  # a start killed while it wrote one: no editor was answered
+            with contextlib.suppress(OSError):
+                aside = os.path.join(directory, name)
+                if time.time() - os.stat(aside).st_mtime > 60:  # not one being written now
+                    os.unlink(aside)
         if name.endswith(".json"):
             path = os.path.join(directory, name)
             try:

@@ -292,8 +292,9 @@ class Proxy:
 
     async def close(self) -> None:
         """End running turns as cancelled (captured by the engine), stop every agent."""
-        if self._adopting is not None:
-            await self._adopting  # a session being taken on is closed with the others
+        if self._adopting is not None:  # a session being taken on is closed with the others
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._adopting), 2.0)
         await self.sessions.close_all()
         self.editor.stop()
         await self.agent.close()

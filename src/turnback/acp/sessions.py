@@ -420,7 +420,7 @@ class Sessions:
                 opened=opened,
             )
         except BaseException:
-            del self._open[session.id]
+            self._open.pop(session.id, None)  # closed already, when the editor left meanwhile
             raise
         return editor
 
