@@ -32,18 +32,18 @@ def sync_directory(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def make_directories(path: Path) -> None:
+def make_directories(path: str | os.PathLike[str]) -> None:
     """``mkdir -p path``, each directory it creates made durable (its parent synced)."""
     missing = []
-    here = path
-    while not here.exists():
+    here = os.path.abspath(path)
+    while not os.path.exists(here):
         missing.append(here)
-        if here.parent == here:
+        if os.path.dirname(here) == here:
             break
-        here = here.parent
-    path.mkdir(parents=True, exist_ok=True)
+        here = os.path.dirname(here)
+    os.makedirs(path, exist_ok=True)
     for created in reversed(missing):
-        sync_directory(created.parent)
+        sync_directory(os.path.dirname(created))
 
 
 def sync_tree(root: Path) -> None:

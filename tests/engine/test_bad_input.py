@@ -537,3 +537,25 @@ def test_a_revert_of_neither_files_nor_conversation_is_refused(
         assert "a revert moves the files, the conversation, or both" in str(refused.value)
         assert isinstance(refused.value, turnback.TurnbackError)
     assert dump(home) == before
+
+
+def test_a_session_made_again_under_its_id_is_the_one_stored(
+    tb: turnback.Turnback, tmp_path: Path
+) -> None:
+    """``existing``: a front-end making the same session again gets it, unchanged; without it,
+    a second session under one id is refused and nothing is written."""
+    (tmp_path / "elsewhere").mkdir()
+    first = tb.create_session(tmp_path, "first", "an agent", session_id="a" * 32)
+    again = tb.create_session(
+        tmp_path / "elsewhere", "again", "another", session_id="a" * 32, existing=True
+    )
+    assert again.id == first.id
+    record = tb.session(first.id).record
+    assert (record.workspace, record.title, record.agent) == (
+        str(tmp_path.resolve()),
+        "first",
+        "an agent",
+    )
+    with pytest.raises(turnback.TurnbackError):
+        tb.create_session(tmp_path, "twice", session_id="a" * 32)
+    assert [s.id for s in tb.sessions()] == [first.id]

@@ -254,8 +254,9 @@ def test_a_full_turn_is_the_same_directly_and_through_turnback(
                 command += ["acp", "--", *agent.command()]
             turn = asyncio.run(asyncio.wait_for(one_turn(command, world), 240))
         runs[how] = (world, model, turn)
-        if how == "answered by the start":
-            assert list((home / "answered-sessions").iterdir()) == []  # a row now
+        if how == "answered by the start":  # the start kept it, and it is a row now
+            assert (home / "answered-sessions").is_dir()
+            assert list((home / "answered-sessions").iterdir()) == []
 
     for how, (world, model, turn) in runs.items():
         assert turn.stop_reason == "end_turn", (how, turn.updates)

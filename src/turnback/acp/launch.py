@@ -636,17 +636,10 @@ def keep_answered(home: str, session: dict[str, Any]) -> str:
     and so does every later proxy on the home. Returns its path."""
     import json
 
-    from turnback.durable import sync_directory
+    from turnback.durable import make_directories, sync_directory
 
     directory = os.path.join(home, ANSWERED)
-    made = []
-    here = directory
-    while not os.path.isdir(here):
-        made.append(here)
-        here = os.path.dirname(here)
-    for new in reversed(made):  # each directory made is synced into its parent
-        os.makedirs(new, mode=0o700, exist_ok=True)
-        sync_directory(os.path.dirname(new))
+    make_directories(directory)
     path = os.path.join(directory, session["session"] + ".json")
     aside = path + ".tmp"
     fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -696,7 +689,6 @@ def keep_session(tb: Any, marker: str, kept: dict[str, Any] | None = None) -> An
     import json
 
     from turnback.durable import sync_directory
-    from turnback.errors import SessionNotFound, TurnbackError
     from turnback.service import CreateSession, Service
 
     if kept is None:
@@ -705,23 +697,8 @@ def keep_session(tb: Any, marker: str, kept: dict[str, Any] | None = None) -> An
                 kept = json.load(file)
         except FileNotFoundError:  # made a row meanwhile, by another proxy on the home
             return None
-    session_id, workspace, agent = kept["session"], kept["workspace"], kept["agent"]
-    service = Service.of(tb)
-
-    def stored() -> Any:
-        try:
-            return service.call(tb.session, session_id)
-        except SessionNotFound:
-            return None
-
-    session = stored()
-    if session is None:
-        try:
-            session = service.run(CreateSession(workspace, None, agent, session_id))
-        except TurnbackError:
-            session = stored()  # made meanwhile by another proxy: the same session
-            if session is None:
-                raise
+    made = CreateSession(kept["workspace"], None, kept["agent"], kept["session"], existing=True)
+    session = Service.of(tb).run(made)
     try:
         os.unlink(marker)
     except FileNotFoundError:

@@ -39,6 +39,7 @@ from turnback.errors import (
     TurnInProgress,
     TurnNotFound,
 )
+from turnback.home import home_of
 from turnback.model import (
     UNFINISHED_REVERTS,
     Activity,
@@ -72,12 +73,7 @@ from turnback.store import DEFAULT_DATABASE, Store, Tx, open_store, sqlite_url
 
 def default_home() -> Path:
     """``$TURNBACK_HOME``, else the platform's per-user data directory."""
-    configured = os.environ.get("TURNBACK_HOME")
-    if configured:
-        return Path(configured).expanduser()
-    from platformdirs import user_data_dir
-
-    return Path(user_data_dir("turnback", appauthor=False))
+    return Path(home_of(None))
 
 
 def _refuse_an_emptied_database(home: Path) -> None:
@@ -188,10 +184,14 @@ class Turnback:
         agent: str | None = None,
         *,
         session_id: str | None = None,
+        existing: bool = False,
     ) -> Session:
         """A new session; ``session_id`` (32 hexadecimal digits) names it, when a front-end
-        derives it from the agent's own session id."""
-        return Session(self, sessions.create(self.store, workspace, title, agent, session_id))
+        derives it from the agent's own session id (``existing``: the session already stored
+        under it, if there is one)."""
+        return Session(
+            self, sessions.create(self.store, workspace, title, agent, session_id, existing)
+        )
 
     def session(self, ref: str) -> Session:
         """The session whose id is ``ref`` or starts with it."""

@@ -65,14 +65,17 @@ def create(
     title: str | None,
     agent: str | None,
     session_id: str | None = None,
+    existing: bool = False,
 ) -> str:
     """A new session in ``workspace``; returns its id (``session_id`` when given: 32
-    hexadecimal digits)."""
+    hexadecimal digits). With ``existing``, a session already stored under ``session_id`` is
+    the one returned, unchanged (a front-end making the same session again)."""
     if session_id is not None and not re.fullmatch("[0-9a-f]{32}", session_id):
         raise InvalidId(f"{session_id!r} is not a session id: 32 hexadecimal digits")
     record = _record(_place(workspace), title, agent, time.time(), session_id)
     with store.atomic() as tx:
-        tx.insert_session(record)
+        if not (existing and session_id is not None and tx.get_session(session_id) is not None):
+            tx.insert_session(record)
     return record.id
 
 

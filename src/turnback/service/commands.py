@@ -64,15 +64,23 @@ class Command(Generic[T]):
 @dataclass(frozen=True, slots=True)
 class CreateSession(Command["Session"]):
     """A new session; ``session_id`` names it when the front-end derives it (a terminal
-    agent's hooks, from the agent's own session id)."""
+    agent's hooks, from the agent's own session id; ``turnback acp``'s start); ``existing``:
+    a session already stored under it is the one meant."""
 
     workspace: str
     title: str | None = None
     agent: str | None = None
     session_id: str | None = None
+    existing: bool = False
 
     def apply(self, tb: Turnback) -> Session:
-        return tb.create_session(self.workspace, self.title, self.agent, session_id=self.session_id)
+        return tb.create_session(
+            self.workspace,
+            self.title,
+            self.agent,
+            session_id=self.session_id,
+            existing=self.existing,
+        )
 
 
 @dataclass(frozen=True, slots=True)
