@@ -68,6 +68,8 @@ POINTS: frozenset[str] = frozenset(
         # rescues of files from a turn's checkpoints (engine/rescue.py)
         "rescue.recorded",
         "rescue.done",
+        # a session/new that turnback acp's start answered, made a row (acp/launch.py)
+        "answered.row",
         # handing a session off to another machine (engine/handoff.py)
         "handoff.accepted",
         "handoff.inside",

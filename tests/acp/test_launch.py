@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -585,6 +586,38 @@ def test_a_proxy_killed_before_it_took_its_session_on_leaves_it_to_the_next(
         (turn,) = tb.session(session).turns()
         assert turn.status.value == "completed"
         assert [s.id for s in tb.sessions()] == [session]
+
+
+def test_a_proxy_killed_once_its_session_was_a_row_leaves_one_session(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed (SIGKILL) after the answered session became a row and before its file went: the
+    next proxy makes the row again -- the same one -- and the session loads and takes prompts."""
+    monkeypatch.setenv("TURNBACK_FAULT", "answered.row")
+    with Gated(home, tmp_path, HEAVY) as gated:
+        gated.send(7, "initialize", INITIALIZE["params"])
+        gated.send(8, "session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        session = gated.answer(8)["sessionId"]
+        gated.let_in()
+        assert gated.proxy.wait(timeout=60) == -signal.SIGKILL
+    (kept,) = (home / launch.ANSWERED).iterdir()  # the file still there, beside its row
+    with turnback.open(home, create=False) as tb:
+        assert tb.session(session).id == session
+    monkeypatch.delenv("TURNBACK_FAULT")
+    with Gated(home, tmp_path, ()) as gated:
+        gated.send(1, "initialize", INITIALIZE["params"])
+        gated.send(
+            2, "session/load", {"sessionId": session, "cwd": str(tmp_path), "mcpServers": []}
+        )
+        gated.answer(2)
+        prompt = [{"type": "text", "text": "write a.txt hello"}]
+        gated.send(3, "session/prompt", {"sessionId": session, "prompt": prompt})
+        assert gated.answer(3)["stopReason"] == "end_turn"
+        assert gated.ended() == 0
+    assert not kept.exists()
+    with turnback.open(home, create=False) as tb:
+        assert [s.id for s in tb.sessions()] == [session]
+        assert [t.status.value for t in tb.session(session).turns()] == ["completed"]
 
 
 def _kept(home: Path, workspace: Path) -> dict[str, Any]:

@@ -369,6 +369,7 @@ def test_every_declared_fault_point_is_killed_at() -> None:
         | {"turn.begin.reconcile", "turn.end.reconcile", "journal.reconcile"}
         | {"rescue.recorded", "rescue.done"}  # tests/hooks/test_killed.py
         | {"handoff.accepted", "handoff.inside", "handoff.after"}  # tests/fleet/test_handoff.py
+        | {"answered.row"}  # tests/acp/test_launch.py
         | WORKSPACE_PLANNED
     )
     assert planned == set(faults.POINTS), f"points without a crash test: {faults.POINTS - planned}"
