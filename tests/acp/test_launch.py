@@ -518,8 +518,8 @@ def test_the_start_imports_only_what_starting_a_process_needs() -> None:
     loaded = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, check=True, text=True
     ).stdout.split()
-    assert "subprocess" in loaded
-    assert [m for m in ("typing", "dataclasses", "inspect", "json") if m in loaded] == []
+    heavy = ("typing", "dataclasses", "inspect", "json", "subprocess", "re", "enum", "locale")
+    assert [m for m in heavy if m in loaded] == []
     assert [m for m in loaded if m.startswith("turnback")] == [
         "turnback",
         "turnback.acp",
@@ -532,6 +532,87 @@ def test_the_start_imports_only_what_starting_a_process_needs() -> None:
 #: ``session/new``: the workspace (git, captures: a session's first prompt), the CLI and its
 #: views (only for a command line it cannot serve itself).
 NOT_TO_OPEN_A_SESSION = ("turnback.workspace", "turnback.cli", "turnback.views", "click")
+
+
+def test_the_agent_starts_before_subprocess_or_enum_is_imported() -> None:
+    """They cost 10 ms, and twice that on a busy machine, before the agent could start."""
+    code = (
+        "import sys\n"
+        "from turnback.acp import launch\n"
+        "launched = launch.started(['true'])\n"
+        "print(' '.join(m for m in ('subprocess', 'enum', 'signal') if m in sys.modules))\n"
+        "print(launched.process.wait())\n"
+    )
+    printed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, check=True, text=True
+    ).stdout
+    assert printed.split("\n")[:2] == ["", "0"]
+
+
+def _child(script: str) -> launch.Child:
+    return launch.Child([sys.executable, "-c", script])
+
+
+def test_the_agent_is_started_as_popen_would_start_it(tmp_path: Path) -> None:
+    """Its own process group, SIGPIPE and SIGXFSZ at their defaults (Python ignores them), its
+    stdin and stdout the pipes, stderr shared, and none of the start's other descriptors."""
+    kept, spare = os.pipe()
+    os.set_inheritable(spare, True)  # as an editor's descriptor would be
+    try:
+        child = launch.Child(
+            [
+                "sh",
+                "-c",
+                "read line; echo \"$line\"; cut -d' ' -f5 /proc/self/stat; "
+                "grep SigIgn /proc/self/status; ls /proc/self/fd",
+            ]
+        )
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.write(b"hello\n")
+        child.stdin.close()
+        said = child.stdout.read().decode().split("\n")
+        assert child.wait() == 0
+    finally:
+        os.close(kept)
+        os.close(spare)
+    assert said[0] == "hello"
+    assert int(said[1]) == child.pid  # a group of its own
+    ignored = int(said[2].split()[1], 16)
+    assert ignored & (1 << (signal.SIGPIPE - 1)) == 0
+    assert ignored & (1 << (signal.SIGXFSZ - 1)) == 0
+    descriptors = {int(fd) for fd in said[3:] if fd}
+    assert spare not in descriptors
+    assert descriptors <= {0, 1, 2, 3}  # 3: the listing's own
+
+
+def test_the_agents_exit_is_seen_by_every_thread_that_waits_for_it() -> None:
+    child = _child("import sys; sys.stdin.read(); sys.exit(3)")
+    assert child.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        child.wait(0.05)
+
+    async def both() -> list[int]:
+        waits = [asyncio.to_thread(child.wait), asyncio.to_thread(child.wait, 10.0)]
+        await asyncio.sleep(0.05)  # both waiting
+        assert child.stdin is not None
+        child.stdin.close()
+        return await asyncio.gather(*waits)
+
+    assert asyncio.run(both()) == [3, 3]
+    assert child.poll() == 3
+    child.kill()  # gone already: nothing is signalled
+
+
+def test_a_killed_agent_exits_with_the_signal_negated() -> None:
+    child = _child("import time; time.sleep(60)")
+    child.kill()
+    assert child.wait(10.0) == -signal.SIGKILL
+
+
+def test_an_agent_command_that_does_not_exist_starts_nothing(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        launch.Child([str(tmp_path / "no-such-agent")])
+    assert launch.started([str(tmp_path / "no-such-agent")]).process is None
 
 
 def test_a_session_is_opened_without_the_modules_a_prompt_needs(home: Path, tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from turnback.errors import INITIALIZE_TIMEOUT, AgentDied, AgentUnavailable
 from turnback.handshake import agent_initialize
@@ -88,13 +88,28 @@ class AgentFeatures:
         )
 
 
+class StartedProcess(Protocol):
+    """A process someone else started: as much of ``subprocess.Popen``'s interface as a sidecar
+    uses (``turnback acp``'s start has one of its own, without importing subprocess)."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def returncode(self) -> int | None: ...
+    @property
+    def stdin(self) -> IO[bytes] | None: ...
+    @property
+    def stdout(self) -> IO[bytes] | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Started:
     """An agent process started by someone else, with pipes for stdin and stdout, for a sidecar
     to take over: what was read from it and not handled, and the ``initialize`` it was already
     sent (``sent``, under ``initialize_id``) and its answer, if that came."""
 
-    process: subprocess.Popen[bytes]
+    process: StartedProcess
     output: bytes = b""
     sent: Mapping[str, Any] | None = None
     initialize_id: Any = None
@@ -212,7 +227,7 @@ class Sidecar:
         self._answer_id: Any = None
         self._wire: Wire | None = None
         self._stack = contextlib.AsyncExitStack()
-        self._process: asyncio.subprocess.Process | subprocess.Popen[bytes] | None = None
+        self._process: asyncio.subprocess.Process | StartedProcess | None = None
         self._rpc: Connection | None = None
         self.exited: asyncio.Future[int] | None = None
         self.features = AgentFeatures()
@@ -322,7 +337,7 @@ class Sidecar:
             self._wire.post({"jsonrpc": "2.0", "id": rejected.rpc_id, "error": error})
 
     async def _adopt(
-        self, process: subprocess.Popen[bytes], output: bytes
+        self, process: StartedProcess, output: bytes
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, asyncio.ReadTransport]:
         """Streams over a process started without asyncio (``output``: what was read from it
         already) and the transport its output is read through, and its shutdown as for one it
