@@ -9,7 +9,8 @@ answer's path it makes the answer wait for modules the answer does not need. So:
 1. the command line is read with nothing imported (:func:`command_line`; anything but a plain
    ``turnback [--home H] acp [--option VALUE]… -- AGENT…`` with valid values goes the ordinary
    way, through the CLI, which says what is wrong with it), and nothing but what starting a
-   process needs is imported before the agent starts (not even ``typing`` or ``dataclasses``);
+   process needs is imported before the agent starts (not even ``typing``, ``dataclasses`` or
+   ``subprocess``: :class:`Child` spawns it);
    a plain command line is then served without the CLI (:func:`turnback.acp.run`, by
    :mod:`turnback.launcher`), whose loading (click, every command) would only take CPU from the
    agent's start-up;
