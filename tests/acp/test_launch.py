@@ -638,6 +638,20 @@ def test_a_session_is_opened_without_the_modules_a_prompt_needs(home: Path, tmp_
 # -- a session/new answered by the start (step 5) ---------------------------------------------
 
 
+def loaded_and_prompted(home: Path, tmp_path: Path, session: str) -> None:
+    """A next proxy on ``home``, as any other (nothing held), loads ``session`` and runs a turn."""
+    with Gated(home, tmp_path, ()) as gated:
+        gated.send(1, "initialize", INITIALIZE["params"])
+        gated.send(
+            2, "session/load", {"sessionId": session, "cwd": str(tmp_path), "mcpServers": []}
+        )
+        gated.answer(2)
+        prompt = [{"type": "text", "text": "write a.txt hello"}]
+        gated.send(3, "session/prompt", {"sessionId": session, "prompt": prompt})
+        assert gated.answer(3)["stopReason"] == "end_turn"
+        assert gated.ended() == 0
+
+
 def test_a_proxy_killed_before_it_took_its_session_on_leaves_it_to_the_next(
     home: Path, tmp_path: Path
 ) -> None:
@@ -652,16 +666,7 @@ def test_a_proxy_killed_before_it_took_its_session_on_leaves_it_to_the_next(
         gated.proxy.kill()
         gated.proxy.wait()
     (kept,) = (home / launch.ANSWERED).iterdir()
-    with Gated(home, tmp_path, ()) as gated:  # a proxy as any other: nothing is held
-        gated.send(1, "initialize", INITIALIZE["params"])
-        gated.send(
-            2, "session/load", {"sessionId": session, "cwd": str(tmp_path), "mcpServers": []}
-        )
-        gated.answer(2)
-        prompt = [{"type": "text", "text": "write a.txt hello"}]
-        gated.send(3, "session/prompt", {"sessionId": session, "prompt": prompt})
-        assert gated.answer(3)["stopReason"] == "end_turn"
-        assert gated.ended() == 0
+    loaded_and_prompted(home, tmp_path, session)
     assert not kept.exists()
     with turnback.open(home, create=False) as tb:
         (turn,) = tb.session(session).turns()
@@ -685,16 +690,7 @@ def test_a_proxy_killed_once_its_session_was_a_row_leaves_one_session(
     with turnback.open(home, create=False) as tb:
         assert tb.session(session).id == session
     monkeypatch.delenv("TURNBACK_FAULT")
-    with Gated(home, tmp_path, ()) as gated:
-        gated.send(1, "initialize", INITIALIZE["params"])
-        gated.send(
-            2, "session/load", {"sessionId": session, "cwd": str(tmp_path), "mcpServers": []}
-        )
-        gated.answer(2)
-        prompt = [{"type": "text", "text": "write a.txt hello"}]
-        gated.send(3, "session/prompt", {"sessionId": session, "prompt": prompt})
-        assert gated.answer(3)["stopReason"] == "end_turn"
-        assert gated.ended() == 0
+    loaded_and_prompted(home, tmp_path, session)
     assert not kept.exists()
     with turnback.open(home, create=False) as tb:
         assert [s.id for s in tb.sessions()] == [session]
