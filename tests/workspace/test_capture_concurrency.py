@@ -11,8 +11,11 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import at_once
 from turnback.workspace import Snapshots
+from turnback.workspace.git import Git
 
 from .conftest import write
 
@@ -82,6 +85,44 @@ def test_two_snapshots_of_one_process_capture_one_workspace_in_turn(
     assert wrong == []
     assert problems == []
     settled(home, any_workspace, ["one", "two"], problems)
+
+
+def test_an_index_written_a_second_later_hides_no_rewrite_made_while_git_ran(
+    any_workspace: Path, snapshots: Snapshots, problems: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This git compares files' times in whole seconds and trusts an entry older than its index
+    file. A git that read a file and wrote the index in the next second (a busy machine makes
+    that happen) left an edit made in between, to the same size in the same second, unseen by
+    every later capture: the race the tests above caught now and then. Here every git command
+    in the shadow leaves its index dated in the next second, and the rewrite comes in the
+    second the file was read."""
+    snapshots.capture(any_workspace, "first/0")
+    index = snapshots._shadow(any_workspace).dir / "index"
+    run = Git.run
+
+    def written_late(self: Git, *args: object, **kwargs: object) -> object:
+        try:
+            return run(self, *args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            if index.exists():
+                later = (time.time_ns() // 10**9 + 1) * 10**9
+                os.utime(index, ns=(later, later))
+
+    monkeypatch.setattr(Git, "run", written_late)
+    for attempt in range(20):  # until the write, the capture and the rewrite share one second
+        while time.time() % 1 > 0.2:
+            time.sleep(0.01)
+        file = write(any_workspace, f"f{attempt}.txt", "take 0\n")
+        second = file.stat().st_mtime_ns // 10**9
+        snapshots.capture(any_workspace, f"try{attempt}/0")
+        file.write_text("take 1\n")
+        if file.stat().st_ctime_ns // 10**9 == second:
+            break
+    else:
+        pytest.fail("no capture fitted in one second")
+    commit = snapshots.capture(any_workspace, f"try{attempt}/1").commit
+    assert read_file(snapshots, any_workspace, commit, f"f{attempt}.txt") == "take 1\n"
+    assert problems == []
 
 
 CHILD = """

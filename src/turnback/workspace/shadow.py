@@ -221,16 +221,40 @@ class ShadowRepo:
         index: Path | None = None,
         check: bool = True,
     ) -> subprocess.CompletedProcess[bytes]:
-        return self.git.run(
-            args,
-            env=self.env(index),
-            input=input,
-            timeout=deadline - time.monotonic(),
-            check=check,
-            cwd=self.workspace,
-            pass_fds=self.lock_fds,
-            config=self.config,
-        )
+        started = time.time_ns()
+        try:
+            return self.git.run(
+                args,
+                env=self.env(index),
+                input=input,
+                timeout=deadline - time.monotonic(),
+                check=check,
+                cwd=self.workspace,
+                pass_fds=self.lock_fds,
+                config=self.config,
+            )
+        finally:
+            if index is None:
+                self._date_index(started)
+
+    def _date_index(self, started: int) -> None:
+        """Date the shadow's index a whole second before the git command that may have written
+        it started (``started``, from ``time.time_ns``).
+
+        git as it is usually built (without ``USE_NSEC``) compares files' times in whole
+        seconds, and trusts an entry whose time is older than its index file's. A command that
+        read a file (``status`` checking it, or ``update-index`` hashing it) and wrote the index
+        in a later second would let a rewrite of that file to the same size, in the second it
+        was read, pass for unchanged until it changed again: a checkpoint missing an edit the
+        workspace made while another capture ran. Dated before the command, the index makes git
+        read again any file changed since. Only ever moved back, which makes git read more,
+        never less: at most the files changed in the second or two before the last command."""
+        path = self.dir / "index"
+        before = (started // 1_000_000_000 - 1) * 1_000_000_000  # the file clock may lag a tick
+        with contextlib.suppress(OSError):
+            info = os.stat(path)
+            if info.st_mtime_ns > before:
+                os.utime(path, ns=(info.st_atime_ns, before))
 
     # -- the lock -------------------------------------------------------------------------
 
