@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, TypedDict, Unpack
+
+from turnback.records import record
 
 JSON = dict[str, Any]
 
@@ -113,7 +115,7 @@ def is_unreadable(value: object) -> bool:
     return isinstance(value, dict) and UNREADABLE in value
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Owner:
     """A process that runs turns: identified by host, boot, pid and process start time."""
 
@@ -126,7 +128,7 @@ class Owner:
     lease_expires: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SessionRecord:
     id: str
     workspace: str
@@ -142,7 +144,7 @@ class SessionRecord:
     host_fence: str | None = None  # the fencing token of that handoff
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Turn:
     token: str
     session_id: str
@@ -194,11 +196,11 @@ def prompt_text(prompt: Any) -> str:
     )
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class JournalEntry:
     """One event of a running (or set-aside) turn, as the journal holds it. Not frozen, unlike
-    the other records: one is built for every event a turn records, and a frozen dataclass
-    takes four times as long to build; nothing changes one once built."""
+    the other records: one is built for every event a turn records, and a frozen record
+    takes five times as long to build; nothing changes one once built."""
 
     turn: str
     seq: int
@@ -211,7 +213,7 @@ class JournalEntry:
     text: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Message:
     """One entry of a session's conversation, folded from a turn's events."""
 
@@ -277,7 +279,7 @@ def _raw_output(raw: Any) -> list[str]:
     return []
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunEvent:
     """One event of a turn's run timeline: a journal entry as stored, read back whole (of a turn
     that runs or is set aside, what its journal holds so far)."""
@@ -290,7 +292,7 @@ class RunEvent:
     at: float
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StepCheckpoint:
     turn: str
     step: int
@@ -301,7 +303,7 @@ class StepCheckpoint:
     at: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ToolCheckpoint:
     """The workspace as it was just before a tool of a turn ran (a shell command, a write):
     the ``number``-th such checkpoint of the turn. ``commit`` is None when the capture failed;
@@ -318,7 +320,7 @@ class ToolCheckpoint:
     at: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Handoff:
     """A session given to another machine of a fleet: from ``from_host`` (the machine that
     held it, else the one that ran its last turn; None when no turn has run) to ``to_host``,
@@ -337,7 +339,7 @@ class Handoff:
     at: float
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Rescue:
     """Files brought back as they were before a tool of a turn: ``paths``, from checkpoint
     ``source``; ``undo_checkpoint`` is the workspace captured just before, which ``undo`` puts
@@ -355,7 +357,7 @@ class Rescue:
     undone_at: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Activity:
     id: int
     session_id: str | None
@@ -367,7 +369,7 @@ class Activity:
     at: float
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UnrecoveredTurn:
     """A set-aside turn: kept until a person applies or discards it."""
 
@@ -375,7 +377,7 @@ class UnrecoveredTurn:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RecoveryReport:
     recovered: tuple[Turn, ...] = ()  # applied as interrupted by this run
     set_aside: tuple[UnrecoveredTurn, ...] = ()  # every set-aside turn, new or old
@@ -383,7 +385,7 @@ class RecoveryReport:
     reverts: tuple[Revert, ...] = ()  # half-done reverts rolled back, undos finished
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SweepReport:
     step_checkpoints: int = 0
     owners: int = 0
@@ -404,7 +406,7 @@ class ChangeKind(enum.StrEnum):
     TYPE_CHANGED = "type_changed"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FileChange:
     """What one turn (or the time between turns) did to one path."""
 
@@ -416,7 +418,7 @@ class FileChange:
     old_path: str | None = None  # for renames
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class WorkspaceCheckpoint:
     """A commit of the workspace's files in turnback's shadow repository."""
 
@@ -442,7 +444,7 @@ class RevertState(enum.StrEnum):
 UNFINISHED_REVERTS = (RevertState.STARTED, RevertState.FILES_RESTORED, RevertState.UNDOING)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Revert:
     id: int
     session_id: str
@@ -470,7 +472,7 @@ class Revert:
 REFUSED = "refused, nothing changed: "
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RevertRequest:
     """What a revert (or its plan) is asked to do: rewind to turn ``to_turn`` (0: before the
     first) the files, the conversation or both; ``keep_user_edits`` undoes only the agent's own
@@ -500,7 +502,7 @@ class RevertOptions(TypedDict, total=False):
     keep_user_edits: bool
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RevertPlan:
     """What a revert would do to the files, computed while writing nothing.
 
@@ -518,7 +520,7 @@ class RevertPlan:
     kept_because: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TurnDiff:
     """What one turn changed in the workspace: checkpoint at its begin to checkpoint at its end."""
 
@@ -529,7 +531,7 @@ class TurnDiff:
     patch: str | None = None  # the unified patch, when asked for
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RangeDiff:
     """What the workspace changed from the end of one turn to the end of a later one (0: before
     the first turn): the agent's turns and the edits made by hand between them, together."""
@@ -540,7 +542,7 @@ class RangeDiff:
     patch: str | None = None  # the unified patch, when asked for
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class GcReport:
     # turns' checkpoints no longer kept (older than ``keep``), and reverts' no longer undoable
     checkpoints_released: int = 0
@@ -550,7 +552,7 @@ class GcReport:
     dry_run: bool = False  # what it would do: nothing was released, removed or freed
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HealthCheck:
     """One finding of ``turnback doctor``: what was checked, whether it is healthy (None: it
     was skipped, and ``detail`` says why), what to do (``fix``, in words; ``remedy``, as

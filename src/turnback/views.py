@@ -16,7 +16,7 @@ import dataclasses
 import typing
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from turnback.errors import CheckpointUnavailable
@@ -45,6 +45,7 @@ from turnback.model import (
     UnrecoveredTurn,
     prompt_text,
 )
+from turnback.records import record
 
 if TYPE_CHECKING:
     from turnback.engine.handle import Session, Turnback
@@ -57,8 +58,8 @@ class View:
     A log of 1,000 turns is some 5,000 views, built and turned into JSON on every ``log --json``
     and every look of the review page. So each view class gets, when first used, two functions
     written for its fields (:func:`_write`): ``to_json``, one dict display, and ``_make``, which
-    sets a new instance's slots directly, at half the cost of a frozen dataclass's ``__init__``
-    (which calls ``object.__setattr__`` for each field)."""
+    sets a new instance's slots directly, at half the cost of a record's ``__init__`` (which
+    takes its arguments in any form and sets each field in a loop)."""
 
     __slots__ = ()
     called: ClassVar[str | None] = None
@@ -126,7 +127,7 @@ def _changes(changes: Iterable[FileChange]) -> tuple[ChangeView, ...]:
 # -- the shapes others include --------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TurnView(View):
     """Times are Unix seconds; ``status`` is ``running``, ``completed``, ``failed``,
     ``cancelled``, ``interrupted`` or ``set_aside``; ``detail`` says why a turn failed, was
@@ -170,7 +171,7 @@ def _turn(turn: Turn) -> _TurnFields:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SessionView(View):
     """``pending_requests`` are the permission and input requests a running turn waits on."""
 
@@ -205,7 +206,7 @@ def _session(session: SessionRecord) -> _SessionFields:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ChangeView(View):
     """``kind`` is ``added``, ``modified``, ``deleted``, ``renamed`` or ``type_changed``;
     ``old_path`` is a renamed file's path before."""
@@ -235,7 +236,7 @@ def _change(change: FileChange) -> _ChangeFields:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RevertView(View):
     """``state`` is ``committed``, ``undone`` or ``rolled_back`` once it has ended (``started``,
     ``files_restored`` or ``undoing`` while it moves files); ``to_turn`` and ``from_head`` are
@@ -276,7 +277,7 @@ class RevertView(View):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MessageView(View):
     """One entry of a turn's conversation: ``kind`` is ``user``, ``agent``, ``thought``,
     ``tool_call``, ``plan``, ``error``, ``notice``, ``other`` or ``unreadable``; ``data`` is
@@ -293,7 +294,7 @@ class MessageView(View):
         return cls._make(message.kind, message.text, message.data)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ActivityView(View):
     """``level`` is ``info``, ``warning`` or ``error``; ``data.remedy``, when there is one, is
     what settles it, which the human output words as a command."""
@@ -319,7 +320,7 @@ class ActivityView(View):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SessionTurnView(TurnView):
     """A turn with its session's id."""
 
@@ -332,7 +333,7 @@ class SessionTurnView(TurnView):
         return cls._make(*_turn(turn), turn.session_id)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UnrecoveredView(SessionTurnView):
     """A set-aside turn, and why recovery could not apply it."""
 
@@ -348,7 +349,7 @@ class UnrecoveredView(SessionTurnView):
 # -- each command's shape -------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ListedSession(SessionView):
     """``turns``: how many its conversation holds (its head is turn ``turns``); ``set_aside``:
     how many wait to be applied or discarded; ``first_prompt``: the text of its first turn's
@@ -361,7 +362,7 @@ class ListedSession(SessionView):
     first_prompt: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CheckpointsView(View):
     """A turn's workspace checkpoints: the commits before and after it."""
 
@@ -369,7 +370,7 @@ class CheckpointsView(View):
     end: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LogTurnView(TurnView):
     """A turn of the log: its files, the changes made before it outside any turn, its
     workspace checkpoints, and the revert that took it out of the conversation."""
@@ -393,7 +394,7 @@ class LogTurnView(TurnView):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LogView(View):
     """``since_head`` is null when a turn is running, a revert is moving the files, or the
     workspace cannot be captured."""
@@ -419,7 +420,7 @@ class LogView(View):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunEventView(View):
     """One event of a turn's run timeline, as the agent sent it."""
 
@@ -433,7 +434,7 @@ class RunEventView(View):
         return cls._make(event.seq, event.kind, event.event, event.at)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ShowView(View):
     """One turn's conversation and its run timeline; ``session`` is the session's id."""
 
@@ -443,7 +444,7 @@ class ShowView(View):
     events: tuple[RunEventView, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DiffView(View):
     """``available`` is false when a workspace checkpoint of the turn is missing; ``patch`` is
     null then, and under ``--stat``."""
@@ -465,7 +466,7 @@ class DiffView(View):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class KeptView(ChangeView):
     """A file a revert keeps, and why (see :class:`PlanView`)."""
 
@@ -474,7 +475,7 @@ class KeptView(ChangeView):
     reason: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PlanView(View):
     """Each a list of file changes from the workspace as it is now; a kept file's ``reason``
     is ``ignored``, ``not captured``, ``unreadable`` (a directory that cannot be read),
@@ -496,7 +497,7 @@ class PlanView(View):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ConflictView(View):
     """A revert that would overwrite hand edits, and their paths; or a handoff refused because
     the workspace holds changes that are not the session's, and the paths that differ from its
@@ -506,7 +507,7 @@ class ConflictView(View):
     conflicts: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class IncompleteView(View):
     """Files a revert could not write, a full disk say (exit code 1)."""
 
@@ -514,7 +515,7 @@ class IncompleteView(View):
     paths: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class InterruptedView(View):
     """A revert or undo Ctrl-C stopped (exit code 130), and the revert as it was left."""
 
@@ -523,7 +524,7 @@ class InterruptedView(View):
     revert: RevertView | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class GcView(View):
     """``problems``: the workspaces that could not be pruned, and why; ``dry_run``: the counts
     are what it would release and remove, and nothing was changed (``bytes_freed`` is 0)."""
@@ -545,7 +546,7 @@ class GcView(View):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ToolPointView(View):
     """``number``: its place among the turn's tool checkpoints (``--before-tool``); ``summary``:
     the command or the path; ``checkpoint``: the workspace commit, null when the capture
@@ -573,7 +574,7 @@ class ToolPointView(View):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RescuePointsView(View):
     """The points a turn's files can be brought back from: its begin (``--before-tool 0``) and
     a checkpoint before each of its shell and write tools."""
@@ -583,7 +584,7 @@ class RescuePointsView(View):
     tools: tuple[ToolPointView, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RescueView(View):
     """``before_tool``: 0 for the turn's begin; ``written``: the paths written or deleted;
     ``source``: the checkpoint they came from; ``undo_checkpoint``: the workspace just before,
@@ -616,7 +617,7 @@ class RescueView(View):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HandoffView(View):
     """``from``: the machine that held the session, else the one that ran its last turn (null
     when no turn ran); ``to``: this machine, where its turns run from now on; ``turn``: the
@@ -647,7 +648,7 @@ class HandoffView(View):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HooksView(View):
     """``files``: the configuration files written; ``events``: the agent's events turnback's
     hooks were installed for (or removed from); ``notes``: what else to do (Codex: trust
@@ -663,7 +664,7 @@ class HooksView(View):
         return cls(done.agent, done.files, done.events, done.notes)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RecoverView(View):
     """``recovered``: applied as interrupted by this run; ``set_aside``: every set-aside turn,
     new or old; ``live``: running turns whose process is alive, only read; ``reverts``: reverts
@@ -684,14 +685,14 @@ class RecoverView(View):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AppliedView(View):
     """A set-aside turn applied: the turn as it now is."""
 
     applied: TurnView
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DiscardedView(View):
     """A set-aside turn discarded: its token, and how many events went with it."""
 
@@ -699,7 +700,7 @@ class DiscardedView(View):
     events: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SweepView(View):
     """How many step checkpoints and dead owners were removed."""
 
@@ -711,7 +712,7 @@ class SweepView(View):
         return cls(report.step_checkpoints, report.owners)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CheckView(View):
     """``ok`` is null for a check that was skipped, ``detail`` saying why; ``fix`` in words;
     ``remedy`` as a library error names it, or null."""
@@ -727,7 +728,7 @@ class CheckView(View):
         return cls(check.name, check.ok, check.detail, check.fix, check.remedy)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DemoTurnView(View):
     """A turn of the demo's session."""
 
@@ -748,7 +749,7 @@ class DemoTurnView(View):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DemoView(View):
     """``home`` is null unless ``--keep``; ``workspace`` is null unless ``--keep`` or
     ``--workspace``, since the demo removes what it made."""
@@ -762,7 +763,7 @@ class DemoView(View):
 # -- the review page's own answers ------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SummaryView(View):
     """The session, the numbers of its conversation's turns, and its first turn's prompt (what
     names a session without a title)."""
@@ -772,7 +773,7 @@ class SummaryView(View):
     first_prompt: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TimelineView(View):
     """What the session page shows beside the log: set-aside turns, the review mark, and the
     last 50 activities."""
@@ -782,7 +783,7 @@ class TimelineView(View):
     activities: tuple[ActivityView, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PatchView(View):
     """The patch of some of a turn's files."""
 
@@ -790,7 +791,7 @@ class PatchView(View):
     patch: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RangeView(View):
     """What changed from the end of turn ``from`` to the end of turn ``to``."""
 
@@ -800,7 +801,7 @@ class RangeView(View):
     patch: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunningView(View):
     """A running turn and its conversation so far, as it grows."""
 
@@ -808,7 +809,7 @@ class RunningView(View):
     messages: tuple[MessageView, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ReviewMarkView(View):
     """The turn the user marked as reviewed."""
 

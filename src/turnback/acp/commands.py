@@ -13,7 +13,6 @@ command again with ``confirm``. Declined, cancelled or unanswered, nothing is wr
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from turnback.acp.offered import NAMES
@@ -29,6 +28,7 @@ from turnback.errors import (
     TurnbackError,
 )
 from turnback.model import FileChange, RevertRequest
+from turnback.records import record
 
 if TYPE_CHECKING:
     from turnback.runtime import AgentRuntime
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 _KINDS = {"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "type_changed": "T"}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SlashCommand:
     name: str
     args: tuple[str, ...]
@@ -58,7 +58,7 @@ def parse(prompt: Sequence[Any]) -> SlashCommand | None:
     return SlashCommand(words[0], tuple(words[1:]))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Answer:
     """What to tell the user (Markdown), and whether the engine already recorded what was
     done (a rewind, as an activity) so it need not be recorded again."""

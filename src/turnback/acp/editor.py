@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from turnback.acp.commands import Confirm
 from turnback.acp.wire import EditorWire
+from turnback.records import record
 from turnback.runtime import InputRequest, PermissionRequest
 from turnback.runtime.connection import AgentConnection
 from turnback.runtime.relay import Reply
@@ -34,7 +35,7 @@ def cancel_notice(rpc_id: Any) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "method": CANCEL_REQUEST, "params": {"requestId": rpc_id}}
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class Forwarded:
     """An agent's request passed to the editor: the id(s) it went out with, and whether the
     agent has cancelled it."""

@@ -20,12 +20,12 @@ new content.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from turnback.acp import transcript
 from turnback.errors import WAIT
 from turnback.model import FileChange, Message, RevertPlan, RevertRequest, Turn
+from turnback.records import record
 from turnback.runtime.rpc import RequestError
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ REFUSED = -32603
 HISTORY_TRUNCATED = "history_truncated"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Target:
     """Where a message id takes the session: ``request`` is the revert; the messages of the
     conversation that stay are ``kept`` (all of them when only the files move)."""

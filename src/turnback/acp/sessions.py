@@ -17,7 +17,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from turnback.model import (
     TurnStatus,
     prompt_text,
 )
+from turnback.records import record
 from turnback.runtime import (
     AgentError,
     AgentRuntime,
@@ -112,7 +113,7 @@ def _iso(at: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class EditorSession:
     """One editor-facing session: a turnback session and the runtime running its agent."""
 

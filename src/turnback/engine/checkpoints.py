@@ -18,7 +18,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from turnback.engine.owners import listed, require_here
@@ -34,6 +34,7 @@ from turnback.model import (
     WorkspaceCheckpoint,
     conversation,
 )
+from turnback.records import record
 from turnback.store import Store, Tx
 
 TYPE_CHECKING = False
@@ -42,7 +43,7 @@ if TYPE_CHECKING:  # at run time imported on first use: opening turnback and a s
     from turnback.workspace.remote import PushResult
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Note:
     """An activity to record in the transaction that uses the capture it describes."""
 
@@ -57,7 +58,7 @@ class Note:
         )
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class TurnCapture:
     """A checkpoint taken for a turn (or its absence), the file changes since the checkpoint it
     is compared with, and the notes to record about it."""

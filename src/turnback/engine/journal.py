@@ -32,18 +32,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from turnback import faults
 from turnback.engine import reconcile
 from turnback.errors import OwnershipLost, StoreError
 from turnback.model import Durability, JournalEntry, TurnStatus
+from turnback.records import record
 from turnback.store import Store, Tx
 
 After = Callable[[Tx], None]
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class _Pending:
     entries: list[JournalEntry]
     after: list[tuple[str, int, After]]  # (turn, seq of the entry it goes with, callback)

@@ -57,7 +57,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -93,6 +93,7 @@ from turnback.model import (
     Turn,
     conversation,
 )
+from turnback.records import record
 from turnback.store import Store, Tx
 
 
@@ -145,7 +146,7 @@ def revert(
     return started.finish()
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class StartedRevert:
     """A revert whose files have moved (steps 1 to 4), waiting for the agent's own rollback --
     which its caller does, on its own side -- and then :meth:`finish` (step 5), or
@@ -617,14 +618,14 @@ def recover_reverts(
         }
         now = tx.now()
     settled = []
-    for record, owner, session in unfinished:
+    for revert, owner, session in unfinished:
         if is_alive(owner, now) or session is None:
             continue
-        head = heads.get(record.id)
+        head = heads.get(revert.id)
         host = owner.host if owner is not None else head.host if head is not None else None
-        if record.files and host is not None and host != here:
+        if revert.files and host is not None and host != here:
             continue  # its files and checkpoints are on that host: it is settled there
-        taken = _take_over(store, record, lease)
+        taken = _take_over(store, revert, lease)
         if taken is None:
             continue  # settled, or taken over, by another process since it was read
         why = "the process running it stopped before it finished"
@@ -634,7 +635,7 @@ def recover_reverts(
             # still unfinished, holding the workspace: given back to the dead owner, so the next
             # recovery (here or on another machine) takes it over again, not skips it as this
             # live process's; the turns' recovery goes on
-            _give_back(store, taken, record.owner_id, error)
+            _give_back(store, taken, revert.owner_id, error)
     return settled
 
 

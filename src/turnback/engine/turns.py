@@ -81,6 +81,7 @@ from turnback.model import (
     Turn,
     TurnStatus,
 )
+from turnback.records import record
 from turnback.store import Tx
 
 if TYPE_CHECKING:
@@ -429,28 +430,28 @@ def require_no_revert(tx: Tx, workspace: str, then: str) -> None:
     workspace against new turns from the transaction that writes its row to the one that commits
     or rolls it back; the row is durable, so a revert killed midway still holds until recovery
     settles it (docs/design.md, invariant 9), and the error then says so."""
-    for record in tx.reverts(None, UNFINISHED_REVERTS):
-        session = tx.get_session(record.session_id)
+    for revert in tx.reverts(None, UNFINISHED_REVERTS):
+        session = tx.get_session(revert.session_id)
         if session is None or session.workspace != workspace:
             continue
-        undoing = record.state is RevertState.UNDOING
-        what = f"{'the undo of ' if undoing else ''}revert {record.id} of session "
-        what += record.session_id[:12]
-        owner = tx.get_owner(record.owner_id) if record.owner_id else None
+        undoing = revert.state is RevertState.UNDOING
+        what = f"{'the undo of ' if undoing else ''}revert {revert.id} of session "
+        what += revert.session_id[:12]
+        owner = tx.get_owner(revert.owner_id) if revert.owner_id else None
         if is_alive(owner, tx.now()):
             raise RevertInProgress(
                 f"{what} is moving the files of {workspace}; {then} once it has finished",
-                record.id,
-                record.owner_id,
+                revert.id,
+                revert.owner_id,
             )
-        away = owner is not None and record.files and owner.host != host_identity()[0]
+        away = owner is not None and revert.files and owner.host != host_identity()[0]
         raise RevertInProgress(
             f"{what} was interrupted midway and its process is gone: the files of {workspace} "
             f"are partly {'put back' if undoing else 'reverted'} until recovery "
             + (f"on host {owner.host} " if away and owner is not None else "")
             + f"{'finishes the undo' if undoing else 'rolls the revert back'}",
-            record.id,
-            record.owner_id,
+            revert.id,
+            revert.owner_id,
         ).settled_by(RECOVER, state="interrupted")
 
 
@@ -585,7 +586,7 @@ def commit_turn(
     return True
 
 
-@dataclasses.dataclass(slots=True)
+@record(frozen=False)
 class Ending:
     """What ending a turn writes: its folded messages, the run events that had to be rewritten
     (``replaced``) or were added after its journal (``added``), and its row's end."""

@@ -17,12 +17,12 @@ import shlex
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from turnback.errors import InvalidOption
 from turnback.hooks.agents import AGENTS
+from turnback.records import record
 
 #: The events installed for each agent, with the timeout each handler gets in the agent's unit
 #: (None: the agent's own, where it clamps a longer one and warns).
@@ -59,7 +59,7 @@ assert tuple(_EVENTS) == AGENTS, "every agent's events, in the same order"
 _OURS = re.compile(rf"(?:^|\s)hook\s+({'|'.join(AGENTS)})\s+[A-Za-z]+\s*$")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Installed:
     """What an install or uninstall changed: the files written, and the events."""
 

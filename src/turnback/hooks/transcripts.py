@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+
+from turnback.records import record
 
 #: A transcript larger than this is not read (the hook falls back on the last answer).
 MAX_BYTES = 64 * 2**20
@@ -30,7 +31,7 @@ WAIT = 2.0
 CREATED_WAIT = 0.5
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Said:
     """One piece of what the agent said: ``key`` names it for good (entry and block), ``kind``
     is ``agent_message_chunk`` or ``agent_thought_chunk``."""

@@ -7,8 +7,9 @@ rollback), so a new collaborator is added here and reaches every part that needs
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from turnback.records import record
 
 if TYPE_CHECKING:
     from turnback.engine.handle import Session
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from turnback.service import Service
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SessionParts:
     """The collaborators of one turnback session run on an agent."""
 

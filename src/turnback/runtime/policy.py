@@ -5,9 +5,11 @@ a turnback session keeps about the agent session that serves it (:class:`AgentSt
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from typing import Any
+
+from turnback.records import record
 
 
 class OnCrash(StrEnum):
@@ -20,7 +22,7 @@ class OnCrash(StrEnum):
     STOP = "stop"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ResumePolicy:
     """How the runtime treats an agent that dies, hangs or cannot roll back."""
 
@@ -37,7 +39,7 @@ class ResumePolicy:
         return float(min(self.max_backoff, self.backoff * 2 ** max(0, attempt - 1)))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AgentState:
     """What a turnback session keeps about the agent session that serves it (its
     ``agent_state``), so a later agent process -- after a crash, or a later run -- reopens it."""

@@ -24,7 +24,7 @@ import logging
 import os
 import shutil
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from turnback.engine.handle import Session
 from turnback.engine.turns import RunningTurn
 from turnback.errors import RECOVER, OwnershipLost, RevertConflict
 from turnback.model import ActivityLevel, Revert, RevertRequest, Turn, TurnStatus
+from turnback.records import record
 from turnback.service import (
     AddActivity,
     AgentRollback,
@@ -49,14 +50,14 @@ log = logging.getLogger("turnback.runtime")
 # -- events ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TurnRequested:
     """Domain: begin a turn (the engine makes it durable and captures the baseline)."""
 
     prompt: Any
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ResumeRequested:
     """Domain: run an interrupted turn again from its last step checkpoint (the engine reopens
     it; its baseline is the one it began with)."""
@@ -64,7 +65,7 @@ class ResumeRequested:
     token: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CheckpointSaved:
     """Runtime: a step checkpoint was recorded (in wire order); make it durable."""
 
@@ -72,7 +73,7 @@ class CheckpointSaved:
     step: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TurnEnded:
     """Runtime: the agent's prompt ended; settle the turn and remove the agent's stores."""
 
@@ -82,7 +83,7 @@ class TurnEnded:
     store_paths: frozenset[str] = frozenset()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RevertRequested:
     """Domain: revert the session as ``request`` says, the agent's ``rollback`` with it."""
 
@@ -90,7 +91,7 @@ class RevertRequested:
     rollback: AgentRollback | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Notice:
     """Runtime: something the user should see, as an activity."""
 

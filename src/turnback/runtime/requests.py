@@ -20,17 +20,17 @@ import asyncio
 import inspect
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from turnback.engine.turns import RunningTurn
 from turnback.errors import InvalidEvent, OwnershipLost, TurnNotRunning
 from turnback.model import ActivityLevel, EventKind
+from turnback.records import record
 from turnback.runtime.reactor import Notice, Reactor
 from turnback.service import Service, SyncTurn
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PermissionRequest:
     """A permission the agent asks for; answer with one of ``options``' ``optionId`` or None."""
 
@@ -40,7 +40,7 @@ class PermissionRequest:
     options: list[dict[str, Any]]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class InputRequest:
     """Input the agent asks for (ACP elicitation); answer with a dict of content, or None."""
 
@@ -237,7 +237,7 @@ class PendingRequests:
         )
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class _Withdrawn:
     """A question being asked for ``turn``: the answer recorded if the turn ends first, and
     whether it has (then the handler records nothing more)."""

@@ -20,7 +20,6 @@ continuation), to be driven like any other turn.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from turnback.engine.turns import RunningTurn
@@ -33,6 +32,7 @@ from turnback.model import (
     StepCheckpoint,
     TurnStatus,
 )
+from turnback.records import record
 from turnback.runtime.agent_session import (
     AgentSession,
     SessionLost,
@@ -48,7 +48,7 @@ from turnback.runtime.reactor import Notice, ResumeRequested
 Then = StepCheckpoint | Literal["continue", "stop", "fail"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Reopened:
     """An interrupted turn running again, and what its first attempt is sent."""
 

@@ -40,12 +40,12 @@ import signal
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 from turnback.errors import INITIALIZE_TIMEOUT, AgentDied, AgentUnavailable
 from turnback.handshake import agent_initialize
+from turnback.records import record
 from turnback.runtime.rpc import PROTOCOL_VERSION, Connection, Handler, RequestError
 from turnback.runtime.wire import Frame, Output, Pace, Rejected, Watch, Wire
 
@@ -55,7 +55,7 @@ MAX_FRAME = 64 * 2**20
 INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AgentFeatures:
     """What an agent advertised in ``initialize``."""
 
@@ -103,7 +103,7 @@ class StartedProcess(Protocol):
     def wait(self, timeout: float | None = None) -> int: ...
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Started:
     """An agent process started by someone else, with pipes for stdin and stdout, for a sidecar
     to take over: what was read from it and not handled, and the ``initialize`` it was already

@@ -69,10 +69,11 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol, cast
 
 from turnback import jsontext
+from turnback.records import record
 
 log = logging.getLogger("turnback.wire")
 
@@ -134,7 +135,7 @@ class Output(Protocol):
     def is_closing(self) -> bool: ...
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Rejected:
     """A line that is not a JSON-RPC message, and the error it deserves."""
 
@@ -154,7 +155,7 @@ CANCEL_REQUEST = "$/cancel_request"
 Sender = Callable[[Frame], Awaitable[None]]
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class SentRequests:
     """The requests one request of a relay's client led to sending on, each as (how to write
     to where it went, its id there), while ``open``."""

@@ -9,7 +9,7 @@ itself; the rules are the engine's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from turnback.model import (
@@ -27,6 +27,7 @@ from turnback.model import (
     Turn,
     TurnStatus,
 )
+from turnback.records import record
 
 if TYPE_CHECKING:
     from turnback.engine.handle import Session, Turnback
@@ -61,7 +62,7 @@ class Command(Generic[T]):
 # -- sessions ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CreateSession(Command["Session"]):
     """A new session; ``session_id`` names it when the front-end derives it (a terminal
     agent's hooks, from the agent's own session id; ``turnback acp``'s start); ``existing``:
@@ -83,7 +84,7 @@ class CreateSession(Command["Session"]):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ForkSession(Command["Session"]):
     """A new session whose conversation is a copy of ``session``'s (``Session.fork``)."""
 
@@ -96,7 +97,7 @@ class ForkSession(Command["Session"]):
         return tb.session(self.session).fork(self.workspace, self.title, self.agent)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DeleteSession(Command[None]):
     session: str
 
@@ -104,7 +105,7 @@ class DeleteSession(Command[None]):
         tb.session(self.session).delete()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SetAgentState(Command[None]):
     """Remember what the runtime needs of the agent behind a session (its own session id)."""
 
@@ -115,7 +116,7 @@ class SetAgentState(Command[None]):
         tb.session(self.session).set_agent_state(self.state)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AddActivity(Command[Activity]):
     session: str
     level: ActivityLevel
@@ -133,7 +134,7 @@ class AddActivity(Command[Activity]):
 # -- turns ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BeginTurn(Command["RunningTurn"]):
     """Begin a turn: its row and prompt are durable, its baseline captured, when it answers."""
 
@@ -144,7 +145,7 @@ class BeginTurn(Command["RunningTurn"]):
         return tb.session(self.session).turn(self.prompt)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ReopenTurn(Command["RunningTurn"]):
     """Run an interrupted head turn again from its last step checkpoint."""
 
@@ -155,7 +156,7 @@ class ReopenTurn(Command["RunningTurn"]):
         return tb.session(self.session).reopen(self.turn)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SyncTurn(Command[None]):
     """Make everything ``turn`` has recorded so far durable."""
 
@@ -173,7 +174,7 @@ _ENDS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EndTurn(Command[Turn]):
     """End a running turn as ``status`` (completed, cancelled, interrupted or failed)."""
 
@@ -187,7 +188,7 @@ class EndTurn(Command[Turn]):
         return ended
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ApplySetAside(Command[Turn]):
     session: str
     turn: str
@@ -196,7 +197,7 @@ class ApplySetAside(Command[Turn]):
         return tb.session(self.session).apply(self.turn)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DiscardSetAside(Command[int]):
     """Delete a set-aside turn; answers how many events it held."""
 
@@ -210,7 +211,7 @@ class DiscardSetAside(Command[int]):
 # -- reverts -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RevertSession(Command[Revert]):
     """Rewind ``session`` as ``request`` says. ``rollback`` is the agent's side, when an agent
     holds the conversation too: the service rolls it back between the files and the commit."""
@@ -223,7 +224,7 @@ class RevertSession(Command[Revert]):
         raise TypeError("a revert is carried out by the service in steps, not in one call")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PlanRevert(Command[RevertPlan]):
     """What ``RevertSession`` with the same request would do to the files, writing nothing."""
 
@@ -234,7 +235,7 @@ class PlanRevert(Command[RevertPlan]):
         return tb.session(self.session).revert_plan(self.request)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UndoRevert(Command[Revert]):
     session: str
 
@@ -242,7 +243,7 @@ class UndoRevert(Command[Revert]):
         return tb.session(self.session).undo_revert()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HandOff(Command[Handoff]):
     """Give ``session`` to this machine, named ``to_host`` (``Session.handoff``)."""
 
@@ -253,7 +254,7 @@ class HandOff(Command[Handoff]):
         return tb.session(self.session).handoff(self.to_host)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RescueFiles(Command[Rescue]):
     """Bring ``paths`` back as they were before tool ``before_tool`` of ``turn`` (0: its
     begin; no turn: the running or last one); hand edits since the turn are kept unless
@@ -271,7 +272,7 @@ class RescueFiles(Command[Rescue]):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UndoRescue(Command[Rescue]):
     session: str
     force: bool = False
@@ -283,19 +284,19 @@ class UndoRescue(Command[Rescue]):
 # -- the whole home ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Recover(Command[RecoveryReport]):
     def apply(self, tb: Turnback) -> RecoveryReport:
         return tb.recover()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Sweep(Command[SweepReport]):
     def apply(self, tb: Turnback) -> SweepReport:
         return tb.sweep()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CollectGarbage(Command[GcReport]):
     keep: int | None = None
     older_than: float | None = None

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from turnback.records import record
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class CaptureBackoff:
     """Consecutive capture failures of one workspace, and when the next attempt is due.
 

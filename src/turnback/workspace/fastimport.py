@@ -11,9 +11,9 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from turnback.errors import GitFailed
+from turnback.records import record
 from turnback.workspace.git import IDENTITY
 from turnback.workspace.shadow import TREE, Entry, ShadowRepo
 
@@ -23,7 +23,7 @@ IDENTITY_NAME = IDENTITY["GIT_COMMITTER_NAME"]
 IDENTITY_EMAIL = IDENTITY["GIT_COMMITTER_EMAIL"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Blob:
     """The content of a file (``100644``/``100755``) or symbolic link (``120000``) to commit."""
 

@@ -14,8 +14,9 @@ import json
 import os
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from turnback.records import record
 from turnback.workspace.fastimport import Blob
 from turnback.workspace.shadow import OID, REGULAR, SYMLINK, ShadowRepo
 
@@ -73,7 +74,7 @@ class FileReader:
         return Blob(REGULAR[1] if info.st_mode & stat.S_IXUSR else REGULAR[0], data)
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class Plan:
     """A checkpoint to write: a tree and the paths to change in it."""
 
@@ -110,7 +111,7 @@ class Plan:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Captured:
     """The last checkpoint a capture wrote for a workspace."""
 
@@ -122,7 +123,7 @@ class Captured:
     drift: Drift | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Seen:
     """A file a capture read: its status data then, and whether a later capture may trust
     that the same status data means the same content."""
@@ -149,7 +150,7 @@ class Seen:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Drift:
     """The tracked files a capture found modified against the shadow's index (whose tree is
     ``index_tree``), each as it read it."""

@@ -44,10 +44,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from turnback.errors import CheckpointUnavailable, InvalidOption, TurnbackError
+from turnback.records import record
 from turnback.workspace import creation
 from turnback.workspace.shadow import NAMESPACE, OID, PARTIAL, ShadowRepo
 
@@ -73,7 +73,7 @@ TRANSPORTS = ("protocol.allow=always",)
 PASSED = ("SSH_AUTH_SOCK", "GIT_SSH_COMMAND", "GIT_SSH")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PushResult:
     """One push of a workspace's checkpoints: ``error`` is ``None`` when it succeeded;
     ``recovered`` says a push that had failed before succeeded now."""

@@ -31,10 +31,10 @@ import re
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from turnback.errors import CheckpointUnavailable, GitFailed, InvalidId, WorkspaceError
+from turnback.records import record
 from turnback.workspace.git import Git, failure
 from turnback.workspace.lock import ShadowLock
 
@@ -83,7 +83,7 @@ def ref_name(name: str) -> str:
     return NAMESPACE + name
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Entry:
     """One tree entry: a git mode (``100644``, ``100755``, ``120000``, ``160000``) and an object."""
 
@@ -95,7 +95,7 @@ class Entry:
         return self.mode == GITLINK
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Change:
     """One line of ``git diff-tree --raw``: a path and its entry on each side (``None``: absent)."""
 
@@ -109,7 +109,7 @@ class Change:
     binary: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UserRepository:
     """The workspace's own git repository, which turnback only reads."""
 

@@ -29,9 +29,10 @@ import contextlib
 import errno
 import os
 from collections.abc import Collection
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from turnback.records import record
 
 try:
     import inotify_simple  # type: ignore[import-untyped]
@@ -73,7 +74,7 @@ MASK = (
 LIMIT = 10_000
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Changes:
     """What changed since the last capture: paths (relative, bytes) to look at again, and
     directories to list whole. ``reason`` says why the set cannot be trusted, if it cannot."""
