@@ -12,10 +12,10 @@ here. A mutable record keeps ``dataclass``'s compiled ``__init__`` (see :func:`r
 
 A record's fields have a default, a ``default_factory`` or neither. What turnback's records do
 not use is refused when one is defined (``__post_init__``, ``kw_only``, a field left out of
-``__init__``): a class that needs it is a plain dataclass. ``dataclass`` takes a record for a
-class it made nothing for (its ``__dataclass_params__`` say so), mutable: a class that inherits
-from a record is a record too, since ``dataclass(frozen=True)`` refuses a frozen class whose
-parent is not.
+``__init__``): a class that needs it is a plain dataclass. To ``dataclass``, a record is a class
+it made no methods for and did not freeze (its ``__dataclass_params__`` say so), so a class that
+inherits from a record is made a record too: ``dataclass(frozen=True)`` refuses a frozen class
+whose parent is not frozen.
 """
 
 from __future__ import annotations
@@ -87,9 +87,8 @@ def record(cls: type[T] | None = None, /, *, frozen: bool = True) -> Any:
 
 def _init(cls: type, fields: tuple[dataclasses.Field[Any], ...]) -> Callable[..., None]:
     names = tuple(field.name for field in fields)
-    setters = tuple(
-        getattr(cls, name).__set__ for name in names
-    )  # the slots' own, past __setattr__
+    # each slot's own setter, which a frozen record's __setattr__ does not stand in front of
+    setters = tuple(getattr(cls, name).__set__ for name in names)
     defaults = tuple(field.default for field in fields)
     factories = tuple(field.default_factory for field in fields)
     count = len(names)
