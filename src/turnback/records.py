@@ -8,8 +8,8 @@ proxy's loading (not compiling them saves 28 of 102 ms of CPU), taken from the a
 beside it, and it was paid again by every CLI command. :func:`record` asks ``dataclass`` only
 to read the fields (so ``fields``, ``replace`` and ``asdict`` see an ordinary dataclass) and to
 make the slots, and gives the class methods that behave as ``dataclass``'s would: closures over
-its fields, made here. A mutable record keeps ``dataclass``'s compiled ``__init__`` (see
-:func:`record`).
+its fields, made here. A mutable record keeps ``dataclass``'s compiled ``__init__``, five
+times as fast as a closure: a journal entry, built for every event a turn records, is one.
 
 A record's fields have a default, a ``default_factory`` or neither. What turnback's records do
 not use is refused when one is defined (``__post_init__``, ``kw_only``, a field left out of
@@ -46,9 +46,7 @@ def record(cls: type[T] | None = None, /, *, frozen: bool = True) -> Any:
         if "__post_init__" in cls.__dict__:
             raise TypeError(f"{cls.__qualname__}: a record has no __post_init__; use dataclass")
         documented = cls.__dict__.get("__doc__") is not None
-        # a mutable record's __init__ is dataclass's, the one method it compiles for it: mutable
-        # records are the ones built by the hundred thousand (a journal entry for each event),
-        # where the compiled __init__ takes a fifth of the time of a closure's
+        # a mutable record's __init__ is dataclass's, the one method compiled for it (see above)
         made: Any = dataclasses.dataclass(cls, init=not frozen, repr=False, eq=False, slots=True)
         fields = dataclasses.fields(made)
         for field in fields:
